@@ -1,0 +1,26 @@
+#!/usr/bin/env node
+// Runs every compiled *.test.js under dist/test with node's own test runner.
+// Node 20 has no glob support in `node --test`, so we collect the files here.
+// Usage: node scripts/run-tests.mjs [filter-substring ...]
+import { readdirSync, statSync } from "node:fs";
+import { join } from "node:path";
+import { spawnSync } from "node:child_process";
+
+function collect(dir, out) {
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) collect(p, out);
+    else if (name.endsWith(".test.js")) out.push(p);
+  }
+  return out;
+}
+const filters = process.argv.slice(2);
+const files = collect("dist/test", []).filter((f) => filters.length === 0 || filters.some((s) => f.includes(s))).sort();
+if (files.length === 0) {
+  console.error("no test files matched");
+  process.exit(1);
+}
+// Tests start their own nats-server processes and use both cores for kernels: run files one at a time
+// so timings stay sane on a 2-core machine.
+const r = spawnSync(process.execPath, ["--test", "--test-concurrency=1", "--test-reporter=spec", ...files], { stdio: "inherit" });
+process.exit(r.status ?? 1);
