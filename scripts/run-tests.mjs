@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Runs every compiled *.test.js under dist/test with node's own test runner.
 // Node 20 has no glob support in `node --test`, so we collect the files here.
-// Usage: node scripts/run-tests.mjs [filter-substring ...]
+// Usage: node scripts/run-tests.mjs [--dist DIR] [filter-substring ...]
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { spawnSync } from "node:child_process";
@@ -14,8 +14,13 @@ function collect(dir, out) {
   }
   return out;
 }
-const filters = process.argv.slice(2);
-const files = collect("dist/test", []).filter((f) => filters.length === 0 || filters.some((s) => f.includes(s))).sort();
+// --dist DIR picks another build folder (helpers working in parallel each build into their own).
+let distDir = "dist";
+const argv = process.argv.slice(2);
+const di = argv.indexOf("--dist");
+if (di >= 0) { distDir = argv[di + 1]; argv.splice(di, 2); }
+const filters = argv;
+const files = collect(join(distDir, "test"), []).filter((f) => filters.length === 0 || filters.some((s) => f.includes(s))).sort();
 if (files.length === 0) {
   console.error("no test files matched");
   process.exit(1);
