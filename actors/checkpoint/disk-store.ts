@@ -1,0 +1,101 @@
+// Checkpoints on disk: runs/<run>/checkpoints/step-XXXXXXXX/{state.safetensors, manifest.json}.
+// Written into a temp folder, fsynced, then renamed, so a crash never leaves a half checkpoint that
+// looks whole; the manifest's sha256 is checked before a checkpoint is used.
+import { createHash } from "node:crypto";
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
+import { join } from "node:path";
+
+export interface CheckpointManifest {
+  format: "rollstream-checkpoint-1";
+  run: string;
+  step: number;
+  file: string;
+  bytes: number;
+  sha256: string;
+  createdAt: string;
+}
+
+function writeFileDurable(path: string, data: Uint8Array | string): void {
+  const fd = openSync(path, "w");
+  try {
+    if (typeof data === "string") writeSync(fd, data);
+    else writeSync(fd, data);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+}
+
+function fsyncDir(path: string): void {
+  const fd = openSync(path, "r");
+  try { fsyncSync(fd); } finally { closeSync(fd); }
+}
+
+export class CheckpointDir {
+  constructor(readonly root: string, readonly run: string) {
+    mkdirSync(root, { recursive: true });
+  }
+
+  dirFor(step: number): string {
+    return join(this.root, `step-${String(step).padStart(8, "0")}`);
+  }
+
+  write(step: number, state: Uint8Array): CheckpointManifest {
+    const sha256 = createHash("sha256").update(state).digest("hex");
+    const final = this.dirFor(step);
+    const tmp = `${final}.tmp-${process.pid}`;
+    rmSync(tmp, { recursive: true, force: true });
+    mkdirSync(tmp, { recursive: true });
+    const manifest: CheckpointManifest = {
+      format: "rollstream-checkpoint-1", run: this.run, step, file: "state.safetensors", bytes: state.length, sha256, createdAt: new Date().toISOString(),
+    };
+    writeFileDurable(join(tmp, manifest.file), state);
+    writeFileDurable(join(tmp, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");
+    fsyncDir(tmp);
+    if (existsSync(final)) rmSync(final, { recursive: true, force: true });
+    renameSync(tmp, final);
+    fsyncDir(this.root);
+    return manifest;
+  }
+
+  /** Steps of complete checkpoints, newest first. */
+  steps(): number[] {
+    if (!existsSync(this.root)) return [];
+    return readdirSync(this.root)
+      .map((n) => /^step-(\d{8})$/.exec(n))
+      .filter((m): m is RegExpExecArray => m !== null && existsSync(join(this.root, m[0], "manifest.json")))
+      .map((m) => Number(m[1]))
+      .sort((a, b) => b - a);
+  }
+
+  /** Reads and verifies a checkpoint; throws naming the problem when it is corrupt. */
+  read(step: number): { manifest: CheckpointManifest; state: Uint8Array } {
+    const dir = this.dirFor(step);
+    const manifest = JSON.parse(readFileSync(join(dir, "manifest.json"), "utf8")) as CheckpointManifest;
+    if (manifest.format !== "rollstream-checkpoint-1") throw new Error(`${dir}: unknown checkpoint format ${manifest.format}`);
+    const state = new Uint8Array(readFileSync(join(dir, manifest.file)));
+    if (state.length !== manifest.bytes) throw new Error(`${dir}: ${manifest.file} has ${state.length} bytes, manifest says ${manifest.bytes}`);
+    const sha = createHash("sha256").update(state).digest("hex");
+    if (sha !== manifest.sha256) throw new Error(`${dir}: checksum mismatch (file ${sha.slice(0, 12)}…, manifest ${manifest.sha256.slice(0, 12)}…)`);
+    return { manifest, state };
+  }
+
+  /** The newest checkpoint that verifies; corrupt ones are skipped (and reported through onSkip). */
+  latestValid(onSkip?: (step: number, err: Error) => void): { manifest: CheckpointManifest; state: Uint8Array } | null {
+    for (const s of this.steps()) {
+      try {
+        return this.read(s);
+      } catch (e) {
+        onSkip?.(s, e as Error);
+      }
+    }
+    return null;
+  }
+
+  /** Keeps the newest `keep` checkpoints. */
+  prune(keep: number): number[] {
+    const removed = this.steps().slice(keep);
+    for (const s of removed) rmSync(this.dirFor(s), { recursive: true, force: true });
+    return removed;
+  }
+}

@@ -1,0 +1,143 @@
+// Inference pulls prompt groups from the tasks work queue, runs the environment's rollout loop with
+// the current policy (groupSize completions per prompt, batched in the policy engine), publishes the
+// raw group with msg-id = task id, and only then acks the task: a killed inference actor loses no task
+// and a redelivered one is deduplicated downstream.
+import { inject, injectable } from "tsyringe";
+import type { JsMsg } from "@nats-io/jetstream";
+import { Tokens } from "../runtime/tokens.js";
+import type { Actor, ActorContext } from "../runtime/actor.js";
+import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
+import { PolicyEngine } from "../runtime/policy-engine.js";
+import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
+import { getWeights } from "../runtime/weights.js";
+import { decodeMsgpack, encodeMsgpack } from "../../streams/msgpack-codec.js";
+import { RawRolloutGroupSchema, TaskSchema, type RawRollout, type Task } from "../../streams/messages.js";
+import { ContentType, makeHeaders } from "../../streams/headers.js";
+import { StateKeys } from "../../streams/subjects.js";
+import { handleWith, pullSlots } from "../../streams/consume.js";
+import { PoisonMessageError } from "../../streams/dead-letter.js";
+import { connectSandbox } from "../runtime/sandbox-connect.js";
+import type { CodeSandbox } from "../../environments/api/sandbox.js";
+import { lastValueFrom } from "rxjs";
+
+@injectable()
+export class InferenceActor implements Actor {
+  private engine!: PolicyEngine;
+  private envs!: Map<string, LoadedEnvironment>;
+  private sandbox: CodeSandbox | undefined;
+
+  constructor(@inject(Tokens.Context) private readonly ctx: ActorContext) {}
+
+  async run(): Promise<void> {
+    const { ctx } = this;
+    const { config, state, log } = ctx;
+    this.envs = await loadRunEnvironments(config);
+    this.sandbox = connectSandbox(ctx);
+    const tokenizer = createTokenizer(config);
+    const model = createPolicyModel(config, { threads: config.actors.inference.threads });
+
+    // Wait for the first policy (after SFT, or the learner's initial weights).
+    let version = -1;
+    while (version < 0 && !ctx.signal.aborted) {
+      version = await state.policyVersion();
+      if (version < 0) await new Promise((r) => setTimeout(r, 250));
+    }
+    if (ctx.signal.aborted) return;
+    model.loadSafetensors(await getWeights(ctx.topology.objects, version));
+    this.engine = new PolicyEngine(model, tokenizer, version, { seed: config.rl.seed });
+    log.info({ version }, "policy loaded");
+
+    const versionGauge = ctx.metrics.gauge("policy_version", "policy version in use");
+    versionGauge.set(version);
+    let fetching = Promise.resolve();
+    await state.watchNumber(StateKeys.policyVersion, (v) => {
+      if (v <= this.engine.version) return;
+      fetching = fetching.then(async () => {
+        if (v <= this.engine.version) return;
+        try {
+          this.engine.swapWeights(v, await getWeights(ctx.topology.objects, v));
+          versionGauge.set(v);
+          log.debug({ version: v }, "weights swapped");
+        } catch (e) {
+          log.warn({ version: v, err: (e as Error).message }, "could not fetch weights; keeping the current ones");
+        }
+      });
+    }, ctx.signal);
+
+    const consumer = await ctx.js.consumers.get(ctx.topology.names.streams.tasks, ctx.topology.names.consumers.inference);
+    const outcomes = ctx.metrics.counter("tasks_total", "tasks handled");
+    const dead = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject");
+    const maxInFlight = config.actors.inference.maxTasksInFlight;
+    await lastValueFrom(
+      pullSlots(consumer, { maxInFlight, expiresMs: 1000, signal: ctx.signal }).pipe(
+        handleWith((m) => this.handleTask(m), {
+          js: ctx.js,
+          dlqSubject: ctx.topology.names.subjects.dlq,
+          actor: ctx.actor,
+          maxInFlight,
+          maxDeliver: 10,
+          heartbeatMs: 10_000,
+          onError: (e, m) => log.warn({ seq: m.seq, err: (e as Error).message }, "task failed"),
+        }),
+      ),
+      { defaultValue: null },
+    ).then(() => undefined);
+    void outcomes;
+    void dead;
+  }
+
+  private async handleTask(msg: JsMsg): Promise<void> {
+    const { ctx } = this;
+    const task = decodeMsgpack(TaskSchema, msg.data, "task");
+    if (task.run !== ctx.config.run) throw new PoisonMessageError(`task belongs to run ${task.run}, not ${ctx.config.run}`);
+    const loaded = this.envs.get(task.envKey);
+    if (!loaded) throw new PoisonMessageError(`task names environment key ${task.envKey}, which this run's config does not have`);
+    if (loaded.id !== task.env) throw new PoisonMessageError(`task wants ${task.env} but this actor resolved ${loaded.id}`);
+    const started = Date.now();
+    const tokensBefore = this.engine.generatedTokens;
+    const row = loaded.env.dataset("train").row(task.exampleIndex);
+    const model = this.engine.client(task.seed);
+    const rollouts = await Promise.all(
+      Array.from({ length: task.groupSize }, () =>
+        loaded.env.rollout({ model, sandbox: this.sandbox, sampling: task.sampling, signal: ctx.signal }, row),
+      ),
+    );
+    const raw: RawRollout[] = rollouts.map((r) => ({
+      promptIds: r.promptIds,
+      completionIds: r.completionIds,
+      completionMask: r.completionMask.map((m) => (m ? 1 : 0)) as (0 | 1)[],
+      samplerLogprobs: r.samplerLogprobs,
+      messages: r.messages.map((m) => ({ role: m.role, content: m.content })),
+      numTurns: r.numTurns,
+      stopReason: r.stopReason,
+      isTruncated: r.isTruncated,
+      policyVersionMin: r.policyVersionMin,
+      policyVersionMax: r.policyVersionMax,
+      generateMs: r.timings.generateMs,
+      envMs: r.timings.envMs,
+    }));
+    const tokens = raw.reduce((s, r) => s + r.completionIds.length, 0);
+    await ctx.js.publish(ctx.topology.names.subjects.rolloutsRaw, encodeMsgpack(RawRolloutGroupSchema, { task, rollouts: raw, producer: ctx.instance }), {
+      msgID: `raw:${task.taskId}`,
+      headers: makeHeaders({
+        contentType: ContentType.msgpack,
+        run: task.run,
+        step: task.step,
+        env: task.env,
+        policyVersion: Math.min(...raw.map((r) => r.policyVersionMin)),
+        rows: raw.length,
+        tokens,
+        kind: "rollouts.raw",
+      }),
+    });
+    const ms = Date.now() - started;
+    await ctx.publishMetrics("task", {
+      step: task.step,
+      samples: raw.length,
+      tokens,
+      generatedTokens: this.engine.generatedTokens - tokensBefore,
+      ms,
+      policyVersion: this.engine.version,
+    }, task.step);
+  }
+}

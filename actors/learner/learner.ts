@@ -1,0 +1,204 @@
+// The learner: optional SFT stage, then RL. It reads scored Arrow batches in stream order from its
+// own position, drops samples staler than maxOffPolicySteps (counted, never silent), packs micro-
+// batches, runs forward/backward/AdamW in the kernels (one optimizer step per batchSize samples),
+// and publishes each new policy version: safetensors in the object store, then KV policy.version.
+// Every checkpoint.interval steps it hands the full training state to the checkpoint actor.
+import { inject, injectable } from "tsyringe";
+import type { JsMsg } from "@nats-io/jetstream";
+import { Tokens } from "../runtime/tokens.js";
+import type { Actor, ActorContext } from "../runtime/actor.js";
+import type { OptimizerConfig } from "../runtime/config.js";
+import { loadRunEnvironments } from "../runtime/environments.js";
+import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
+import { getBlob, putBlob, putWeights } from "../runtime/weights.js";
+import type { PolicyModel } from "../../kernels/index.js";
+import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
+import type { RolloutRow } from "../../streams/rollout-schema.js";
+import { StreamReader } from "../../streams/stream-reader.js";
+import { deadLetter } from "../../streams/dead-letter.js";
+import { encodeMsgpack, decodeMsgpack } from "../../streams/msgpack-codec.js";
+import { RestoreReplySchema, RestoreRequestSchema, StateAnnouncementSchema, WeightsAnnouncementSchema } from "../../streams/messages.js";
+import { ContentType, makeHeaders } from "../../streams/headers.js";
+import { StateKeys, stateObjectName } from "../../streams/subjects.js";
+import type { TrainSample } from "./packing.js";
+import { sftBatch } from "./sft-data.js";
+import { decodeTrainState, encodeTrainState, type TrainCounters } from "./train-state.js";
+import { runTrainStep, type LossConfig, type StepReport } from "./train-step.js";
+import { collectBatch } from "./collect.js";
+
+@injectable()
+export class LearnerActor implements Actor {
+  private model!: PolicyModel;
+  private counters: TrainCounters = { step: 0, sftDone: false, readerSeq: 1, droppedStale: 0, samplesSeen: 0, optimizerStep: 0 };
+
+  constructor(@inject(Tokens.Context) private readonly ctx: ActorContext) {}
+
+  async run(): Promise<void> {
+    const { ctx } = this;
+    const { config, log } = ctx;
+    this.model = createPolicyModel(config, { threads: config.model.threads });
+    log.info({ params: this.model.numParams, device: this.model.device }, "model ready");
+    await this.restore();
+    if (ctx.signal.aborted) return;
+
+    if (!this.counters.sftDone) {
+      if (config.sft) await this.runSft();
+      if (ctx.signal.aborted) return;
+      this.counters.sftDone = true;
+      // RL starts with fresh optimizer moments.
+      this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
+      await this.publishWeights(0, config.sft ? "sft" : "rl");
+      await this.saveState();
+    } else {
+      // A restored learner republishes its version so inference and the orchestrator line up with it.
+      await this.publishWeights(this.counters.step, "rl");
+    }
+    await ctx.state.putJson(StateKeys.runPhase, "rl");
+    await this.runRl();
+  }
+
+  private async restore(): Promise<void> {
+    const { ctx } = this;
+    const names = ctx.topology.names;
+    const deadline = Date.now() + 60_000;
+    while (!ctx.signal.aborted) {
+      try {
+        const reply = await ctx.nc.request(names.subjects.checkpointRestore, encodeMsgpack(RestoreRequestSchema, { run: ctx.config.run }), { timeout: 30_000 });
+        const r = decodeMsgpack(RestoreReplySchema, reply.data, "restore reply");
+        if (r.error) throw new Error(r.error);
+        if (r.step < 0 || !r.object) {
+          ctx.log.info("no checkpoint: starting fresh");
+          return;
+        }
+        this.counters = decodeTrainState(this.model, await getBlob(ctx.topology.objects, r.object));
+        await ctx.topology.objects.delete(r.object).catch(() => undefined);
+        ctx.log.info({ ...this.counters }, "restored from checkpoint");
+        return;
+      } catch (e) {
+        if (Date.now() > deadline) throw new Error(`no checkpoint actor answered on ${names.subjects.checkpointRestore}: ${(e as Error).message}`);
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+  }
+
+  private async runSft(): Promise<void> {
+    const { ctx } = this;
+    const sft = ctx.config.sft!;
+    const envs = [...(await loadRunEnvironments(ctx.config)).values()];
+    const tokenizer = createTokenizer(ctx.config);
+    await ctx.state.putJson(StateKeys.runPhase, "sft");
+    ctx.log.info({ steps: sft.steps, batchSize: sft.batchSize }, "SFT stage");
+    for (let s = 0; s < sft.steps && !ctx.signal.aborted; s++) {
+      const samples = sftBatch(envs, tokenizer, sft.seed, s, sft.batchSize);
+      const report = await this.trainStep(samples, { name: "sft" }, sft.optimizer, s, sft.steps);
+      await ctx.publishMetrics("sft", { sftStep: s + 1, sftSteps: sft.steps, ...flatReport(report) }, s + 1);
+    }
+  }
+
+  private async runRl(): Promise<void> {
+    const { ctx } = this;
+    const { config, log } = ctx;
+    const rl = config.rl;
+    const reader = new StreamReader(ctx.js, ctx.topology.jsm, {
+      stream: ctx.topology.names.streams.rollouts,
+      subject: ctx.topology.names.subjects.rolloutsScored,
+      fromSeq: this.counters.readerSeq,
+    });
+    const dropped = ctx.metrics.counter("samples_dropped_stale_total", "samples older than maxOffPolicySteps, dropped");
+    const stepGauge = ctx.metrics.gauge("learner_step", "RL optimizer steps done");
+    stepGauge.set(this.counters.step);
+    try {
+      while (this.counters.step < rl.steps && !ctx.signal.aborted) {
+        const version = this.counters.step;
+        const batch = await collectBatch(reader, version, rl, (m) => this.decodeOrDeadLetter(m), ctx.signal);
+        if (!batch) break;
+        const { kept, dropped: droppedNow } = batch;
+        if (ctx.signal.aborted) break;
+        this.counters.readerSeq = reader.position;
+        this.counters.droppedStale += droppedNow;
+        this.counters.samplesSeen += kept.length + droppedNow;
+        dropped.inc(droppedNow);
+        const samples: TrainSample[] = kept;
+        const report = await this.trainStep(samples, rl.loss, rl.optimizer, version, rl.steps);
+        this.counters.step = version + 1;
+        stepGauge.set(this.counters.step);
+        await this.publishWeights(this.counters.step, "rl");
+        const rewardMean = kept.reduce((s, r) => s + r.reward, 0) / Math.max(1, kept.length);
+        await ctx.publishMetrics("step", {
+          ...flatReport(report),
+          rewardMean,
+          passRate: kept.filter((r) => r.reward >= 1 - 1e-6).length / Math.max(1, kept.length),
+          samples: kept.length,
+          droppedStale: droppedNow,
+          droppedStaleTotal: this.counters.droppedStale,
+          stalenessMean: batch.stalenessMean,
+          stalenessMax: batch.stalenessMax,
+          steps: rl.steps,
+        }, this.counters.step);
+        log.info({ step: this.counters.step, loss: report.loss, rewardMean, dropped: droppedNow }, "step");
+        if (this.counters.step % config.checkpoint.interval === 0 || this.counters.step === rl.steps) await this.saveState();
+      }
+    } finally {
+      await reader.close();
+    }
+  }
+
+  private async decodeOrDeadLetter(msg: JsMsg): Promise<RolloutRow[]> {
+    try {
+      return decodeRolloutBatch(msg.data).rows;
+    } catch (e) {
+      // The learner reads without acks, so a bad batch is copied to the DLQ and skipped.
+      this.ctx.log.warn({ seq: msg.seq, err: (e as Error).message }, "undecodable scored batch dead-lettered");
+      this.ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject").inc();
+      await deadLetter(this.ctx.js, this.ctx.topology.names.subjects.dlq, msg, (e as Error).message, this.ctx.actor);
+      return [];
+    }
+  }
+
+  private async trainStep(samples: TrainSample[], loss: LossConfig, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
+    const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, this.ctx.config.rl.microBatchTokens);
+    this.counters.optimizerStep = report.optimizerStep;
+    return report;
+  }
+
+  private async publishWeights(version: number, phase: "sft" | "rl"): Promise<void> {
+    const { ctx } = this;
+    const bytes = this.model.toSafetensors();
+    const sha256 = await putWeights(ctx.topology.objects, version, bytes);
+    const ann = { run: ctx.config.run, version, step: this.counters.step, phase, object: `v${version}`, bytes: bytes.length, sha256 };
+    await ctx.js.publish(ctx.topology.names.subjects.weights, encodeMsgpack(WeightsAnnouncementSchema, ann), {
+      msgID: `weights:${version}:${sha256.slice(0, 16)}`,
+      headers: makeHeaders({ contentType: ContentType.msgpack, run: ctx.config.run, step: this.counters.step, policyVersion: version, kind: "weights" }),
+    });
+    await ctx.state.putJson(StateKeys.policyVersion, version);
+    await ctx.state.putJson(StateKeys.learnerStep, this.counters.step);
+  }
+
+  private async saveState(): Promise<void> {
+    const { ctx } = this;
+    const bytes = encodeTrainState(this.model, this.counters);
+    const object = stateObjectName(this.counters.step);
+    const sha256 = await putBlob(ctx.topology.objects, object, bytes, `training state at step ${this.counters.step}`);
+    await ctx.js.publish(ctx.topology.names.subjects.checkpoints, encodeMsgpack(StateAnnouncementSchema, {
+      run: ctx.config.run, step: this.counters.step, object, bytes: bytes.length, sha256,
+    }), {
+      msgID: `state:${this.counters.step}:${sha256.slice(0, 16)}`,
+      headers: makeHeaders({ contentType: ContentType.msgpack, run: ctx.config.run, step: this.counters.step, kind: "checkpoint" }),
+    });
+  }
+}
+
+function flatReport(r: StepReport): Record<string, number> {
+  return {
+    loss: r.loss,
+    entropy: r.entropy,
+    mismatchKl: r.mismatchKl,
+    maskedFraction: r.maskedFraction,
+    gradNorm: r.gradNorm,
+    lr: r.lr,
+    tokens: r.tokens,
+    lossTokens: r.lossTokens,
+    tokensPerSec: r.tokensPerSec,
+    stepMs: r.ms,
+  };
+}

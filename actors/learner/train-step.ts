@@ -1,0 +1,62 @@
+// One optimizer step over packed micro-batches: gradients accumulate across micro-batches with the
+// loss normalised by the loss tokens of the whole step, then clip + AdamW.
+import type { PolicyModel } from "../../kernels/index.js";
+import { learningRate, type OptimizerConfig } from "../runtime/config.js";
+import { packSamples, type PackResult, type TrainSample } from "./packing.js";
+
+export type LossConfig =
+  | { name: "sft" }
+  | { name: "rl" | "ppo_clip"; maskLow: number; maskHigh: number; clipEps: number; klCoef: number };
+
+export interface StepReport {
+  loss: number;
+  entropy: number;
+  mismatchKl: number;
+  maskedFraction: number;
+  gradNorm: number;
+  lr: number;
+  tokens: number;
+  lossTokens: number;
+  tokensPerSec: number;
+  ms: number;
+  optimizerStep: number;
+}
+
+export async function trainOnSamples(model: PolicyModel, packed: PackResult, loss: LossConfig, opt: OptimizerConfig): Promise<StepReport> {
+  const t0 = performance.now();
+  model.zeroGrad();
+  const normalizer = Math.max(1, packed.lossTokens);
+  let lossSum = 0, entropy = 0, kl = 0, masked = 0, lossTokens = 0;
+  const spec = loss.name === "sft"
+    ? { name: "sft" as const }
+    : { name: loss.name, maskLow: loss.maskLow, maskHigh: loss.maskHigh, clipEps: loss.clipEps, klCoef: loss.klCoef };
+  for (const mb of packed.microBatches) {
+    const s = await model.accumulate(mb, spec, normalizer);
+    lossSum += s.loss;
+    entropy += s.entropySum;
+    kl += s.mismatchKlSum;
+    masked += s.maskedTokens;
+    lossTokens += s.lossTokens;
+  }
+  const r = await model.step({ lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm });
+  const ms = performance.now() - t0;
+  return {
+    loss: lossSum,
+    entropy: entropy / Math.max(1, lossTokens),
+    mismatchKl: kl / Math.max(1, lossTokens),
+    maskedFraction: masked / Math.max(1, lossTokens),
+    gradNorm: r.gradNorm,
+    lr: opt.lr,
+    tokens: packed.totalTokens,
+    lossTokens,
+    tokensPerSec: packed.totalTokens / (ms / 1000),
+    ms,
+    optimizerStep: r.step,
+  };
+}
+
+/** Packs, schedules the learning rate for `step` of `totalSteps`, and trains one optimizer step. */
+export async function runTrainStep(model: PolicyModel, samples: TrainSample[], loss: LossConfig, opt: OptimizerConfig, step: number, totalSteps: number, microBatchTokens: number): Promise<StepReport> {
+  const packed = packSamples(samples, microBatchTokens, model.config.maxPositionEmbeddings);
+  return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) });
+}

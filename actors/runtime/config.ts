@@ -1,0 +1,184 @@
+// The run config: one YAML file, validated with zod. Every field has a documented default, so the
+// smallest valid config is `run: name` plus an environment. `rollstream config --defaults` prints it.
+import { readFileSync } from "node:fs";
+import { parse as parseYaml } from "yaml";
+import { z } from "zod";
+
+const int = () => z.number().int();
+const pos = () => z.number().int().positive();
+
+export const ModelSectionSchema = z.object({
+  /** Architecture of a model trained from scratch (ignored when `path` is set). */
+  vocabSize: pos().default(288).describe("vocabulary size; must cover the tokenizer (byte tokenizer: 288)"),
+  hiddenSize: pos().default(128),
+  intermediateSize: pos().default(384),
+  numLayers: pos().default(2),
+  numHeads: pos().default(4),
+  numKvHeads: pos().default(2),
+  rmsNormEps: z.number().positive().default(1e-5),
+  ropeTheta: z.number().positive().default(10000),
+  tieWordEmbeddings: z.boolean().default(true),
+  maxPositionEmbeddings: pos().default(128),
+  attentionBias: z.boolean().default(false),
+  /** A folder with HF config.json + model.safetensors to start from instead of random weights. */
+  path: z.string().optional(),
+  seed: int().nonnegative().default(1234).describe("weight init seed"),
+  threads: pos().optional().describe("kernel threads; default = CPU cores"),
+  device: z.enum(["auto", "cpu", "cuda"]).default("auto"),
+});
+
+export const SamplingConfigSchema = z.object({
+  temperature: z.number().nonnegative().default(1.0),
+  topP: z.number().gt(0).lte(1).default(1.0),
+  topK: int().nonnegative().default(0).describe("0 = off"),
+  maxTokens: pos().default(16),
+});
+
+export const OptimizerSchema = z.object({
+  lr: z.number().positive().default(1e-3),
+  minLr: z.number().nonnegative().default(0).describe("floor of the cosine schedule"),
+  schedule: z.enum(["constant", "cosine"]).default("constant"),
+  warmupSteps: int().nonnegative().default(0),
+  beta1: z.number().min(0).lt(1).default(0.9),
+  beta2: z.number().min(0).lt(1).default(0.95),
+  eps: z.number().positive().default(1e-8),
+  weightDecay: z.number().nonnegative().default(0.0),
+  maxGradNorm: z.number().positive().default(1.0),
+});
+
+export const LossSchema = z.object({
+  name: z.enum(["rl", "ppo_clip"]).default("rl"),
+  maskLow: z.number().positive().default(0.125).describe("tokens with importance ratio below are masked"),
+  maskHigh: z.number().positive().default(8).describe("tokens with importance ratio above are masked"),
+  clipEps: z.number().positive().default(0.2).describe("ppo_clip only"),
+  klCoef: z.number().nonnegative().default(0).describe("k3 KL penalty against the sampler"),
+});
+
+export const EnvironmentEntrySchema = z.object({
+  /** name@version-range, resolved from environments/ or node_modules. */
+  id: z.string().min(1),
+  /** Key for this entry (defaults to the env name); tasks record it. */
+  key: z.string().optional(),
+  args: z.record(z.string(), z.unknown()).default({}),
+  weight: z.number().positive().default(1).describe("share of prompts drawn from this environment"),
+});
+
+export const SftSchema = z.object({
+  steps: pos().default(200),
+  batchSize: pos().default(64).describe("sequences per optimizer step"),
+  optimizer: OptimizerSchema.default(OptimizerSchema.parse({ lr: 3e-3, schedule: "cosine", warmupSteps: 10 })),
+  seed: int().nonnegative().default(7),
+});
+
+export const RlSchema = z.object({
+  steps: pos().default(40),
+  batchSize: pos().default(64).describe("samples (completions) per optimizer step"),
+  groupSize: pos().default(8).describe("completions per prompt; advantages are relative to the group"),
+  maxAsyncLevel: int().nonnegative().default(2).describe("tasks for step n go out only while n - learnerStep <= this"),
+  maxOffPolicySteps: int().nonnegative().default(4).describe("samples older than this many policy versions are dropped (counted)"),
+  normalizeAdvantage: z.boolean().default(false).describe("divide by the group std"),
+  microBatchTokens: pos().default(2048).describe("tokens packed per micro-batch"),
+  sampling: SamplingConfigSchema.default(SamplingConfigSchema.parse({})),
+  loss: LossSchema.default(LossSchema.parse({})),
+  optimizer: OptimizerSchema.default(OptimizerSchema.parse({ lr: 5e-4 })),
+  seed: int().nonnegative().default(11),
+});
+
+export const EvalSchema = z.object({
+  n: pos().default(200).describe("held-out examples for pass@1 after SFT and after RL"),
+  maxTokens: pos().optional().describe("default: rl.sampling.maxTokens"),
+});
+
+export const CheckpointSchema = z.object({
+  interval: pos().default(10).describe("full training state to disk every N learner steps"),
+  keepLast: pos().default(3).describe("checkpoints kept on disk"),
+  keepVersions: pos().default(4).describe("weight versions kept in the object store"),
+});
+
+export const NatsSchema = z.object({
+  url: z.string().optional().describe("use this server; else NATS_URL; else start a local nats-server"),
+  replicas: pos().default(1),
+  rolloutsMaxBytes: int().default(-1),
+});
+
+export const ActorsSchema = z.object({
+  inference: z.object({
+    replicas: pos().default(1),
+    maxTasksInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
+    threads: pos().optional(),
+  }).default({ replicas: 1, maxTasksInFlight: 4 }),
+  reward: z.object({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
+  metricsPort: int().nonnegative().default(0).describe("first Prometheus port; each actor takes the next; 0 = off"),
+});
+
+export const RunConfigSchema = z.object({
+  run: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "1-64 characters from [A-Za-z0-9_-]"),
+  outDir: z.string().default("runs").describe("run folders live in <outDir>/<run>"),
+  seed: int().nonnegative().default(0),
+  model: ModelSectionSchema.default(ModelSectionSchema.parse({})),
+  tokenizer: z.object({ kind: z.enum(["byte"]).default("byte") }).default({ kind: "byte" }),
+  environments: z.array(EnvironmentEntrySchema).min(1),
+  sft: SftSchema.optional(),
+  rl: RlSchema.default(RlSchema.parse({})),
+  eval: EvalSchema.default(EvalSchema.parse({})),
+  checkpoint: CheckpointSchema.default(CheckpointSchema.parse({})),
+  nats: NatsSchema.default(NatsSchema.parse({})),
+  actors: ActorsSchema.default(ActorsSchema.parse({})),
+  sandbox: z.record(z.string(), z.unknown()).default({}).describe("sandbox actor settings (see actors/sandbox)"),
+}).superRefine((c, ctx) => {
+  if (c.rl.batchSize % c.rl.groupSize !== 0) {
+    ctx.addIssue({ code: "custom", path: ["rl", "batchSize"], message: `must be a multiple of rl.groupSize (${c.rl.groupSize})` });
+  }
+  if (c.model.hiddenSize % c.model.numHeads !== 0) {
+    ctx.addIssue({ code: "custom", path: ["model", "hiddenSize"], message: `must be divisible by numHeads (${c.model.numHeads})` });
+  }
+  if (c.model.numHeads % c.model.numKvHeads !== 0) {
+    ctx.addIssue({ code: "custom", path: ["model", "numKvHeads"], message: `must divide numHeads (${c.model.numHeads})` });
+  }
+  if (c.rl.loss.maskLow >= c.rl.loss.maskHigh) {
+    ctx.addIssue({ code: "custom", path: ["rl", "loss", "maskLow"], message: "must be below maskHigh" });
+  }
+});
+
+export type RunConfig = z.infer<typeof RunConfigSchema>;
+export type OptimizerConfig = z.infer<typeof OptimizerSchema>;
+
+export class ConfigError extends Error {
+  constructor(readonly source: string, readonly problems: string[]) {
+    super(`invalid config ${source}:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.name = "ConfigError";
+  }
+}
+
+export function parseRunConfig(raw: unknown, source = "(inline)"): RunConfig {
+  const r = RunConfigSchema.safeParse(raw);
+  if (!r.success) {
+    throw new ConfigError(source, r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`));
+  }
+  return r.data;
+}
+
+export function loadRunConfig(path: string): RunConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (e) {
+    throw new ConfigError(path, [`cannot read file: ${(e as Error).message}`]);
+  }
+  let raw: unknown;
+  try {
+    raw = parseYaml(text);
+  } catch (e) {
+    throw new ConfigError(path, [`not valid YAML: ${(e as Error).message}`]);
+  }
+  return parseRunConfig(raw, path);
+}
+
+/** The learning rate at an optimizer step (0-based) for a schedule. */
+export function learningRate(o: OptimizerConfig, step: number, totalSteps: number): number {
+  if (o.warmupSteps > 0 && step < o.warmupSteps) return (o.lr * (step + 1)) / o.warmupSteps;
+  if (o.schedule === "constant") return o.lr;
+  const span = Math.max(1, totalSteps - o.warmupSteps);
+  const t = Math.min(1, Math.max(0, (step - o.warmupSteps) / span));
+  return o.minLr + 0.5 * (o.lr - o.minLr) * (1 + Math.cos(Math.PI * t));
+}

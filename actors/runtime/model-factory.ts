@@ -1,0 +1,42 @@
+// Builds the policy model and tokenizer a run config describes; the same for learner, inference and eval.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { PolicyModel } from "../../kernels/index.js";
+import { fromHfConfig } from "../../kernels/hf-config.js";
+import { loadTokenizer, type Tokenizer } from "../../kernels/tokenizer.js";
+import type { ModelConfig } from "../../kernels/model-config.js";
+import type { RunConfig } from "./config.js";
+
+export function modelConfigOf(config: RunConfig): ModelConfig {
+  const m = config.model;
+  if (m.path) return fromHfConfig(JSON.parse(readFileSync(join(m.path, "config.json"), "utf8")));
+  return {
+    vocabSize: m.vocabSize,
+    hiddenSize: m.hiddenSize,
+    intermediateSize: m.intermediateSize,
+    numLayers: m.numLayers,
+    numHeads: m.numHeads,
+    numKvHeads: m.numKvHeads,
+    rmsNormEps: m.rmsNormEps,
+    ropeTheta: m.ropeTheta,
+    tieWordEmbeddings: m.tieWordEmbeddings,
+    maxPositionEmbeddings: m.maxPositionEmbeddings,
+    attentionBias: m.attentionBias,
+  };
+}
+
+export function createTokenizer(config: RunConfig): Tokenizer {
+  return loadTokenizer({ kind: config.tokenizer.kind });
+}
+
+/** Random init from `model.seed`, or the checkpoint at `model.path`. */
+export function createPolicyModel(config: RunConfig, opts: { threads?: number } = {}): PolicyModel {
+  const cfg = modelConfigOf(config);
+  const tok = createTokenizer(config);
+  if (tok.vocabSize > cfg.vocabSize) {
+    throw new Error(`model.vocabSize ${cfg.vocabSize} is smaller than the tokenizer's vocabulary (${tok.vocabSize})`);
+  }
+  const model = PolicyModel.create(cfg, { seed: config.model.seed, threads: opts.threads ?? config.model.threads, device: config.model.device });
+  if (config.model.path) model.loadSafetensors(new Uint8Array(readFileSync(join(config.model.path, "model.safetensors"))));
+  return model;
+}

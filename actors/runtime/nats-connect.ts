@@ -1,0 +1,32 @@
+// One place that decides which NATS server an actor or command talks to.
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+
+export function natsUrlFor(configUrl?: string, explicit?: string): string {
+  return explicit ?? process.env.NATS_URL ?? configUrl ?? "nats://127.0.0.1:4222";
+}
+
+export async function connectNats(url: string, name: string): Promise<NatsConnection> {
+  try {
+    return await connect({
+      servers: url,
+      name,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      // Big Arrow batches: don't let a ping timeout during a long synchronous kernel call kill us.
+      pingInterval: 30_000,
+      maxPingOut: 10,
+    });
+  } catch (e) {
+    throw new Error(`cannot reach NATS at ${url}: ${(e as Error).message}. Start one (nats-server -js) or set NATS_URL.`);
+  }
+}
+
+export async function natsReachable(url: string): Promise<boolean> {
+  try {
+    const nc = await connect({ servers: url, timeout: 1500, maxReconnectAttempts: 0, reconnect: false });
+    await nc.close();
+    return true;
+  } catch {
+    return false;
+  }
+}

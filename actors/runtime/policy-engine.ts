@@ -1,0 +1,126 @@
+// Serves generate() calls from environments by batching them into the kernels' ragged KV-cache
+// decoder. Environments run one rollout per call; batching across rollouts and tasks happens here.
+// New weights are swapped in between batches, so one generation never mixes two policies.
+import { PolicyModel } from "../../kernels/index.js";
+import type { Tokenizer } from "../../kernels/tokenizer.js";
+import type { Generation, ModelClient, SamplingArgs } from "../../environments/api/index.js";
+
+interface Pending {
+  promptIds: number[];
+  args: SamplingArgs;
+  seed: number;
+  resolve(g: Generation): void;
+  reject(e: unknown): void;
+}
+
+export interface PolicyEngineOptions {
+  /** Largest number of sequences decoded together. */
+  maxBatch?: number;
+  /** Base seed; each request gets seed + a counter unless given one. */
+  seed?: number;
+}
+
+export class PolicyEngine {
+  private queue: Pending[] = [];
+  private running = false;
+  private pendingWeights: { version: number; bytes: Uint8Array } | null = null;
+  private counter = 0;
+  version: number;
+  generatedTokens = 0;
+
+  constructor(private model: PolicyModel, readonly tokenizer: Tokenizer, version: number, private readonly opts: PolicyEngineOptions = {}) {
+    this.version = version;
+  }
+
+  /** Weights for `version` are applied before the next batch starts. */
+  swapWeights(version: number, safetensors: Uint8Array): void {
+    if (version <= this.version) return;
+    if (this.pendingWeights && this.pendingWeights.version >= version) return;
+    this.pendingWeights = { version, bytes: safetensors };
+    if (!this.running) this.applyPendingWeights();
+  }
+
+  client(seedBase?: number): ModelClient {
+    let local = 0;
+    return {
+      tokenizer: this.tokenizer,
+      generate: (promptIds, args, signal) =>
+        this.enqueue(promptIds, args, seedBase === undefined ? undefined : (seedBase + local++) >>> 0, signal),
+    };
+  }
+
+  private enqueue(promptIds: number[], args: SamplingArgs, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {
+    if (signal?.aborted) return Promise.reject(new Error("generation aborted"));
+    return new Promise<Generation>((resolve, reject) => {
+      this.queue.push({ promptIds, args, seed: seed ?? (((this.opts.seed ?? 0) + this.counter++) >>> 0), resolve, reject });
+      // Let every rollout that is about to ask join this batch.
+      if (!this.running) setImmediate(() => void this.pump());
+    });
+  }
+
+  private applyPendingWeights(): void {
+    if (!this.pendingWeights) return;
+    this.model.loadSafetensors(this.pendingWeights.bytes);
+    this.version = this.pendingWeights.version;
+    this.pendingWeights = null;
+  }
+
+  private async pump(): Promise<void> {
+    if (this.running) return;
+    this.running = true;
+    try {
+      while (this.queue.length > 0) {
+        this.applyPendingWeights();
+        const key = argsKey(this.queue[0]!.args);
+        const batch: Pending[] = [];
+        const rest: Pending[] = [];
+        for (const p of this.queue) {
+          if (batch.length < (this.opts.maxBatch ?? 64) && argsKey(p.args) === key) batch.push(p);
+          else rest.push(p);
+        }
+        this.queue = rest;
+        await this.runBatch(batch);
+      }
+    } finally {
+      this.running = false;
+    }
+  }
+
+  private async runBatch(batch: Pending[]): Promise<void> {
+    const args = batch[0]!.args;
+    const version = this.version;
+    const ctxLen = this.model.config.maxPositionEmbeddings;
+    const stopSequences = (args.stop ?? []).map((s) => Int32Array.from(this.tokenizer.encode(s)));
+    try {
+      const results = await this.model.generate({
+        prompts: batch.map((p) => Int32Array.from(p.promptIds.length >= ctxLen ? p.promptIds.slice(-(ctxLen - 1)) : p.promptIds)),
+        maxNewTokens: args.maxTokens,
+        temperature: args.temperature,
+        topP: args.topP,
+        topK: args.topK,
+        seed: batch[0]!.seed,
+        seeds: batch.map((p) => p.seed),
+        eosTokenId: this.tokenizer.eosId,
+        stopTokenIds: this.tokenizer.stopTokenIds(),
+        stopSequences,
+      });
+      results.forEach((r, i) => {
+        const tokenIds = Array.from(r.tokens);
+        this.generatedTokens += tokenIds.length;
+        batch[i]!.resolve({
+          tokenIds,
+          logprobs: Array.from(r.logprobs),
+          text: this.tokenizer.decode(tokenIds, { skipSpecial: true }),
+          stopReason: r.stopReason,
+          policyVersion: version,
+        });
+      });
+    } catch (e) {
+      for (const p of batch) p.reject(e);
+    }
+  }
+}
+
+function argsKey(a: SamplingArgs): string {
+  return `${a.temperature}|${a.topP}|${a.topK}|${a.maxTokens}|${(a.stop ?? []).join("\u0000")}`;
+}

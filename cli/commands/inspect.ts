@@ -1,0 +1,124 @@
+// `rollstream inspect`: the run's streams and consumers, its state KV, and the last N messages of any
+// subject decoded (Arrow as a table, msgpack as JSON) with their headers — a stand-in for the `nats`
+// CLI that knows our payloads.
+import type { Command } from "commander";
+import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
+import { decode } from "@msgpack/msgpack";
+import { Kvm } from "@nats-io/kv";
+import { connectNats, natsUrlFor } from "../../actors/runtime/nats-connect.js";
+import { loadRunConfig } from "../../actors/runtime/config.js";
+import { runNames } from "../../streams/subjects.js";
+import { ContentType, Hdr, headerRecord } from "../../streams/headers.js";
+import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
+
+interface InspectOptions { run?: string; config?: string; subject?: string; last: string; nats?: string; json?: boolean; rows: string }
+
+export function registerInspectCommand(program: Command): void {
+  program
+    .command("inspect")
+    .description("show a run's streams, consumers and state, or decode the last messages of a subject")
+    .option("--run <run>", "run name")
+    .option("-c, --config <file>", "take the run name and NATS URL from a run config")
+    .option("-s, --subject <subject>", "decode messages on this subject (e.g. rs.<run>.rollouts.scored, rs.<run>.dlq)")
+    .option("-n, --last <n>", "how many messages", "5")
+    .option("--rows <n>", "rows shown per Arrow batch", "8")
+    .option("--json", "print JSON instead of tables")
+    .option("--nats <url>", "NATS server")
+    .action(async (opts: InspectOptions) => {
+      process.exitCode = await inspect(opts);
+    });
+}
+
+async function inspect(opts: InspectOptions): Promise<number> {
+  let run = opts.run;
+  let configUrl: string | undefined;
+  if (opts.config) {
+    const c = loadRunConfig(opts.config);
+    run ??= c.run;
+    configUrl = c.nats.url;
+  }
+  if (!run) {
+    process.stderr.write("inspect needs --run or --config\n");
+    return 2;
+  }
+  const names = runNames(run);
+  const nc = await connectNats(natsUrlFor(configUrl, opts.nats), "rollstream-inspect");
+  try {
+    const jsm = await jetstreamManager(nc);
+    if (!opts.subject) {
+      for (const s of Object.values(names.streams)) {
+        const info = await jsm.streams.info(s, { subjects_filter: ">" }).catch(() => null);
+        if (!info) {
+          console.log(`stream ${s}: missing`);
+          continue;
+        }
+        console.log(`stream ${s}: ${info.state.messages} msgs, ${(info.state.bytes / 1e6).toFixed(2)} MB, seq ${info.state.first_seq}..${info.state.last_seq}, retention ${info.config.retention}`);
+        for (const [subj, n] of Object.entries(info.state.subjects ?? {})) console.log(`  ${subj}: ${n}`);
+        for await (const ci of jsm.consumers.list(s)) {
+          console.log(`  consumer ${ci.name}: pending ${ci.num_pending}, ack pending ${ci.num_ack_pending}, redelivered ${ci.num_redelivered}, delivered seq ${ci.delivered.stream_seq}`);
+        }
+      }
+      const kv = await new Kvm(nc).open(names.kvBucket).catch(() => null);
+      if (kv) {
+        console.log(`kv ${names.kvBucket}:`);
+        for await (const k of await kv.keys()) {
+          const e = await kv.get(k);
+          const text = e ? new TextDecoder().decode(e.value) : "";
+          console.log(`  ${k} = ${text.length > 200 ? text.slice(0, 200) + "…" : text}`);
+        }
+      }
+      return 0;
+    }
+    const stream = await jsm.streams.find(opts.subject).catch(() => null);
+    if (!stream) {
+      process.stderr.write(`no stream holds subject ${opts.subject}\n`);
+      return 1;
+    }
+    const last = Math.max(1, Number(opts.last));
+    const msgs: StoredMsg[] = [];
+    const lastMsg = await jsm.streams.getMessage(stream, { last_by_subj: opts.subject }).catch(() => null);
+    if (!lastMsg) {
+      console.log(`no messages on ${opts.subject}`);
+      return 0;
+    }
+    msgs.push(lastMsg);
+    let seq = lastMsg.seq - 1;
+    // Walk backwards through the stream (it may interleave other subjects); bounded so a huge
+    // stream with a rare subject cannot keep us here forever.
+    let scanned = 0;
+    while (msgs.length < last && seq >= 1 && scanned++ < 20_000) {
+      const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+      if (m && m.subject === opts.subject) msgs.push(m);
+      seq--;
+    }
+    for (const m of msgs.reverse()) printMessage(m, opts);
+    return 0;
+  } finally {
+    await nc.close();
+  }
+}
+
+function printMessage(m: StoredMsg, opts: InspectOptions): void {
+  const headers = headerRecord(m.header);
+  console.log(`--- ${m.subject} seq ${m.seq} at ${m.time.toISOString()} (${m.data.length} bytes)`);
+  for (const [k, v] of Object.entries(headers)) console.log(`  ${k}: ${v}`);
+  const ct = headers[Hdr.contentType];
+  try {
+    if (ct === ContentType.arrow) {
+      const { meta, rows } = decodeRolloutBatch(m.data);
+      console.log(`  arrow batch: ${rows.length} rows, meta ${JSON.stringify(meta)}`);
+      const shown = rows.slice(0, Number(opts.rows)).map((r) => ({
+        task: r.taskId, env: r.env, prompt: r.promptIds.length, completion: r.completionIds.length,
+        trained: r.completionMask.reduce((s, x) => s + x, 0), reward: +r.reward.toFixed(4), advantage: +r.advantage.toFixed(4),
+        version: `${r.policyVersionMin}..${r.policyVersionMax}`, stop: r.stopReason, step: r.step,
+      }));
+      if (opts.json) console.log(JSON.stringify(shown, null, 2));
+      else console.table(shown);
+    } else {
+      const value = decode(m.data);
+      console.log(JSON.stringify(value, (_k, v) => (v instanceof Uint8Array ? `<${v.length} bytes>` : v), opts.json ? 2 : undefined).slice(0, 4000));
+    }
+  } catch (e) {
+    console.log(`  (payload not decodable: ${(e as Error).message})`);
+  }
+}

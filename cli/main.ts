@@ -1,0 +1,33 @@
+// The `rollstream` command.
+import "reflect-metadata";
+import { Command } from "commander";
+import { registerTrainCommand } from "./commands/train.js";
+import { registerActorCommand } from "./commands/actor.js";
+import { registerInspectCommand } from "./commands/inspect.js";
+import { registerBenchCommand } from "./commands/bench.js";
+import { registerConfigCommand } from "./commands/config.js";
+
+const program = new Command();
+program.name("rollstream").description("asynchronous RL post-training for language models over NATS JetStream").version("0.1.0");
+registerTrainCommand(program);
+registerActorCommand(program);
+registerInspectCommand(program);
+registerBenchCommand(program);
+registerConfigCommand(program);
+
+// Commands contributed by the sandbox and environments modules load lazily so that a missing optional
+// piece never breaks the core commands.
+const optional: Array<[string, (p: Command) => Promise<void>]> = [
+  ["sandbox", async (p) => (await import("./commands/sandbox.js")).registerSandboxCommands(p)],
+  ["env", async (p) => (await import("./commands/env.js")).registerEnvCommands(p)],
+  ["eval", async (p) => (await import("./commands/eval-wiring.js")).registerEval(p)],
+  ["replay", async (p) => (await import("./commands/replay.js")).registerReplayCommand(p)],
+];
+for (const [, register] of optional) {
+  try {
+    await register(program);
+  } catch (e) {
+    if (process.env.ROLLSTREAM_DEBUG) process.stderr.write(`optional command failed to load: ${(e as Error).message}\n`);
+  }
+}
+await program.parseAsync(process.argv);

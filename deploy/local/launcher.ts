@@ -1,0 +1,87 @@
+// Launches every actor of a run as its own child process (`rollstream actor <name>`), sends their
+// logs to runs/<run>/logs/<actor>.log, restarts one that dies unexpectedly, and drains them all on stop.
+import { spawn, type ChildProcess } from "node:child_process";
+import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
+import { join } from "node:path";
+
+export interface ActorSpec {
+  name: string;
+  /** Replica index, part of the instance name and the log file name. */
+  replica: number;
+  env?: Record<string, string>;
+}
+
+interface Running {
+  spec: ActorSpec;
+  child: ChildProcess;
+  restarts: number;
+  log: WriteStream;
+}
+
+export interface LauncherOptions {
+  binPath: string;
+  configPath: string;
+  natsUrl: string;
+  logDir: string;
+  maxRestarts?: number;
+  metricsPortBase?: number;
+  onExit?: (spec: ActorSpec, code: number | null, signal: string | null, willRestart: boolean) => void;
+}
+
+export class ActorLauncher {
+  private running = new Map<string, Running>();
+  private stopping = false;
+  private portCounter = 0;
+
+  constructor(private readonly o: LauncherOptions) {
+    mkdirSync(o.logDir, { recursive: true });
+  }
+
+  static instanceName(spec: ActorSpec): string {
+    return `${spec.name}-${spec.replica}`;
+  }
+
+  start(spec: ActorSpec, restarts = 0): void {
+    const id = ActorLauncher.instanceName(spec);
+    const args = [this.o.binPath, "actor", spec.name, "--config", this.o.configPath, "--nats", this.o.natsUrl, "--instance", id];
+    if (this.o.metricsPortBase && this.o.metricsPortBase > 0) args.push("--metrics-port", String(this.o.metricsPortBase + this.portCounter++));
+    const log = this.running.get(id)?.log ?? createWriteStream(join(this.o.logDir, `${id}.log`), { flags: "a" });
+    const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env } });
+    child.stdout!.pipe(log, { end: false });
+    child.stderr!.pipe(log, { end: false });
+    const entry: Running = { spec, child, restarts, log };
+    this.running.set(id, entry);
+    child.once("exit", (code, signal) => {
+      const unexpected = !this.stopping && code !== 0;
+      const willRestart = unexpected && restarts < (this.o.maxRestarts ?? 3);
+      this.o.onExit?.(spec, code, signal, willRestart);
+      if (willRestart) setTimeout(() => { if (!this.stopping) this.start(spec, restarts + 1); }, 1000);
+    });
+  }
+
+  pid(name: string, replica = 0): number | undefined {
+    return this.running.get(`${name}-${replica}`)?.child.pid;
+  }
+
+  /** SIGTERM to every actor (they drain), SIGKILL to any still alive after `graceMs`. */
+  async stopAll(graceMs = 15_000): Promise<void> {
+    this.stopping = true;
+    const waits = [...this.running.values()].map(({ child }) =>
+      new Promise<void>((resolve) => {
+        if (child.exitCode !== null || child.signalCode !== null) return resolve();
+        child.once("exit", () => resolve());
+        child.kill("SIGTERM");
+        setTimeout(() => { child.kill("SIGKILL"); }, graceMs).unref();
+      }),
+    );
+    await Promise.all(waits);
+    for (const r of this.running.values()) r.log.end();
+  }
+
+  /** Waits for one actor (all replicas) to exit on its own. */
+  async waitExit(name: string): Promise<void> {
+    const waits = [...this.running.values()].filter((r) => r.spec.name === name).map((r) =>
+      new Promise<void>((resolve) => (r.child.exitCode !== null ? resolve() : r.child.once("exit", () => resolve()))));
+    await Promise.all(waits);
+  }
+}

@@ -1,0 +1,184 @@
+// Maps a Hugging Face config.json (LlamaForCausalLM / Qwen2ForCausalLM) to our ModelConfig and back.
+// Anything that would change the math and that our kernels do not implement (rope scaling, o_proj or MLP
+// biases, sliding-window attention, another activation, a head_dim that is not hidden/heads) is rejected
+// rather than ignored: silently loading such a checkpoint would produce a plausible-looking wrong model.
+import { z } from "zod";
+import type { ModelConfig } from "./model-config.js";
+
+export type HfModelType = "llama" | "qwen2";
+
+const posInt = z.number().int().positive();
+
+// HF's own defaults (transformers LlamaConfig / Qwen2Config) for fields a config.json may omit.
+const HF_DEFAULTS: Record<HfModelType, { rmsNormEps: number; ropeTheta: number; tieWordEmbeddings: boolean; maxPositionEmbeddings: number }> = {
+  llama: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 2048 },
+  qwen2: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
+};
+
+// Per-field checks; unknown keys (initializer_range, torch_dtype, token ids, ...) are allowed and ignored.
+const hfConfigSchema = z.looseObject({
+  model_type: z.enum(["llama", "qwen2"]),
+  vocab_size: posInt,
+  hidden_size: posInt,
+  intermediate_size: posInt,
+  num_hidden_layers: posInt,
+  num_attention_heads: posInt,
+  num_key_value_heads: posInt.nullish(),
+  head_dim: posInt.nullish(),
+  rms_norm_eps: z.number().positive().finite().optional(),
+  rope_theta: z.number().positive().finite().optional(),
+  tie_word_embeddings: z.boolean().optional(),
+  max_position_embeddings: posInt.optional(),
+  attention_bias: z.boolean().optional(),
+  mlp_bias: z.literal(false, { error: "MLP biases are not supported" }).optional(),
+  hidden_act: z.literal("silu", { error: 'only hidden_act "silu" (SwiGLU) is supported' }).optional(),
+  use_sliding_window: z.literal(false, { error: "sliding-window attention is not supported" }).optional(),
+  // transformers >= 4.5x writes {"rope_type": "default"} for plain RoPE; anything else rescales frequencies.
+  rope_scaling: z
+    .looseObject({ rope_type: z.literal("default").optional(), type: z.literal("default").optional() }, { error: "must be null or a default rope type" })
+    .nullish(),
+  rope_parameters: z
+    .looseObject({ rope_type: z.literal("default", { error: "only default RoPE is supported" }).optional(), rope_theta: z.number().positive().finite().optional() })
+    .nullish(),
+});
+
+type HfConfig = z.infer<typeof hfConfigSchema>;
+
+function formatIssues(err: z.ZodError): string[] {
+  return err.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`);
+}
+
+function isPosInt(v: unknown): v is number {
+  return typeof v === "number" && Number.isInteger(v) && v > 0;
+}
+
+/** Relations between fields, checked on the raw object so they are reported alongside per-field problems. */
+function crossFieldProblems(raw: Record<string, unknown>): string[] {
+  const problems: string[] = [];
+  const { hidden_size: hidden, num_attention_heads: heads, head_dim: headDim, model_type: modelType } = raw;
+  const kv = raw.num_key_value_heads ?? heads;
+  if (isPosInt(hidden) && isPosInt(heads)) {
+    if (hidden % heads !== 0) problems.push(`hidden_size: ${hidden} is not divisible by num_attention_heads ${heads}`);
+    else {
+      const hd = hidden / heads;
+      if (hd % 2 !== 0) problems.push(`hidden_size: head dim ${hidden}/${heads} = ${hd} must be even for RoPE`);
+      if (isPosInt(headDim) && headDim !== hd) {
+        problems.push(`head_dim: ${headDim} differs from hidden_size/num_attention_heads = ${hd}, which is not supported`);
+      }
+    }
+  }
+  if (isPosInt(heads) && isPosInt(kv) && heads % kv !== 0) {
+    problems.push(`num_key_value_heads: num_attention_heads ${heads} is not divisible by ${kv}`);
+  }
+  // In HF Llama, attention_bias puts a bias on o_proj as well as q/k/v; we only model the Qwen2 q/k/v form.
+  if (modelType === "llama" && raw.attention_bias === true) {
+    problems.push("attention_bias: Llama attention_bias (which includes an o_proj bias) is not supported; Qwen2-style q/k/v bias is");
+  }
+  return problems;
+}
+
+function toModelConfig(hf: HfConfig): ModelConfig {
+  const d = HF_DEFAULTS[hf.model_type];
+  return {
+    vocabSize: hf.vocab_size,
+    hiddenSize: hf.hidden_size,
+    intermediateSize: hf.intermediate_size,
+    numLayers: hf.num_hidden_layers,
+    numHeads: hf.num_attention_heads,
+    numKvHeads: hf.num_key_value_heads ?? hf.num_attention_heads,
+    rmsNormEps: hf.rms_norm_eps ?? d.rmsNormEps,
+    ropeTheta: hf.rope_theta ?? hf.rope_parameters?.rope_theta ?? d.ropeTheta,
+    tieWordEmbeddings: hf.tie_word_embeddings ?? d.tieWordEmbeddings,
+    maxPositionEmbeddings: hf.max_position_embeddings ?? d.maxPositionEmbeddings,
+    // Qwen2's modeling code always builds q/k/v with bias, whatever attention_bias says.
+    attentionBias: hf.model_type === "qwen2",
+  };
+}
+
+/** Parses a HF config.json object. Throws one Error listing every problem, each with its field path. */
+export function fromHfConfig(json: unknown): ModelConfig {
+  if (typeof json !== "object" || json === null || Array.isArray(json)) {
+    throw new Error("invalid HF config.json: expected a JSON object");
+  }
+  const parsed = hfConfigSchema.safeParse(json);
+  const problems = [...(parsed.success ? [] : formatIssues(parsed.error)), ...crossFieldProblems(json as Record<string, unknown>)];
+  if (problems.length > 0 || !parsed.success) {
+    throw new Error(`invalid HF config.json:\n  - ${problems.join("\n  - ")}`);
+  }
+  return toModelConfig(parsed.data);
+}
+
+const modelConfigSchema = z
+  .strictObject({
+    vocabSize: posInt,
+    hiddenSize: posInt,
+    intermediateSize: posInt,
+    numLayers: posInt,
+    numHeads: posInt,
+    numKvHeads: posInt,
+    rmsNormEps: z.number().positive().finite(),
+    ropeTheta: z.number().positive().finite(),
+    tieWordEmbeddings: z.boolean(),
+    maxPositionEmbeddings: posInt,
+    attentionBias: z.boolean(),
+  })
+  .superRefine((c, ctx) => {
+    if (c.hiddenSize % c.numHeads !== 0) {
+      ctx.addIssue({ code: "custom", path: ["hiddenSize"], message: `${c.hiddenSize} is not divisible by numHeads ${c.numHeads}` });
+    } else if ((c.hiddenSize / c.numHeads) % 2 !== 0) {
+      ctx.addIssue({ code: "custom", path: ["hiddenSize"], message: `head dim ${c.hiddenSize}/${c.numHeads} must be even for RoPE` });
+    }
+    if (c.numHeads % c.numKvHeads !== 0) {
+      ctx.addIssue({ code: "custom", path: ["numKvHeads"], message: `numHeads ${c.numHeads} is not divisible by numKvHeads ${c.numKvHeads}` });
+    }
+  });
+
+/** Checks a ModelConfig (e.g. from a run's YAML). Throws one Error listing every problem; returns it typed. */
+export function validateModelConfig(cfg: unknown): ModelConfig {
+  const r = modelConfigSchema.safeParse(cfg);
+  if (!r.success) throw new Error(`invalid model config:\n  - ${formatIssues(r.error).join("\n  - ")}`);
+  return r.data;
+}
+
+/**
+ * A config.json that transformers loads as the same model. Default type: qwen2 when the config has q/k/v
+ * biases (Llama cannot express them), else llama.
+ */
+export function toHfConfig(cfg: ModelConfig, modelType?: HfModelType): Record<string, unknown> {
+  const c = validateModelConfig(cfg);
+  const type = modelType ?? (c.attentionBias ? "qwen2" : "llama");
+  if (type === "llama" && c.attentionBias) throw new Error("toHfConfig: llama cannot express q/k/v-only attention biases; use qwen2");
+  if (type === "qwen2" && !c.attentionBias) throw new Error("toHfConfig: qwen2 always has q/k/v biases but attentionBias is false; use llama");
+  const common = {
+    vocab_size: c.vocabSize,
+    hidden_size: c.hiddenSize,
+    intermediate_size: c.intermediateSize,
+    num_hidden_layers: c.numLayers,
+    num_attention_heads: c.numHeads,
+    num_key_value_heads: c.numKvHeads,
+    hidden_act: "silu",
+    rms_norm_eps: c.rmsNormEps,
+    rope_theta: c.ropeTheta,
+    rope_scaling: null,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    max_position_embeddings: c.maxPositionEmbeddings,
+  };
+  if (type === "llama") {
+    return {
+      architectures: ["LlamaForCausalLM"],
+      model_type: "llama",
+      ...common,
+      head_dim: c.hiddenSize / c.numHeads,
+      attention_bias: false,
+      mlp_bias: false,
+    };
+  }
+  return {
+    architectures: ["Qwen2ForCausalLM"],
+    model_type: "qwen2",
+    ...common,
+    use_sliding_window: false,
+    sliding_window: c.maxPositionEmbeddings,
+    max_window_layers: c.numLayers,
+  };
+}

@@ -1,0 +1,121 @@
+// Pull-consumer processing as an rxjs stream with real backpressure: we only fetch as many messages
+// as we have free slots, so nothing waits in a client-side buffer while its ack timer runs out.
+// Each message is acked only after its handler has made the effect durable; a poison message is
+// dead-lettered and terminated; a transient failure is nak'd with a growing delay.
+import { Observable, mergeMap, from, type OperatorFunction } from "rxjs";
+import type { Consumer, JetStreamClient, JsMsg } from "@nats-io/jetstream";
+import { deadLetter, isPoison } from "./dead-letter.js";
+
+export interface PullOptions {
+  /** Messages processed at once (and so fetched at most). */
+  maxInFlight: number;
+  /** How long one pull waits on an empty stream; >= 1 s per DESIGN §3. */
+  expiresMs?: number;
+  signal?: AbortSignal;
+}
+
+interface Slot {
+  msg: JsMsg;
+  release(): void;
+}
+
+/** Emits messages from a pull consumer, never more than maxInFlight unreleased at once. */
+export function pullSlots(consumer: Consumer, opts: PullOptions): Observable<Slot> {
+  return new Observable<Slot>((subscriber) => {
+    let inFlight = 0;
+    let wake: (() => void) | null = null;
+    let stopped = false;
+    const stop = () => {
+      stopped = true;
+      wake?.();
+    };
+    opts.signal?.addEventListener("abort", stop, { once: true });
+    const release = () => {
+      inFlight--;
+      wake?.();
+    };
+    (async () => {
+      while (!stopped && !opts.signal?.aborted) {
+        if (inFlight >= opts.maxInFlight) {
+          await new Promise<void>((r) => (wake = r));
+          wake = null;
+          continue;
+        }
+        const want = opts.maxInFlight - inFlight;
+        let batch;
+        try {
+          batch = await consumer.fetch({ max_messages: want, expires: Math.max(1000, opts.expiresMs ?? 1000) });
+        } catch (e) {
+          if (stopped) break;
+          // The server may be restarting; back off and try again rather than dying.
+          await new Promise((r) => setTimeout(r, 500));
+          continue;
+        }
+        for await (const msg of batch) {
+          inFlight++;
+          let released = false;
+          subscriber.next({ msg, release: () => { if (!released) { released = true; release(); } } });
+        }
+      }
+      subscriber.complete();
+    })().catch((e) => subscriber.error(e));
+    return stop;
+  });
+}
+
+export type Outcome = { kind: "acked" | "dead-lettered" | "nacked" | "failed-ack"; msg: JsMsg; error?: string };
+
+export interface HandleOptions {
+  js: JetStreamClient;
+  dlqSubject: string;
+  actor: string;
+  maxInFlight: number;
+  /** After this many deliveries a still-failing message is dead-lettered (matches the consumer's max_deliver). */
+  maxDeliver?: number;
+  /** Base nak delay; doubles per delivery up to 30 s. */
+  nakBaseMs?: number;
+  /** Sends `working()` while a handler runs longer than this, so the server does not redeliver. */
+  heartbeatMs?: number;
+  onError?: (e: unknown, msg: JsMsg) => void;
+}
+
+/** Runs `handler` on each slot and turns its result into ack / dead-letter / nak. */
+export function handleWith(handler: (msg: JsMsg) => Promise<void>, o: HandleOptions): OperatorFunction<Slot, Outcome> {
+  return mergeMap((slot: Slot) => from(process(slot, handler, o)), o.maxInFlight);
+}
+
+async function process(slot: Slot, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions): Promise<Outcome> {
+  const { msg } = slot;
+  const hb = o.heartbeatMs ? setInterval(() => msg.working(), o.heartbeatMs) : null;
+  try {
+    await handler(msg);
+    try {
+      await msg.ackAck();
+      return { kind: "acked", msg };
+    } catch (e) {
+      // Effect is durable and idempotent (msg-ids), so a redelivery is harmless.
+      return { kind: "failed-ack", msg, error: (e as Error).message };
+    }
+  } catch (e) {
+    o.onError?.(e, msg);
+    const reason = e instanceof Error ? e.message : String(e);
+    const exhausted = o.maxDeliver !== undefined && msg.info.deliveryCount >= o.maxDeliver;
+    if (isPoison(e) || exhausted) {
+      try {
+        await deadLetter(o.js, o.dlqSubject, msg, exhausted && !isPoison(e) ? `gave up after ${msg.info.deliveryCount} deliveries: ${reason}` : reason, o.actor);
+        // The DLQ now holds it: ack (not term) so a work-queue stream releases it too.
+        await msg.ackAck().catch(() => msg.term(reason.slice(0, 200)));
+        return { kind: "dead-lettered", msg, error: reason };
+      } catch {
+        msg.nak(1000);
+        return { kind: "nacked", msg, error: reason };
+      }
+    }
+    const delay = Math.min(30_000, (o.nakBaseMs ?? 250) * 2 ** Math.max(0, msg.info.deliveryCount - 1));
+    msg.nak(delay);
+    return { kind: "nacked", msg, error: reason };
+  } finally {
+    if (hb) clearInterval(hb);
+    slot.release();
+  }
+}

@@ -1,0 +1,155 @@
+// The run's JetStream objects, defined once and created idempotently: every actor calls
+// ensureTopology at start, so any of them can come up first, and a restart changes nothing.
+import type { NatsConnection } from "@nats-io/transport-node";
+import {
+  AckPolicy,
+  DeliverPolicy,
+  DiscardPolicy,
+  jetstreamManager,
+  RetentionPolicy,
+  StorageType,
+  type ConsumerConfig,
+  type JetStreamManager,
+  type StreamConfig,
+} from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
+import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
+import { runNames, type RunNames } from "./subjects.js";
+
+// The default JS sha256 caps the object store at ~40 MB/s (DESIGN §3).
+setSha256Backend("native");
+
+export interface TopologyOptions {
+  /** Stream replicas: 1 locally, 3 on a clustered JetStream. */
+  replicas?: number;
+  /** Cap on the rollouts stream (kept for replay); oldest dropped past it. -1 = unlimited. */
+  rolloutsMaxBytes?: number;
+  eventsMaxBytes?: number;
+  /** How long inference may hold a task before redelivery (it sends progress heartbeats). */
+  taskAckWaitMs?: number;
+  maxDeliver?: number;
+  /** Redelivery window for msg-id dedupe. */
+  duplicateWindowMs?: number;
+}
+
+export interface Topology {
+  names: RunNames;
+  jsm: JetStreamManager;
+  kv: KV;
+  objects: ObjectStore;
+}
+
+const ms = (n: number) => n * 1_000_000; // JetStream durations are nanoseconds
+
+function streamConfigs(names: RunNames, o: Required<TopologyOptions>): Array<Partial<StreamConfig> & { name: string; subjects: string[] }> {
+  const common = { storage: StorageType.File, num_replicas: o.replicas, duplicate_window: ms(o.duplicateWindowMs) };
+  return [
+    { ...common, name: names.streams.tasks, subjects: [names.subjects.tasks], retention: RetentionPolicy.Workqueue },
+    {
+      ...common,
+      name: names.streams.rollouts,
+      subjects: [names.subjects.rolloutsRaw, names.subjects.rolloutsScored],
+      retention: RetentionPolicy.Limits,
+      max_bytes: o.rolloutsMaxBytes,
+      discard: DiscardPolicy.Old,
+    },
+    {
+      ...common,
+      name: names.streams.events,
+      subjects: [names.subjects.weights, names.subjects.checkpoints, names.subjects.metricsAll, names.subjects.dlq],
+      retention: RetentionPolicy.Limits,
+      max_bytes: o.eventsMaxBytes,
+      discard: DiscardPolicy.Old,
+    },
+  ];
+}
+
+function consumerConfigs(names: RunNames, o: Required<TopologyOptions>): Array<{ stream: string; config: Partial<ConsumerConfig> & { durable_name: string } }> {
+  return [
+    {
+      stream: names.streams.tasks,
+      config: {
+        durable_name: names.consumers.inference,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: names.subjects.tasks,
+        ack_wait: ms(o.taskAckWaitMs),
+        max_deliver: o.maxDeliver,
+        max_ack_pending: 1024,
+      },
+    },
+    {
+      stream: names.streams.rollouts,
+      config: {
+        durable_name: names.consumers.reward,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: names.subjects.rolloutsRaw,
+        ack_wait: ms(60_000),
+        max_deliver: o.maxDeliver,
+        max_ack_pending: 1024,
+      },
+    },
+    {
+      stream: names.streams.events,
+      config: {
+        durable_name: names.consumers.checkpoint,
+        ack_policy: AckPolicy.Explicit,
+        deliver_policy: DeliverPolicy.All,
+        filter_subject: names.subjects.checkpoints,
+        ack_wait: ms(120_000),
+        max_deliver: o.maxDeliver,
+        max_ack_pending: 4,
+      },
+    },
+  ];
+}
+
+export async function ensureTopology(nc: NatsConnection, run: string, opts: TopologyOptions = {}): Promise<Topology> {
+  const o: Required<TopologyOptions> = {
+    replicas: opts.replicas ?? 1,
+    rolloutsMaxBytes: opts.rolloutsMaxBytes ?? -1,
+    eventsMaxBytes: opts.eventsMaxBytes ?? 1024 * 1024 * 1024,
+    taskAckWaitMs: opts.taskAckWaitMs ?? 60_000,
+    maxDeliver: opts.maxDeliver ?? 10,
+    duplicateWindowMs: opts.duplicateWindowMs ?? 10 * 60_000,
+  };
+  const names = runNames(run);
+  const jsm = await jetstreamManager(nc);
+  for (const cfg of streamConfigs(names, o)) {
+    const existing = await jsm.streams.info(cfg.name).catch(() => null);
+    if (existing === null) {
+      await jsm.streams.add(cfg).catch(async (e: Error) => {
+        // Another actor may have created it between our info and add.
+        if (!(await jsm.streams.info(cfg.name).catch(() => null))) throw e;
+      });
+    } else {
+      const same = JSON.stringify([...existing.config.subjects].sort()) === JSON.stringify([...cfg.subjects].sort());
+      if (!same || existing.config.max_bytes !== cfg.max_bytes) {
+        // Retention cannot change in place; everything else we set can.
+        const { retention: _r, storage: _s, ...updatable } = cfg;
+        await jsm.streams.update(cfg.name, updatable);
+      }
+    }
+  }
+  for (const { stream, config } of consumerConfigs(names, o)) {
+    const existing = await jsm.consumers.info(stream, config.durable_name).catch(() => null);
+    if (existing === null) {
+      await jsm.consumers.add(stream, config).catch(async (e: Error) => {
+        if (!(await jsm.consumers.info(stream, config.durable_name).catch(() => null))) throw e;
+      });
+    }
+  }
+  const kv = await new Kvm(nc).create(names.kvBucket, { history: 5, replicas: o.replicas });
+  const objects = await new Objm(nc).create(names.objectBucket, { replicas: o.replicas });
+  return { names, jsm, kv, objects };
+}
+
+/** Deletes every JetStream object of a run (used by tests and `rollstream train --fresh`). */
+export async function deleteTopology(nc: NatsConnection, run: string): Promise<void> {
+  const names = runNames(run);
+  const jsm = await jetstreamManager(nc);
+  for (const s of Object.values(names.streams)) await jsm.streams.delete(s).catch(() => false);
+  await jsm.streams.delete(`KV_${names.kvBucket}`).catch(() => false);
+  await jsm.streams.delete(`OBJ_${names.objectBucket}`).catch(() => false);
+}

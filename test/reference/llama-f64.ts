@@ -1,0 +1,358 @@
+// Float64 reference of the Llama-style decoder (what HF's LlamaForCausalLM / Qwen2ForCausalLM compute),
+// written to be read, not to be fast. The native kernels and the losses are checked against it, so every
+// step is spelled out plainly, one function per operation, with no fusion and no cleverness.
+//
+// Tensors use HF names and row-major HF shapes; Linear is y = x W^T + b with W of shape [out, in].
+// Input is packed: several sequences ("segments") laid end to end; positions restart at 0 at each segment
+// start and no token attends across a segment boundary.
+import type { ModelConfig } from "../../kernels/model-config.js";
+
+export type Weights = Map<string, Float64Array>;
+
+// ---------------------------------------------------------------------------------------------- shapes
+
+/** Every parameter the model reads, with its HF name and shape, in HF's order. */
+export function weightShapes(cfg: ModelConfig): Map<string, number[]> {
+  const { vocabSize: V, hiddenSize: D, intermediateSize: I, numHeads: H, numKvHeads: KV } = cfg;
+  const hd = D / H;
+  const shapes = new Map<string, number[]>();
+  shapes.set("model.embed_tokens.weight", [V, D]);
+  for (let l = 0; l < cfg.numLayers; l++) {
+    const p = `model.layers.${l}`;
+    shapes.set(`${p}.input_layernorm.weight`, [D]);
+    shapes.set(`${p}.self_attn.q_proj.weight`, [H * hd, D]);
+    shapes.set(`${p}.self_attn.k_proj.weight`, [KV * hd, D]);
+    shapes.set(`${p}.self_attn.v_proj.weight`, [KV * hd, D]);
+    if (cfg.attentionBias) {
+      shapes.set(`${p}.self_attn.q_proj.bias`, [H * hd]);
+      shapes.set(`${p}.self_attn.k_proj.bias`, [KV * hd]);
+      shapes.set(`${p}.self_attn.v_proj.bias`, [KV * hd]);
+    }
+    shapes.set(`${p}.self_attn.o_proj.weight`, [D, H * hd]);
+    shapes.set(`${p}.post_attention_layernorm.weight`, [D]);
+    shapes.set(`${p}.mlp.gate_proj.weight`, [I, D]);
+    shapes.set(`${p}.mlp.up_proj.weight`, [I, D]);
+    shapes.set(`${p}.mlp.down_proj.weight`, [D, I]);
+  }
+  shapes.set("model.norm.weight", [D]);
+  if (!cfg.tieWordEmbeddings) shapes.set("lm_head.weight", [V, D]);
+  return shapes;
+}
+
+/** Deterministic PRNG (mulberry32): same seed, same weights, on every machine. */
+function mulberry32(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/**
+ * Random weights scaled so activations stay O(1) and attention is far from uniform, which makes gradient
+ * checks sensitive: matrices ~ U(-1,1)/sqrt(fan_in) * 2, embeddings ~ U(-1,1), norm weights ~ 1 + U(-0.2,0.2),
+ * biases ~ U(-0.2,0.2).
+ */
+export function randomWeights(cfg: ModelConfig, seed: number): Weights {
+  const rand = mulberry32(seed);
+  const uniform = () => rand() * 2 - 1;
+  const weights: Weights = new Map();
+  for (const [name, shape] of weightShapes(cfg)) {
+    const n = shape.reduce((a, b) => a * b, 1);
+    const w = new Float64Array(n);
+    if (name.endsWith("layernorm.weight") || name === "model.norm.weight") for (let i = 0; i < n; i++) w[i] = 1 + 0.2 * uniform();
+    else if (name.endsWith(".bias")) for (let i = 0; i < n; i++) w[i] = 0.2 * uniform();
+    else if (name === "model.embed_tokens.weight") for (let i = 0; i < n; i++) w[i] = uniform();
+    else {
+      const scale = 2 / Math.sqrt(shape[1]);
+      for (let i = 0; i < n; i++) w[i] = scale * uniform();
+    }
+    weights.set(name, w);
+  }
+  return weights;
+}
+
+// ------------------------------------------------------------------------------------------ operations
+
+/** y[t, o] = sum_i x[t, i] * W[o, i] + b[o];  x: [T, inDim], W: [outDim, inDim]. */
+export function linear(x: Float64Array, T: number, inDim: number, W: Float64Array, outDim: number, b?: Float64Array): Float64Array {
+  const y = new Float64Array(T * outDim);
+  for (let t = 0; t < T; t++) {
+    for (let o = 0; o < outDim; o++) {
+      let s = b ? b[o] : 0;
+      for (let i = 0; i < inDim; i++) s += x[t * inDim + i] * W[o * inDim + i];
+      y[t * outDim + o] = s;
+    }
+  }
+  return y;
+}
+
+/** Per row: x / sqrt(mean(x^2) + eps) * w. */
+export function rmsNorm(x: Float64Array, T: number, D: number, w: Float64Array, eps: number): Float64Array {
+  const y = new Float64Array(T * D);
+  for (let t = 0; t < T; t++) {
+    let ss = 0;
+    for (let i = 0; i < D; i++) ss += x[t * D + i] ** 2;
+    const inv = 1 / Math.sqrt(ss / D + eps);
+    for (let i = 0; i < D; i++) y[t * D + i] = x[t * D + i] * inv * w[i];
+  }
+  return y;
+}
+
+/**
+ * RoPE in HF's rotate-half convention, in place on one head vector x[off .. off+hd):
+ *   x' = x * cos + rotate_half(x) * sin,  rotate_half(x) = [-x[hd/2:], x[:hd/2]],
+ * where element i and element i + hd/2 share the angle position * theta^(-2i/hd).
+ */
+export function applyRope(x: Float64Array, off: number, hd: number, position: number, theta: number): void {
+  const half = hd / 2;
+  for (let i = 0; i < half; i++) {
+    const angle = position * theta ** (-(2 * i) / hd);
+    const c = Math.cos(angle);
+    const s = Math.sin(angle);
+    const a = x[off + i];
+    const b = x[off + i + half];
+    x[off + i] = a * c - b * s;
+    x[off + i + half] = b * c + a * s;
+  }
+}
+
+export function silu(x: number): number {
+  return x / (1 + Math.exp(-x));
+}
+
+/** For each token, the index of the first token of its segment. Validates segmentStarts. */
+export function segmentStartOf(T: number, segmentStarts: Int32Array): Int32Array {
+  if (T > 0 && (segmentStarts.length === 0 || segmentStarts[0] !== 0)) {
+    throw new Error(`segmentStarts must begin with 0 (got [${Array.from(segmentStarts.slice(0, 4)).join(", ")}${segmentStarts.length > 4 ? ", ..." : ""}])`);
+  }
+  for (let i = 1; i < segmentStarts.length; i++) {
+    if (!(segmentStarts[i] > segmentStarts[i - 1])) throw new Error(`segmentStarts must be strictly increasing (index ${i}: ${segmentStarts[i]})`);
+  }
+  if (segmentStarts.length > 0 && segmentStarts[segmentStarts.length - 1] >= Math.max(T, 1)) {
+    throw new Error(`segmentStarts[${segmentStarts.length - 1}] = ${segmentStarts[segmentStarts.length - 1]} is not below the token count ${T}`);
+  }
+  const start = new Int32Array(T);
+  let seg = 0;
+  for (let t = 0; t < T; t++) {
+    if (seg + 1 < segmentStarts.length && segmentStarts[seg + 1] === t) seg++;
+    start[t] = segmentStarts[seg];
+  }
+  return start;
+}
+
+/**
+ * Causal attention inside each segment, GQA: query head h reads kv head floor(h / (H / KV)).
+ * q: [T, H*hd] (already rotated), k, v: [T, KV*hd] (k already rotated). Returns [T, H*hd].
+ */
+export function causalAttention(
+  q: Float64Array, k: Float64Array, v: Float64Array, T: number, H: number, KV: number, hd: number, segStart: Int32Array,
+): Float64Array {
+  const out = new Float64Array(T * H * hd);
+  const groupSize = H / KV;
+  const scale = 1 / Math.sqrt(hd);
+  for (let t = 0; t < T; t++) {
+    for (let h = 0; h < H; h++) {
+      const kvh = Math.floor(h / groupSize);
+      const s0 = segStart[t];
+      const scores = new Float64Array(t - s0 + 1);
+      let max = -Infinity;
+      for (let s = s0; s <= t; s++) {
+        let dot = 0;
+        for (let i = 0; i < hd; i++) dot += q[(t * H + h) * hd + i] * k[(s * KV + kvh) * hd + i];
+        scores[s - s0] = dot * scale;
+        max = Math.max(max, scores[s - s0]);
+      }
+      let sum = 0;
+      for (let j = 0; j < scores.length; j++) {
+        scores[j] = Math.exp(scores[j] - max);
+        sum += scores[j];
+      }
+      for (let s = s0; s <= t; s++) {
+        const p = scores[s - s0] / sum;
+        for (let i = 0; i < hd; i++) out[(t * H + h) * hd + i] += p * v[(s * KV + kvh) * hd + i];
+      }
+    }
+  }
+  return out;
+}
+
+// --------------------------------------------------------------------------------------------- forward
+
+function get(weights: Weights, name: string, cfg: ModelConfig): Float64Array {
+  const w = weights.get(name);
+  if (!w) throw new Error(`reference model: missing weight "${name}"`);
+  const expected = weightShapes(cfg).get(name)!.reduce((a, b) => a * b, 1);
+  if (w.length !== expected) throw new Error(`reference model: weight "${name}" has ${w.length} values, expected ${expected}`);
+  return w;
+}
+
+/** Logits [T * V] for a packed batch. */
+export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array): Float64Array {
+  const { vocabSize: V, hiddenSize: D, intermediateSize: I, numHeads: H, numKvHeads: KV } = cfg;
+  const hd = D / H;
+  const T = tokens.length;
+  const segStart = segmentStartOf(T, segmentStarts);
+  const w = (name: string) => get(weights, name, cfg);
+  const maybe = (name: string) => (cfg.attentionBias ? w(name) : undefined);
+
+  const embed = w("model.embed_tokens.weight");
+  const x = new Float64Array(T * D);
+  for (let t = 0; t < T; t++) {
+    const id = tokens[t];
+    if (!(id >= 0 && id < V)) throw new Error(`token ${id} at position ${t} is outside the vocab [0, ${V})`);
+    x.set(embed.subarray(id * D, (id + 1) * D), t * D);
+  }
+
+  for (let l = 0; l < cfg.numLayers; l++) {
+    const p = `model.layers.${l}`;
+    // Attention block: x += o_proj(attention(rope(q), rope(k), v)) on the normed input.
+    const h = rmsNorm(x, T, D, w(`${p}.input_layernorm.weight`), cfg.rmsNormEps);
+    const q = linear(h, T, D, w(`${p}.self_attn.q_proj.weight`), H * hd, maybe(`${p}.self_attn.q_proj.bias`));
+    const k = linear(h, T, D, w(`${p}.self_attn.k_proj.weight`), KV * hd, maybe(`${p}.self_attn.k_proj.bias`));
+    const v = linear(h, T, D, w(`${p}.self_attn.v_proj.weight`), KV * hd, maybe(`${p}.self_attn.v_proj.bias`));
+    for (let t = 0; t < T; t++) {
+      const pos = t - segStart[t];
+      for (let hh = 0; hh < H; hh++) applyRope(q, (t * H + hh) * hd, hd, pos, cfg.ropeTheta);
+      for (let hh = 0; hh < KV; hh++) applyRope(k, (t * KV + hh) * hd, hd, pos, cfg.ropeTheta);
+    }
+    const att = causalAttention(q, k, v, T, H, KV, hd, segStart);
+    const o = linear(att, T, H * hd, w(`${p}.self_attn.o_proj.weight`), D);
+    for (let i = 0; i < T * D; i++) x[i] += o[i];
+
+    // MLP block: x += down(silu(gate(h2)) * up(h2)).
+    const h2 = rmsNorm(x, T, D, w(`${p}.post_attention_layernorm.weight`), cfg.rmsNormEps);
+    const gate = linear(h2, T, D, w(`${p}.mlp.gate_proj.weight`), I);
+    const up = linear(h2, T, D, w(`${p}.mlp.up_proj.weight`), I);
+    const act = new Float64Array(T * I);
+    for (let i = 0; i < T * I; i++) act[i] = silu(gate[i]) * up[i];
+    const down = linear(act, T, I, w(`${p}.mlp.down_proj.weight`), D);
+    for (let i = 0; i < T * D; i++) x[i] += down[i];
+  }
+
+  const final = rmsNorm(x, T, D, w("model.norm.weight"), cfg.rmsNormEps);
+  const head = cfg.tieWordEmbeddings ? embed : w("lm_head.weight");
+  return linear(final, T, D, head, V);
+}
+
+/** log_softmax of one row of logits. */
+export function logSoftmaxRow(logits: Float64Array, off: number, V: number): Float64Array {
+  let max = -Infinity;
+  for (let i = 0; i < V; i++) max = Math.max(max, logits[off + i]);
+  let sum = 0;
+  for (let i = 0; i < V; i++) sum += Math.exp(logits[off + i] - max);
+  const lse = max + Math.log(sum);
+  const out = new Float64Array(V);
+  for (let i = 0; i < V; i++) out[i] = logits[off + i] - lse;
+  return out;
+}
+
+/**
+ * logprobs[t] = log p(tokens[t] | tokens of its segment before t), read from the logits at t - 1.
+ * NaN at segment starts, which have no prediction.
+ */
+export function tokenLogprobs(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array): Float64Array {
+  const V = cfg.vocabSize;
+  const T = tokens.length;
+  const logits = forwardLogits(cfg, weights, tokens, segmentStarts);
+  const segStart = segmentStartOf(T, segmentStarts);
+  const out = new Float64Array(T).fill(NaN);
+  for (let t = 0; t < T; t++) {
+    if (segStart[t] === t) continue;
+    out[t] = logSoftmaxRow(logits, (t - 1) * V, V)[tokens[t]];
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------- losses
+// Every per-token array is indexed by the PREDICTED token t (the same index as tokenLogprobs), length T.
+
+export interface LossInputs {
+  /** Learner logprobs from tokenLogprobs. */
+  logprobs: Float64Array;
+  /** 1 where token t counts in the loss; must be 0 at segment starts. */
+  lossMask: Uint8Array;
+  /** The sum is divided by this (e.g. the number of loss tokens in the whole batch). */
+  normalizer: number;
+}
+
+export interface PolicyLossInputs extends LossInputs {
+  advantages: Float64Array;
+  /** Logprobs the inference engine sampled with. */
+  samplerLogprobs: Float64Array;
+}
+
+function checkInputs(x: LossInputs & Partial<PolicyLossInputs>): void {
+  const T = x.logprobs.length;
+  for (const key of ["lossMask", "advantages", "samplerLogprobs"] as const) {
+    const a = x[key];
+    if (a !== undefined && a.length !== T) throw new Error(`${key} has length ${a.length}, logprobs has ${T}`);
+  }
+  if (!(x.normalizer > 0) || !Number.isFinite(x.normalizer)) throw new Error(`normalizer must be a positive finite number (got ${x.normalizer})`);
+  for (let t = 0; t < T; t++) {
+    if (x.lossMask[t] && Number.isNaN(x.logprobs[t])) throw new Error(`lossMask is set at token ${t}, which has no logprob (segment start)`);
+  }
+}
+
+/** SFT cross-entropy: -sum(logp over mask) / normalizer. */
+export function sftLoss(x: LossInputs): number {
+  checkInputs(x);
+  let s = 0;
+  for (let t = 0; t < x.logprobs.length; t++) if (x.lossMask[t]) s += x.logprobs[t];
+  return -s / x.normalizer;
+}
+
+/**
+ * The default RL loss (DESIGN.md section 4): ratio = exp(logp - samplerLogp); tokens whose ratio lies outside
+ * [maskLow, maskHigh] are dropped; loss = -sum(ratio * A) / normalizer over the kept masked tokens.
+ */
+export function rlLoss(x: PolicyLossInputs & { maskLow?: number; maskHigh?: number }): number {
+  checkInputs(x);
+  const lo = x.maskLow ?? 0.125;
+  const hi = x.maskHigh ?? 8;
+  let s = 0;
+  for (let t = 0; t < x.logprobs.length; t++) {
+    if (!x.lossMask[t]) continue;
+    const ratio = Math.exp(x.logprobs[t] - x.samplerLogprobs[t]);
+    if (ratio < lo || ratio > hi) continue;
+    s += ratio * x.advantages[t];
+  }
+  return -s / x.normalizer;
+}
+
+/** PPO-clip: -sum(min(ratio * A, clip(ratio, 1 - eps, 1 + epsHigh) * A)) / normalizer; eps 0.2, epsHigh = eps. */
+export function ppoClipLoss(x: PolicyLossInputs & { eps?: number; epsHigh?: number }): number {
+  checkInputs(x);
+  const eps = x.eps ?? 0.2;
+  const epsHigh = x.epsHigh ?? eps;
+  let s = 0;
+  for (let t = 0; t < x.logprobs.length; t++) {
+    if (!x.lossMask[t]) continue;
+    const ratio = Math.exp(x.logprobs[t] - x.samplerLogprobs[t]);
+    const clipped = Math.min(Math.max(ratio, 1 - eps), 1 + epsHigh);
+    s += Math.min(ratio * x.advantages[t], clipped * x.advantages[t]);
+  }
+  return -s / x.normalizer;
+}
+
+// ------------------------------------------------------------------------------------ gradient checking
+
+/**
+ * Central differences (f(p + h) - f(p - h)) / 2h for params[i] at each index; f must read params.
+ * Each entry is restored to its exact original value afterwards.
+ */
+export function finiteDifferenceGrad(f: () => number, params: Float64Array, indices: number[], h = 1e-5): number[] {
+  return indices.map((i) => {
+    if (!(i >= 0 && i < params.length)) throw new Error(`finiteDifferenceGrad: index ${i} outside params of length ${params.length}`);
+    const orig = params[i];
+    params[i] = orig + h;
+    const fPlus = f();
+    params[i] = orig - h;
+    const fMinus = f();
+    params[i] = orig;
+    return (fPlus - fMinus) / (2 * h);
+  });
+}
