@@ -76,7 +76,7 @@ export class InferenceActor implements Actor {
           actor: ctx.actor,
           maxInFlight,
           maxDeliver: 10,
-          heartbeatMs: 10_000,
+          heartbeatMs: Math.max(200, Math.min(10_000, Math.floor(config.nats.taskAckWaitMs / 3))),
           onError: (e, m) => log.warn({ seq: m.seq, err: (e as Error).message }, "task failed"),
         }),
       ),

@@ -29,7 +29,7 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
   const instance = opts.instance ?? `${hostname()}-${process.pid}`;
   const log = createLogger({ run: config.run, actor, instance });
   const nc = await connectNats(natsUrlFor(config.nats.url, opts.natsUrl), `rollstream-${actor}-${instance}`);
-  const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes });
+  const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes, taskAckWaitMs: config.nats.taskAckWaitMs });
   const js = jetstream(nc);
   const metrics = new ActorMetrics(actor, config.run);
   const runDir = resolve(config.outDir, config.run);

@@ -63,7 +63,8 @@ export async function replay(opts: ReplayOptions): Promise<number> {
     for (let i = 0; i < Number(opts.steps); i++) {
       const version = counters.step;
       const batch = await collectBatch(reader, version, config.rl, async (m) => {
-        try { return decodeRolloutBatch(m.data).rows; } catch { return []; }
+        // The learner dead-lettered such a batch and trained without it; replay does the same, loudly.
+        try { return decodeRolloutBatch(m.data).rows; } catch (e) { console.log(`seq ${m.seq}: skipped undecodable batch (${(e as Error).message})`); return []; }
       }, undefined, 1000, 3000);
       if (!batch) {
         console.log(`stream exhausted after ${i} steps`);

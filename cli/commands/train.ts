@@ -14,7 +14,10 @@ import { deleteTopology, ensureTopology } from "../../streams/topology.js";
 import { RunState } from "../../streams/run-state.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { getWeights } from "../../actors/runtime/weights.js";
-import { heldOutEval, type HeldOutResult } from "../held-out-eval.js";
+import type { HeldOutResult } from "../held-out-eval.js";
+
+// The model code loads only when an evaluation runs, so `rollstream train --help` works without kernels.
+const heldOutEval: typeof import("../held-out-eval.js").heldOutEval = async (...a) => (await import("../held-out-eval.js")).heldOutEval(...a);
 import { RunProgress } from "../train/progress.js";
 
 export interface TrainOptions {
@@ -81,7 +84,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   }
   const nc = await connectNats(url, "rollstream-train");
   if (opts.fresh) await deleteTopology(nc, config.run);
-  const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes });
+  const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes, taskAckWaitMs: config.nats.taskAckWaitMs });
   const state = new RunState(topology.kv);
   const evals: { sft?: HeldOutResult; rl?: HeldOutResult } = (await state.getJson(StateKeys.evalPrefix + "all")) ?? {};
 

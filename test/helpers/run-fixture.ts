@@ -1,0 +1,79 @@
+// A real run for integration tests: a temp folder, a small config, a real nats-server, and actors
+// launched as child processes exactly as `rollstream train` launches them.
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve, dirname } from "node:path";
+import { fileURLToPath } from "node:url";
+import { stringify } from "yaml";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { startTestNats, type TestNats } from "./nats.js";
+import { ActorLauncher } from "../../deploy/local/launcher.js";
+import { parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import { ensureTopology, type Topology } from "../../streams/topology.js";
+import { RunState } from "../../streams/run-state.js";
+
+/** The compiled CLI entry next to this compiled file (dist/ or dist-*). */
+export const cliMain = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "cli", "main.js");
+
+export function tinyConfig(run: string, outDir: string, overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    run,
+    outDir,
+    model: { vocabSize: 288, hiddenSize: 32, intermediateSize: 64, numLayers: 1, numHeads: 2, numKvHeads: 1, maxPositionEmbeddings: 48, threads: 1, seed: 5 },
+    environments: [{ id: "arithmetic@^1", args: { digits: 1, ops: ["+"], seed: 3 } }],
+    rl: { steps: 3, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
+    eval: { n: 8 },
+    checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 },
+    actors: { inference: { replicas: 1, maxTasksInFlight: 4, threads: 1 }, reward: { replicas: 1, maxInFlight: 4 } },
+    ...overrides,
+  };
+}
+
+export interface RunFixture {
+  dir: string;
+  configPath: string;
+  config: RunConfig;
+  nats: TestNats;
+  nc: NatsConnection;
+  js: JetStreamClient;
+  topology: Topology;
+  state: RunState;
+  launcher: ActorLauncher;
+  close(): Promise<void>;
+}
+
+export async function startRun(run: string, overrides: Record<string, unknown> = {}): Promise<RunFixture> {
+  const dir = mkdtempSync(join(tmpdir(), `rs-${run}-`));
+  const raw = tinyConfig(run, dir, overrides);
+  const configPath = join(dir, "run.yaml");
+  writeFileSync(configPath, stringify(raw));
+  const config = parseRunConfig(raw);
+  const nats = await startTestNats();
+  const nc = await connect({ servers: nats.url });
+  const topology = await ensureTopology(nc, run, { taskAckWaitMs: config.nats.taskAckWaitMs });
+  const launcher = new ActorLauncher({ binPath: cliMain, configPath, natsUrl: nats.url, logDir: join(dir, "logs"), maxRestarts: 0 });
+  return {
+    dir, configPath, config, nats, nc, js: jetstream(nc), topology, state: new RunState(topology.kv), launcher,
+    async close() {
+      await launcher.stopAll(5000);
+      await nc.close();
+      await nats.cleanup();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function waitUntil(what: string, cond: () => Promise<boolean> | boolean, timeoutMs: number, logDir?: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  let logs = "";
+  if (logDir) {
+    const { readdirSync, readFileSync } = await import("node:fs");
+    for (const f of readdirSync(logDir)) logs += `\n== ${f}\n${readFileSync(join(logDir, f), "utf8").slice(-3000)}`;
+  }
+  throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${logs}`);
+}

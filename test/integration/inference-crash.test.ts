@@ -1,0 +1,59 @@
+// SIGKILL of the inference actor mid-run, then a restart: no task is lost and none is counted twice.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { StateKeys } from "../../streams/subjects.js";
+import { PolicyModel } from "../../kernels/index.js";
+import { putWeights } from "../../actors/runtime/weights.js";
+import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
+import { modelConfigOf } from "../../actors/runtime/model-factory.js";
+
+test("SIGKILL of inference mid-run and a restart lose no task and count none twice", async () => {
+  const run = await startRun("crash", {
+    rl: { steps: 4, batchSize: 8, groupSize: 4, maxAsyncLevel: 10, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
+    nats: { taskAckWaitMs: 2000 },
+    actors: { inference: { replicas: 1, maxTasksInFlight: 2, threads: 1 }, reward: { replicas: 1, maxInFlight: 4 } },
+  });
+  try {
+    const tasks = 8; // 4 steps x 2 prompts
+    const model = PolicyModel.create(modelConfigOf(run.config), { seed: 1, threads: 1 });
+    await putWeights(run.topology.objects, 0, model.toSafetensors());
+    model.dispose();
+    await run.state.putJson(StateKeys.policyVersion, 0);
+    await run.state.putJson(StateKeys.learnerStep, 0);
+    const names = run.topology.names;
+    const countOn = async (subject: string) => {
+      const info = await run.topology.jsm.streams.info(names.streams.rollouts, { subjects_filter: subject });
+      return info.state.subjects?.[subject] ?? 0;
+    };
+    run.launcher.start({ name: "orchestrator", replica: 0 });
+    run.launcher.start({ name: "reward", replica: 0 });
+    run.launcher.start({ name: "inference", replica: 0 });
+    await waitUntil("a first raw rollout group", async () => (await countOn(names.subjects.rolloutsRaw)) >= 1, 60_000, `${run.dir}/logs`);
+    const pid = run.launcher.pid("inference", 0)!;
+    process.kill(pid, "SIGKILL");
+    await new Promise((r) => setTimeout(r, 300));
+    const rawAtKill = await countOn(names.subjects.rolloutsRaw);
+    assert.ok(rawAtKill < tasks, "the run finished before the kill; make it longer");
+    run.launcher.start({ name: "inference", replica: 1 });
+    await waitUntil("every task scored", async () => (await countOn(names.subjects.rolloutsScored)) >= tasks, 90_000, `${run.dir}/logs`);
+    await new Promise((r) => setTimeout(r, 2500)); // a late duplicate would show up here
+    assert.equal(await countOn(names.subjects.rolloutsRaw), tasks, "raw groups: one per task");
+    assert.equal(await countOn(names.subjects.rolloutsScored), tasks, "scored batches: one per task");
+    const taskIds = new Set<string>();
+    const info = await run.topology.jsm.streams.info(names.streams.rollouts);
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+      const m = await run.topology.jsm.streams.getMessage(names.streams.rollouts, { seq }).catch(() => null);
+      if (!m || m.subject !== names.subjects.rolloutsScored) continue;
+      const { rows } = decodeRolloutBatch(m.data);
+      assert.equal(rows.length, 4);
+      taskIds.add(rows[0]!.taskId);
+    }
+    assert.equal(taskIds.size, tasks, "every task id exactly once");
+    const ti = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
+    assert.equal(ti.num_pending + ti.num_ack_pending, 0, "no task left behind");
+    assert.equal((await run.topology.jsm.streams.info(names.streams.tasks)).state.messages, 0, "work queue drained");
+  } finally {
+    await run.close();
+  }
+});
