@@ -1,6 +1,6 @@
 // One optimizer step over packed micro-batches: gradients accumulate across micro-batches with the
 // loss normalised by the loss tokens of the whole step, then clip + AdamW.
-import type { PolicyModel } from "../../kernels/index.js";
+import type { LossSpec, PolicyModel } from "../../kernels/index.js";
 import { learningRate, type OptimizerConfig } from "../runtime/config.js";
 import { packSamples, type PackResult, type TrainSample } from "./packing.js";
 
@@ -27,9 +27,11 @@ export async function trainOnSamples(model: PolicyModel, packed: PackResult, los
   model.zeroGrad();
   const normalizer = Math.max(1, packed.lossTokens);
   let lossSum = 0, entropy = 0, kl = 0, masked = 0, lossTokens = 0;
-  const spec = loss.name === "sft"
-    ? { name: "sft" as const }
-    : { name: loss.name, maskLow: loss.maskLow, maskHigh: loss.maskHigh, clipEps: loss.clipEps, klCoef: loss.klCoef };
+  const spec: LossSpec = loss.name === "sft"
+    ? { name: "sft" }
+    : loss.name === "rl"
+      ? { name: "rl", maskLow: loss.maskLow, maskHigh: loss.maskHigh, klCoef: loss.klCoef }
+      : { name: "ppo_clip", eps: loss.clipEps, maskLow: loss.maskLow, maskHigh: loss.maskHigh, klCoef: loss.klCoef };
   for (const mb of packed.microBatches) {
     const s = await model.accumulate(mb, spec, normalizer);
     lossSum += s.loss;

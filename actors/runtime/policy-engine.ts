@@ -100,9 +100,8 @@ export class PolicyEngine {
         topK: args.topK,
         seed: batch[0]!.seed,
         seeds: batch.map((p) => p.seed),
-        eosTokenId: this.tokenizer.eosId,
-        stopTokenIds: this.tokenizer.stopTokenIds(),
-        stopSequences,
+        eosTokenId: this.tokenizer.stopTokenIds(),
+        stopSequences: stopSequences.length ? stopSequences : undefined,
       });
       results.forEach((r, i) => {
         const tokenIds = Array.from(r.tokens);

@@ -10,12 +10,12 @@ import { modelConfigOf } from "../../actors/runtime/model-factory.js";
 
 test("SIGKILL of inference mid-run and a restart lose no task and count none twice", async () => {
   const run = await startRun("crash", {
-    rl: { steps: 4, batchSize: 8, groupSize: 4, maxAsyncLevel: 10, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
+    rl: { steps: 40, batchSize: 8, groupSize: 4, maxAsyncLevel: 100, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 24 } },
     nats: { taskAckWaitMs: 2000 },
     actors: { inference: { replicas: 1, maxTasksInFlight: 2, threads: 1 }, reward: { replicas: 1, maxInFlight: 4 } },
   });
   try {
-    const tasks = 8; // 4 steps x 2 prompts
+    const tasks = 80; // 40 steps x 2 prompts
     const model = PolicyModel.create(modelConfigOf(run.config), { seed: 1, threads: 1 });
     await putWeights(run.topology.objects, 0, model.toSafetensors());
     model.dispose();
@@ -29,7 +29,7 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     run.launcher.start({ name: "orchestrator", replica: 0 });
     run.launcher.start({ name: "reward", replica: 0 });
     run.launcher.start({ name: "inference", replica: 0 });
-    await waitUntil("a first raw rollout group", async () => (await countOn(names.subjects.rolloutsRaw)) >= 1, 60_000, `${run.dir}/logs`);
+    await waitUntil("a few raw rollout groups", async () => (await countOn(names.subjects.rolloutsRaw)) >= 3, 60_000, `${run.dir}/logs`);
     const pid = run.launcher.pid("inference", 0)!;
     process.kill(pid, "SIGKILL");
     await new Promise((r) => setTimeout(r, 300));
@@ -52,6 +52,7 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     assert.equal(taskIds.size, tasks, "every task id exactly once");
     const ti = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
     assert.equal(ti.num_pending + ti.num_ack_pending, 0, "no task left behind");
+    assert.ok(ti.delivered.consumer_seq > tasks, `tasks held by the killed actor were redelivered (${ti.delivered.consumer_seq} deliveries for ${tasks} tasks)`);
     assert.equal((await run.topology.jsm.streams.info(names.streams.tasks)).state.messages, 0, "work queue drained");
   } finally {
     await run.close();

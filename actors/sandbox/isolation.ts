@@ -1,0 +1,185 @@
+// How one sandbox is made: the bubblewrap command line, the read-only runtime folder it mounts at
+// /.rs, and the host uid it runs under. The flags here are the isolation policy; probe.ts checks at
+// start that they actually hold on this machine.
+import { execFileSync } from "node:child_process";
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
+import { constants as fsConstants } from "node:fs";
+import { join } from "node:path";
+import { buildSeccompFilter } from "./seccomp.js";
+import { NODE_BOOT_JS, SUPERVISOR_PY } from "./supervisor-source.js";
+import type { ResolvedRuntimes } from "./runtimes.js";
+import type { SandboxSettings } from "./settings.js";
+
+/** Inside-sandbox uid/gid of the program (conventionally "nobody"; /etc/passwd calls it "sandbox"). */
+export const SANDBOX_UID = 65534;
+export const WORK_DIR = "/workspace";
+
+export interface IsolationFeatures {
+  /** seccomp deny-list loaded (bwrap --seccomp). */
+  seccomp: boolean;
+  /** Nested user namespaces refused inside the sandbox (bwrap --disable-userns). */
+  disableUserns: boolean;
+  /** Each live sandbox runs under its own unprivileged host uid (needs root); else the service's uid. */
+  perSandboxHostUid: boolean;
+}
+
+export function describeFeatures(f: IsolationFeatures, uidRange?: [number, number]): string[] {
+  return [
+    "namespaces: user, mount, pid (supervisor is pid 1), network (loopback only), ipc, uts, cgroup (when the kernel has it)",
+    "capabilities: none (--cap-drop ALL); no_new_privs; new session (no terminal injection)",
+    "filesystem: read-only /usr and minimal /etc; private size-capped tmpfs /workspace, /tmp, /dev/shm; root and /dev read-only",
+    f.seccomp ? "seccomp: deny-list on (ptrace, bpf, io_uring, keyrings, mount, namespaces, ...)" : "seccomp: OFF",
+    f.disableUserns ? "nested user namespaces: disabled" : "nested user namespaces: not disabled by bwrap" + (f.seccomp ? " (seccomp still refuses them)" : ""),
+    f.perSandboxHostUid && uidRange
+      ? `host uid: one unprivileged uid per live sandbox from ${uidRange[0]}..${uidRange[1] - 1} (RLIMIT_NPROC per sandbox, no cross-sandbox signals or files)`
+      : `host uid: the service's own unprivileged uid ${process.getuid?.() ?? "?"} (per-sandbox uids need root; RLIMIT_NPROC then counts the service's processes too)`,
+    "limits: RLIMIT_CPU/DATA/AS/FSIZE/NPROC/NOFILE/CORE per command; wall clock and output caps enforced by the supervisor, with a host backstop",
+  ];
+}
+
+/** Files every sandbox mounts read-only at /.rs, written once per service instance. */
+export class RuntimeFolder {
+  readonly dir: string;
+  readonly seccompPath: string | null;
+  private readonly base: string;
+
+  constructor(workRoot: string) {
+    mkdirSync(workRoot, { recursive: true, mode: 0o711 });
+    this.base = mkdtempSync(join(workRoot, "svc-"));
+    // Traversable, not listable: sandboxes run under other uids and must reach rt/ only.
+    chmodSync(this.base, 0o711);
+    this.dir = join(this.base, "rt");
+    mkdirSync(join(this.dir, "etc"), { recursive: true });
+    writeFileSync(join(this.dir, "supervisor.py"), SUPERVISOR_PY, { mode: 0o644 });
+    writeFileSync(join(this.dir, "boot.js"), NODE_BOOT_JS, { mode: 0o644 });
+    const etc = (name: string, text: string) => writeFileSync(join(this.dir, "etc", name), text, { mode: 0o644 });
+    etc("passwd", `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:${SANDBOX_UID}:${SANDBOX_UID}:sandbox:${WORK_DIR}:/bin/sh\n`);
+    etc("group", `root:x:0:\nsandbox:x:${SANDBOX_UID}:\n`);
+    etc("hosts", "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n");
+    etc("hostname", "sandbox\n");
+    etc("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
+    for (const d of [this.dir, join(this.dir, "etc")]) chmodSync(d, 0o755);
+    const filter = buildSeccompFilter();
+    // The filter stays root-only: bwrap gets it as an open fd, the sandbox never sees the file.
+    this.seccompPath = filter ? join(this.base, "seccomp.bpf") : null;
+    if (filter && this.seccompPath) writeFileSync(this.seccompPath, filter, { mode: 0o600 });
+  }
+
+  remove(): void {
+    rmSync(this.base, { recursive: true, force: true });
+  }
+}
+
+export function findBwrap(): string {
+  for (const p of ["/usr/bin/bwrap", "/usr/local/bin/bwrap", "/bin/bwrap"]) if (existsSync(p)) return p;
+  for (const dir of (process.env.PATH ?? "").split(":")) if (dir && existsSync(join(dir, "bwrap"))) return join(dir, "bwrap");
+  throw new Error("sandbox: bubblewrap (bwrap) is not installed; install it (Debian/Ubuntu: `apt-get install bubblewrap`, or run scripts/setup.sh)");
+}
+
+export function bwrapVersion(bwrap: string): string {
+  try {
+    return execFileSync(bwrap, ["--version"], { encoding: "utf8", timeout: 5000 }).trim();
+  } catch {
+    return "unknown";
+  }
+}
+
+/** Host folders bound in by open fd (so that bwrap, running unprivileged, needs no access to their parents). */
+export interface FdBind {
+  path: string;
+  fd: number;
+}
+
+export interface SandboxLayout {
+  bwrap: string;
+  runtime: RuntimeFolder;
+  runtimes: ResolvedRuntimes;
+  fdBinds: FdBind[];
+  features: IsolationFeatures;
+  settings: SandboxSettings;
+}
+
+/** First stdio slot after stdin/out/err and the two control channels (3: host->sandbox, 4: sandbox->host). */
+export const SECCOMP_FD = 5;
+export const FIRST_BIND_FD = 6;
+
+export function openFdBinds(paths: string[]): FdBind[] {
+  return [...new Set(paths)].map((path) => ({ path, fd: openSync(path, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY) }));
+}
+
+const MiB = 1024 * 1024;
+
+/** The bwrap argument vector for one sandbox whose supervisor prestarts `prestart` ("python"/"node"/""). */
+export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
+  const { features, settings, runtimes, runtime } = layout;
+  const iso = settings.isolation;
+  const a: string[] = [
+    "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+  ];
+  if (features.disableUserns) a.push("--disable-userns");
+  a.push(
+    "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
+    "--uid", String(SANDBOX_UID), "--gid", String(SANDBOX_UID), "--hostname", "sandbox",
+    "--clearenv",
+    "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
+    "--setenv", "HOME", WORK_DIR,
+    "--setenv", "TMPDIR", "/tmp",
+    "--setenv", "USER", "sandbox",
+    "--setenv", "LOGNAME", "sandbox",
+    "--setenv", "LANG", "C.UTF-8",
+    "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
+    "--ro-bind", "/usr", "/usr",
+  );
+  for (const top of ["/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]) {
+    let st;
+    try {
+      st = lstatSync(top);
+    } catch {
+      continue;
+    }
+    if (st.isSymbolicLink()) a.push("--symlink", readlinkSync(top), top);
+    else if (st.isDirectory()) a.push("--ro-bind", top, top);
+  }
+  // Only what the dynamic loader and libc need from /etc; passwd/group/hosts are our own stubs.
+  for (const f of ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"]) {
+    a.push("--ro-bind-try", f, f);
+  }
+  for (const f of ["passwd", "group", "hosts", "hostname", "nsswitch.conf"]) a.push("--ro-bind", join(runtime.dir, "etc", f), `/etc/${f}`);
+  a.push("--ro-bind", runtime.dir, "/.rs");
+  layout.fdBinds.forEach((b, i) => a.push("--ro-bind-fd", String(FIRST_BIND_FD + i), b.path));
+  a.push(
+    "--proc", "/proc",
+    "--dev", "/dev",
+    "--perms", "1777", "--size", String(iso.shmMb * MiB), "--tmpfs", "/dev/shm",
+    "--perms", "1777", "--size", String(iso.diskMb * MiB), "--tmpfs", "/tmp",
+    "--perms", "0700", "--size", String(iso.diskMb * MiB), "--tmpfs", WORK_DIR,
+    // bwrap's root and /dev are tmpfs without a size: read-only, so nothing can fill host memory there.
+    "--remount-ro", "/dev",
+    "--remount-ro", "/",
+    "--chdir", WORK_DIR,
+  );
+  if (features.seccomp) a.push("--seccomp", String(SECCOMP_FD));
+  a.push("--", runtimes.python.binary, "-I", "-S", "-B", "/.rs/supervisor.py", runtimes.node?.binary ?? "", prestart);
+  return a;
+}
+
+/** Hands out host uids so that no two live sandboxes share one (FIFO reuse maximises the gap). */
+export class HostUidPool {
+  private free: number[] = [];
+  private next: number;
+
+  constructor(private readonly base: number, private readonly count: number) {
+    this.next = base;
+  }
+
+  acquire(): number {
+    if (this.next < this.base + this.count) return this.next++;
+    const uid = this.free.shift();
+    if (uid === undefined) throw new Error(`sandbox: all ${this.count} host uids are in use (raise sandbox.isolation.hostUidCount)`);
+    return uid;
+  }
+
+  release(uid: number): void {
+    this.free.push(uid);
+  }
+}

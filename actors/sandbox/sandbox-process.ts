@@ -1,0 +1,343 @@
+// The host side of one sandbox: spawns bwrap under its own host uid, speaks the supervisor's framed
+// control protocol on fds 3/4, collects output with caps, and always has a backstop: if the
+// supervisor does not report in time, the whole sandbox is killed (bwrap --die-with-parent takes
+// the supervisor with it, and the kernel kills everything else in the pid namespace).
+import { spawn, type ChildProcess } from "node:child_process";
+import { closeSync, openSync } from "node:fs";
+import type { Readable, Writable } from "node:stream";
+import type { SandboxExecResult, SandboxLanguage } from "../../environments/api/sandbox.js";
+import { bwrapArgs, type HostUidPool, type SandboxLayout } from "./isolation.js";
+import type { EffectiveLimits, RlimitSpec } from "./limits.js";
+import { OutputCollector } from "./output-collector.js";
+import { encodeFrame, FrameReader } from "./control-frames.js";
+
+export type PrestartKind = "python" | "node" | "";
+
+export interface CommandSpec {
+  language: SandboxLanguage;
+  code: string;
+  stdin?: string;
+  files?: Record<string, string>;
+  limits: EffectiveLimits;
+  rlimits: RlimitSpec;
+  /** What the supervisor starts ahead for the next command (sessions); "" for nothing. */
+  next?: PrestartKind;
+}
+
+interface DoneFrame {
+  exitCode: number | null;
+  signal: string | null;
+  timedOut: boolean;
+  killed: boolean;
+  cpuMs: number;
+  wallMs: number;
+  nonce: string;
+  error: string;
+}
+
+function parseDone(f: Buffer[]): DoneFrame {
+  const s = (i: number) => f[i]?.toString("utf8") ?? "";
+  return {
+    exitCode: s(1) === "" ? null : Number(s(1)),
+    signal: s(2) || null,
+    timedOut: s(3) === "1",
+    killed: s(4) === "1",
+    cpuMs: Number(s(5)) || 0,
+    wallMs: Number(s(6)) || 0,
+    nonce: s(7),
+    error: s(8),
+  };
+}
+
+interface RunningCommand {
+  spec: CommandSpec;
+  out: OutputCollector;
+  err: OutputCollector;
+  frame: DoneFrame | null;
+  marker: Buffer | null;
+  killRequested: "output" | null;
+  backstop: NodeJS.Timeout;
+  backstopFired: boolean;
+  resolve: (r: SandboxExecResult) => void;
+  reject: (e: Error) => void;
+}
+
+/** Thrown when a sandbox cannot run a command at all (it died, or failed to start). */
+export class SandboxFailure extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "SandboxFailure";
+  }
+}
+
+// Marker = "\0rs-end:" + 24 hex chars + "\0".
+const MARKER_LEN = 1 + 7 + 24 + 1;
+/** How long after its wall limit a command may take to be reported before the host kills the sandbox. */
+const BACKSTOP_GRACE_MS = 3000;
+const START_TIMEOUT_MS = 30_000;
+
+const OOM_PATTERN = /MemoryError|JavaScript heap out of memory|Array buffer allocation failed|Fatal process out of memory|std::bad_alloc|Cannot allocate memory|out of memory/i;
+
+let nextId = 1;
+
+export class SandboxProcess {
+  readonly id = nextId++;
+  readonly kind: PrestartKind;
+  readonly hostUid: number | undefined;
+  /** Milliseconds from spawn to the supervisor's "ready". */
+  startMs = 0;
+  commands = 0;
+  private state: "starting" | "idle" | "busy" | "dead" = "starting";
+  private readonly child: ChildProcess;
+  private readonly ctlIn: Writable;
+  private readonly frames = new FrameReader();
+  private current: RunningCommand | null = null;
+  private earlyStderr = "";
+  private readyWaiter: { resolve: () => void; reject: (e: Error) => void } | null = null;
+  readonly exited: Promise<void>;
+  private onExitHooks: Array<() => void> = [];
+
+  private constructor(layout: SandboxLayout, kind: PrestartKind, private readonly uidPool: HostUidPool | null) {
+    this.kind = kind;
+    const t0 = performance.now();
+    this.hostUid = layout.features.perSandboxHostUid && uidPool ? uidPool.acquire() : undefined;
+    let seccompFd: number | null = null;
+    try {
+      if (layout.features.seccomp && layout.runtime.seccompPath) seccompFd = openSync(layout.runtime.seccompPath, "r");
+      this.child = spawn(layout.bwrap, bwrapArgs(layout, kind), {
+        stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore", ...layout.fdBinds.map((b) => b.fd)],
+        uid: this.hostUid,
+        gid: this.hostUid,
+        detached: true,
+        env: {},
+      });
+    } catch (e) {
+      if (this.hostUid !== undefined) uidPool?.release(this.hostUid);
+      throw new SandboxFailure(`could not spawn bwrap: ${(e as Error).message}`);
+    } finally {
+      if (seccompFd !== null) closeSync(seccompFd);
+    }
+    this.ctlIn = this.child.stdio[3] as Writable;
+    const ctlOut = this.child.stdio[4] as Readable;
+    this.ctlIn.on("error", () => undefined);
+    ctlOut.on("data", (d: Buffer) => this.onControlData(d));
+    this.child.stdout!.on("data", (d: Buffer) => this.onOutput(d, "out"));
+    this.child.stderr!.on("data", (d: Buffer) => this.onOutput(d, "err"));
+    this.exited = new Promise<void>((resolve) => {
+      let done = false;
+      const finish = (why: string) => {
+        if (done) return;
+        done = true;
+        this.onDeath(why);
+        resolve();
+      };
+      // "close" (not "exit"): by then every byte the sandbox wrote has been read.
+      this.child.once("close", (code, signal) => finish(signal ? `killed by ${signal}` : `exited with code ${code}`));
+      this.child.once("exit", () => this.releaseUid());
+      this.child.once("error", (e) => finish(`spawn error: ${e.message}`));
+    });
+    this.readyPromise = new Promise<void>((resolve, reject) => {
+      this.readyWaiter = {
+        resolve: () => {
+          this.startMs = performance.now() - t0;
+          resolve();
+        },
+        reject,
+      };
+    });
+    this.readyPromise.catch(() => undefined);
+  }
+
+  private readonly readyPromise: Promise<void>;
+
+  /** Starts a sandbox and resolves once its supervisor (and prestarted interpreter) is waiting. */
+  static async start(layout: SandboxLayout, kind: PrestartKind, uidPool: HostUidPool | null): Promise<SandboxProcess> {
+    const sp = new SandboxProcess(layout, kind, uidPool);
+    const timer = setTimeout(() => sp.kill(), START_TIMEOUT_MS);
+    try {
+      await sp.readyPromise;
+    } finally {
+      clearTimeout(timer);
+    }
+    sp.state = "idle";
+    return sp;
+  }
+
+  get alive(): boolean {
+    return this.state !== "dead";
+  }
+
+  get idle(): boolean {
+    return this.state === "idle";
+  }
+
+  get pid(): number | undefined {
+    return this.child.pid;
+  }
+
+  onExit(fn: () => void): void {
+    if (this.state === "dead") fn();
+    else this.onExitHooks.push(fn);
+  }
+
+  /** Kills the whole sandbox. Safe to call at any time, any number of times. */
+  kill(): void {
+    const pid = this.child.pid;
+    if (pid === undefined || this.child.exitCode !== null || this.child.signalCode !== null) return;
+    try {
+      process.kill(-pid, "SIGKILL");
+    } catch {
+      try {
+        this.child.kill("SIGKILL");
+      } catch {
+        /* already gone */
+      }
+    }
+  }
+
+  /** Runs one command; resolves with its result (timeouts, kills and caps are results, not errors). */
+  run(spec: CommandSpec): Promise<SandboxExecResult> {
+    if (this.state !== "idle") return Promise.reject(new SandboxFailure(`sandbox ${this.id} is ${this.state}, cannot run a command`));
+    this.state = "busy";
+    this.commands++;
+    return new Promise<SandboxExecResult>((resolve, reject) => {
+      const cap = spec.limits.maxOutputBytes;
+      const cmd: RunningCommand = {
+        spec,
+        out: new OutputCollector(cap, MARKER_LEN),
+        err: new OutputCollector(cap, MARKER_LEN),
+        frame: null,
+        marker: null,
+        killRequested: null,
+        backstopFired: false,
+        backstop: setTimeout(() => {
+          cmd.backstopFired = true;
+          this.kill();
+        }, spec.limits.wallMs + BACKSTOP_GRACE_MS),
+        resolve,
+        reject,
+      };
+      this.current = cmd;
+      const rl = Object.entries(spec.rlimits)
+        .map(([k, v]) => `${k}=${Array.isArray(v) ? `${v[0]}:${v[1]}` : v}`)
+        .join(" ");
+      const files = Object.entries(spec.files ?? {}).flat();
+      this.ctlIn.write(encodeFrame(["run", spec.language, spec.code, spec.stdin ?? "", spec.limits.wallMs, rl, spec.next ?? "", ...files]));
+    });
+  }
+
+  private onControlData(d: Buffer): void {
+    let frames: Buffer[][];
+    try {
+      frames = this.frames.push(d);
+    } catch {
+      this.kill();
+      return;
+    }
+    for (const f of frames) this.onFrame(f);
+  }
+
+  private onFrame(fields: Buffer[]): void {
+    const kind = fields[0]?.toString("utf8");
+    if (kind === "ready") {
+      this.readyWaiter?.resolve();
+      this.readyWaiter = null;
+    } else if (kind === "done" && this.current) {
+      const f = parseDone(fields);
+      this.current.frame = f;
+      this.current.marker = f.nonce ? Buffer.from(`\0rs-end:${f.nonce}\0`, "utf8") : null;
+      this.tryFinish();
+    }
+  }
+
+  private onOutput(d: Buffer, which: "out" | "err"): void {
+    const cmd = this.current;
+    if (!cmd) {
+      // Outside a command only the supervisor itself writes (bwrap or supervisor errors): keep it for the error message.
+      if (which === "err") this.earlyStderr = (this.earlyStderr + d.toString("utf8")).slice(-4000);
+      return;
+    }
+    const col = which === "out" ? cmd.out : cmd.err;
+    col.push(d);
+    if (col.overflowing && !cmd.killRequested && !cmd.frame) {
+      cmd.killRequested = "output";
+      this.ctlIn.write(encodeFrame(["kill"]));
+    }
+    if (cmd.frame) this.tryFinish();
+  }
+
+  private tryFinish(): void {
+    const cmd = this.current;
+    if (!cmd || !cmd.frame) return;
+    if (cmd.marker && !(cmd.out.endsWith(cmd.marker) && cmd.err.endsWith(cmd.marker))) return;
+    this.finishCommand(cmd);
+  }
+
+  private finishCommand(cmd: RunningCommand, died?: string): void {
+    clearTimeout(cmd.backstop);
+    this.current = null;
+    const f = cmd.frame;
+    if (f?.error) {
+      // The supervisor refused before running anything (e.g. a file could not be written): a result, not a crash.
+      if (this.state !== "dead") this.state = "idle";
+      cmd.resolve({ stdout: "", stderr: `rollstream sandbox: ${f.error}\n`, exitCode: 126, signal: null, timedOut: false, outOfMemory: false, outputTruncated: false, wallMs: 0, cpuMs: 0 });
+      return;
+    }
+    const out = cmd.out.finish(cmd.marker);
+    const err = cmd.err.finish(cmd.marker);
+    let stderr = err.text;
+    const signal = f ? (f.signal ?? null) : "SIGKILL";
+    const exitCode = f ? (f.exitCode ?? null) : null;
+    const cpuMs = f?.cpuMs ?? 0;
+    const timedOut =
+      cmd.backstopFired ||
+      !!f?.timedOut ||
+      signal === "SIGXCPU" ||
+      (signal === "SIGKILL" && !f?.killed && cpuMs >= cmd.spec.limits.cpuMs);
+    if (died && !f) stderr += `${stderr && !stderr.endsWith("\n") ? "\n" : ""}[rollstream sandbox: the sandbox was killed (${died})]\n`;
+    const outputTruncated = out.truncated || err.truncated || cmd.killRequested === "output";
+    const tail = stderr.length > 4096 ? stderr.slice(-4096) : stderr;
+    const outOfMemory =
+      !timedOut && !outputTruncated && (exitCode !== 0 && OOM_PATTERN.test(tail) || (signal === "SIGKILL" && !f?.killed && !!f));
+    if (this.state !== "dead") this.state = "idle";
+    cmd.resolve({
+      stdout: out.text,
+      stderr,
+      exitCode,
+      signal,
+      timedOut,
+      outOfMemory,
+      outputTruncated,
+      wallMs: Math.round((f?.wallMs ?? cmd.spec.limits.wallMs) * 1000) / 1000,
+      cpuMs: Math.round(cpuMs * 1000) / 1000,
+    });
+  }
+
+  private uidReleased = false;
+
+  private releaseUid(): void {
+    if (this.uidReleased) return;
+    this.uidReleased = true;
+    if (this.hostUid !== undefined) this.uidPool?.release(this.hostUid);
+  }
+
+  private onDeath(why: string): void {
+    this.state = "dead";
+    this.releaseUid();
+    if (this.readyWaiter) {
+      const detail = this.earlyStderr.trim();
+      this.readyWaiter.reject(new SandboxFailure(`sandbox failed to start (${why})${detail ? `: ${detail}` : ""}`));
+      this.readyWaiter = null;
+    }
+    const cmd = this.current;
+    if (cmd) {
+      if (cmd.backstopFired || cmd.frame) this.finishCommand(cmd, why);
+      else {
+        clearTimeout(cmd.backstop);
+        this.current = null;
+        cmd.reject(new SandboxFailure(`the sandbox died during the command (${why})`));
+      }
+    }
+    for (const fn of this.onExitHooks.splice(0)) fn();
+  }
+}

@@ -1,0 +1,182 @@
+// `rollstream eval <env[@range]>`: rollouts of an environment with our checkpoint or an OpenAI-compatible
+// endpoint; prints reward, each rubric function and metric, pass@k, stop reasons, errors and timing; saves
+// results.jsonl + metadata.json as it goes, so the same command resumes after an interruption.
+import { basename, join, resolve } from "node:path";
+import { InvalidArgumentError, type Command } from "commander";
+import cliProgress from "cli-progress";
+import type { CodeSandbox, ModelClient, SamplingArgs, TokenizerLike } from "../../environments/api/index.js";
+import { OpenAICompletionsClient } from "../../environments/clients/openai.js";
+import { formatSummary, runEval } from "../../environments/eval/index.js";
+import { resolveEnvironment } from "../../environments/registry.js";
+
+export interface EvalCommandDeps {
+  /** A client over one of our checkpoints (supplied by the CLI wiring: it needs the kernels). */
+  makeCheckpointClient(path: string, opts: { threads?: number; seed?: number }): Promise<ModelClient>;
+  /** Tokenizer for --base-url endpoints, from --tokenizer ("byte" or "hf:<path>"). Default: kernels/tokenizer.ts. */
+  loadTokenizer?(spec: string): TokenizerLike | Promise<TokenizerLike>;
+  /** A sandbox for code environments. Default: the NATS sandbox service at --nats / NATS_URL, when given. */
+  makeSandbox?(natsUrl: string): Promise<{ sandbox: CodeSandbox; close(): Promise<void> }>;
+}
+
+interface EvalFlags {
+  numExamples: number;
+  rollouts: number;
+  concurrency: number;
+  envArgs: Record<string, unknown>;
+  split: "train" | "eval";
+  temperature: number;
+  topP: number;
+  topK: number;
+  maxTokens: number;
+  stop?: string[];
+  checkpoint?: string;
+  baseUrl?: string;
+  model?: string;
+  apiKey?: string;
+  tokenizer: string;
+  threads?: number;
+  seed?: number;
+  nats?: string;
+  out?: string;
+  overwrite?: boolean;
+  passThreshold: number;
+  json?: boolean;
+  progress: boolean;
+}
+
+const int = (min: number) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`expected an integer >= ${min}, got "${v}"`);
+  return n;
+};
+const num = (min: number, max = Number.POSITIVE_INFINITY) => (v: string) => {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < min || n > max) throw new InvalidArgumentError(`expected a number in [${min}, ${max}], got "${v}"`);
+  return n;
+};
+const jsonObject = (v: string) => {
+  try {
+    const o: unknown = JSON.parse(v);
+    if (o && typeof o === "object" && !Array.isArray(o)) return o as Record<string, unknown>;
+  } catch {
+    // fall through
+  }
+  throw new InvalidArgumentError(`expected a JSON object, got ${v}`);
+};
+const collect = (v: string, prev: string[] = []) => [...prev, v];
+
+export function registerEvalCommand(program: Command, deps: EvalCommandDeps): void {
+  program
+    .command("eval <env>")
+    .description("evaluate a model on an environment (name or name@version-range); resumes an interrupted run")
+    .option("-n, --num-examples <n>", "examples (first n rows of the split)", int(1), 20)
+    .option("-r, --rollouts <r>", "rollouts per example (pass@k up to r)", int(1), 4)
+    .option("-c, --concurrency <c>", "rollouts in flight", int(1), 8)
+    .option("-a, --env-args <json>", "environment args as a JSON object", jsonObject, {})
+    .option("--split <split>", "dataset split: eval or train", (v: string) => {
+      if (v !== "eval" && v !== "train") throw new InvalidArgumentError(`expected eval or train, got "${v}"`);
+      return v;
+    }, "eval")
+    .option("--temperature <t>", "sampling temperature", num(0), 1)
+    .option("--top-p <p>", "nucleus sampling mass", num(Number.MIN_VALUE, 1), 1)
+    .option("--top-k <k>", "top-k (0 = off)", int(0), 0)
+    .option("--max-tokens <n>", "new tokens per model turn", int(1), 256)
+    .option("--stop <s>", "stop string (repeatable)", collect)
+    .option("--checkpoint <path>", "our model: an HF folder (config.json + model.safetensors) or a run checkpoint")
+    .option("--base-url <url>", "an OpenAI-compatible server (/v1/completions)")
+    .option("--model <name>", "model name for --base-url")
+    .option("--api-key <key>", "API key for --base-url (default: OPENAI_API_KEY)")
+    .option("--tokenizer <spec>", "tokenizer of the --base-url model: byte or hf:<path>", "byte")
+    .option("--threads <n>", "CPU threads for --checkpoint", int(1))
+    .option("--seed <n>", "sampling seed for --checkpoint", int(0))
+    .option("--nats <url>", "NATS server with the sandbox service, for code environments (default: NATS_URL)")
+    .option("-o, --out <dir>", "output folder (default: evals/<env>@<version>/<model>)")
+    .option("--overwrite", "start over instead of resuming")
+    .option("--pass-threshold <x>", "a sample passes (pass@k) when reward >= x", num(Number.NEGATIVE_INFINITY), 1)
+    .option("--json", "print the summary as JSON")
+    .option("--no-progress", "no progress bar")
+    .action(async (spec: string, flags: EvalFlags) => {
+      await evalAction(spec, flags, deps);
+    });
+}
+
+async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps): Promise<void> {
+  if (!!flags.checkpoint === !!flags.baseUrl) throw new Error("give exactly one of --checkpoint <path> or --base-url <url>");
+  if (flags.baseUrl && !flags.model) throw new Error("--base-url needs --model <name>");
+  const env = await resolveEnvironment(spec, flags.envArgs);
+  const sampling: SamplingArgs = {
+    temperature: flags.temperature, topP: flags.topP, topK: flags.topK, maxTokens: flags.maxTokens,
+    ...(flags.stop?.length ? { stop: flags.stop } : {}),
+  };
+
+  let model: ModelClient;
+  let modelTag: string;
+  if (flags.checkpoint) {
+    model = await deps.makeCheckpointClient(flags.checkpoint, { threads: flags.threads, seed: flags.seed });
+    modelTag = basename(resolve(flags.checkpoint));
+  } else {
+    const tokenizer = await (deps.loadTokenizer ?? defaultTokenizer)(flags.tokenizer);
+    model = new OpenAICompletionsClient({ baseUrl: flags.baseUrl!, model: flags.model!, tokenizer, apiKey: flags.apiKey ?? process.env["OPENAI_API_KEY"] });
+    modelTag = flags.model!;
+  }
+
+  const natsUrl = flags.nats ?? process.env["NATS_URL"];
+  const sandbox = natsUrl ? await (deps.makeSandbox ?? natsSandbox)(natsUrl) : undefined;
+  const outDir = flags.out ?? join("evals", `${env.name}@${env.version}`, modelTag.replace(/[^\w.@-]+/g, "_"));
+
+  const ac = new AbortController();
+  const onSigint = () => {
+    if (ac.signal.aborted) process.exit(130);
+    process.stderr.write("\ninterrupted: finishing writes (Ctrl-C again to quit now)\n");
+    ac.abort(new Error("interrupted"));
+  };
+  process.on("SIGINT", onSigint);
+  const bar = flags.progress && process.stderr.isTTY
+    ? new cliProgress.SingleBar({ format: "eval [{bar}] {value}/{total} rollouts | reward {reward} | {eta_formatted} left", hideCursor: true, stream: process.stderr }, cliProgress.Presets.shades_classic)
+    : null;
+  let started = false;
+  try {
+    const report = await runEval({
+      env, model, sampling, outDir,
+      n: flags.numExamples, rollouts: flags.rollouts, concurrency: flags.concurrency,
+      split: flags.split, sandbox: sandbox?.sandbox, signal: ac.signal,
+      passThreshold: flags.passThreshold, overwrite: flags.overwrite,
+      info: { model: flags.checkpoint ? { checkpoint: resolve(flags.checkpoint) } : { baseUrl: flags.baseUrl, model: flags.model }, envArgs: flags.envArgs, argv: process.argv.slice(2) },
+      onProgress: (p) => {
+        if (!bar) return;
+        if (!started) {
+          bar.start(p.total, p.done, { reward: "-" });
+          started = true;
+        }
+        bar.update(p.done, { reward: p.scored ? p.rewardMean.toFixed(3) : "-" });
+      },
+    });
+    bar?.stop();
+    if (flags.json) process.stdout.write(JSON.stringify(report.summary, null, 2) + "\n");
+    else process.stdout.write(formatSummary(report.summary) + "\n");
+    if (report.resumed) process.stderr.write(`resumed ${report.resumed} finished rollouts from ${outDir}\n`);
+    process.stderr.write(`results: ${join(outDir, "results.jsonl")}\n`);
+    if (report.interrupted) {
+      process.stderr.write("interrupted: run the same command again to resume\n");
+      process.exitCode = 130;
+    }
+  } finally {
+    bar?.stop();
+    process.off("SIGINT", onSigint);
+    await sandbox?.close();
+  }
+}
+
+async function defaultTokenizer(spec: string): Promise<TokenizerLike> {
+  const { loadTokenizer } = await import("../../kernels/tokenizer.js");
+  if (spec === "byte") return loadTokenizer({ kind: "byte" });
+  if (spec.startsWith("hf:")) return loadTokenizer({ kind: "hf", path: spec.slice(3) });
+  throw new Error(`--tokenizer must be "byte" or "hf:<path>", got "${spec}"`);
+}
+
+async function natsSandbox(url: string): Promise<{ sandbox: CodeSandbox; close(): Promise<void> }> {
+  const { connect } = await import("@nats-io/transport-node");
+  const { NatsSandboxClient } = await import("../../streams/sandbox-client.js");
+  const nc = await connect({ servers: url });
+  return { sandbox: new NatsSandboxClient(nc), close: () => nc.drain() };
+}
