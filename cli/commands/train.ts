@@ -27,7 +27,8 @@ export interface TrainOptions {
   metricsPort?: string;
 }
 
-const binPath = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "bin", "rollstream.js");
+// Children run the same compiled CLI as this process (dist/ or a dist-* build).
+const binPath = resolve(dirname(fileURLToPath(import.meta.url)), "..", "main.js");
 
 export function actorPlan(config: RunConfig): ActorSpec[] {
   const specs: ActorSpec[] = [
@@ -89,6 +90,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   const evals: { sft?: HeldOutResult; rl?: HeldOutResult } = (await state.getJson(StateKeys.evalPrefix + "all")) ?? {};
 
   const cleanup = async (launcher?: ActorLauncher, progress?: RunProgress) => {
+    stopping = true;
     progress?.stop();
     await launcher?.stopAll();
     await nc.drain().catch(() => undefined);
@@ -104,6 +106,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
 
   const progress = new RunProgress(nc, topology.jsm, topology.names, join(runDir, "metrics.jsonl"), config.rl.steps);
   let fatal: string | null = null;
+  let stopping = false;
   const launcher = new ActorLauncher({
     binPath,
     configPath: resolve(configPath),
@@ -111,7 +114,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     logDir: join(runDir, "logs"),
     metricsPortBase: Number(opts.metricsPort ?? config.actors.metricsPort),
     onExit: (spec, code, signal, willRestart) => {
-      if (code === 0 && !signal) return;
+      if ((code === 0 && !signal) || stopping) return;
       progress.say(`actor ${spec.name}-${spec.replica} exited (code ${code}, signal ${signal})${willRestart ? "; restarting" : ""} — see ${join(runDir, "logs", `${spec.name}-${spec.replica}.log`)}`);
       if (!willRestart && code !== 130) fatal = `${spec.name} failed`;
     },

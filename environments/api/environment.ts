@@ -1,0 +1,68 @@
+import { validatedDataset, type Dataset, type DatasetRow, type DatasetSplit } from "./dataset.js";
+import type { RolloutContext, RolloutResult } from "./rollout.js";
+import type { Rubric } from "./rubric.js";
+import type { CodeSandbox } from "./sandbox.js";
+import type { ScoreResult } from "./score.js";
+import { singleTurnRollout } from "./single-turn.js";
+
+export interface Environment {
+  /** From the module's package.json. */
+  readonly name: string;
+  readonly version: string;
+  dataset(split: DatasetSplit): Dataset;
+  rollout(ctx: RolloutContext, row: DatasetRow): Promise<RolloutResult>;
+  /** The rubric, including group-level reward functions. */
+  scoreGroup(rollouts: RolloutResult[], row: DatasetRow, ctx: { sandbox?: CodeSandbox }): Promise<ScoreResult[]>;
+  /** A gold assistant reply (worked solution) for the SFT stage, when the env can make one. */
+  sftTarget?(row: DatasetRow): string;
+}
+
+/** A module's single entry point. */
+export type LoadEnvironment = (args: Record<string, unknown>) => Environment | Promise<Environment>;
+
+/** How rollouts and run metadata name an environment: "name@version". */
+export function envId(env: Pick<Environment, "name" | "version">): string {
+  return `${env.name}@${env.version}`;
+}
+
+export interface EnvironmentDefinition {
+  name: string;
+  version: string;
+  dataset(split: DatasetSplit): Dataset;
+  rubric: Rubric;
+  /** Default: singleTurnRollout. */
+  rollout?(ctx: RolloutContext, row: DatasetRow): Promise<RolloutResult>;
+  sftTarget?(row: DatasetRow): string;
+}
+
+/**
+ * Assembles an Environment from its parts. Dataset rows are validated on access, so a bad row is
+ * reported with the environment's name@version, split and index.
+ */
+export function createEnvironment(def: EnvironmentDefinition): Environment {
+  if (!def.name) throw new Error("createEnvironment: name is required");
+  if (!def.version) throw new Error(`createEnvironment: environment "${def.name}" has no version`);
+  const id = envId(def);
+  const datasets = new Map<DatasetSplit, Dataset>();
+  const rollout = def.rollout ?? ((ctx: RolloutContext, row: DatasetRow) => singleTurnRollout(ctx, row));
+  const env: Environment = {
+    name: def.name,
+    version: def.version,
+    dataset(split: DatasetSplit): Dataset {
+      if (split !== "train" && split !== "eval") throw new Error(`environment ${id}: unknown split "${String(split)}" (train or eval)`);
+      let d = datasets.get(split);
+      if (!d) {
+        d = validatedDataset(id, split, def.dataset(split));
+        datasets.set(split, d);
+      }
+      return d;
+    },
+    rollout: (ctx, row) => rollout(ctx, row),
+    scoreGroup: (rollouts, row, ctx) => def.rubric.scoreGroup(rollouts, row, ctx),
+  };
+  if (def.sftTarget) {
+    const sft = def.sftTarget;
+    env.sftTarget = (row) => sft(row);
+  }
+  return env;
+}

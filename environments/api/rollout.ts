@@ -1,0 +1,42 @@
+import type { DatasetRow } from "./dataset.js";
+import type { ChatMessage } from "./messages.js";
+import type { ModelClient, SamplingArgs } from "./model.js";
+import type { CodeSandbox } from "./sandbox.js";
+
+export interface RolloutContext {
+  model: ModelClient;
+  sandbox?: CodeSandbox;
+  sampling: SamplingArgs;
+  /** Aborted by the runtime (shutdown, cancelled task): the rollout rejects. */
+  signal?: AbortSignal;
+}
+
+export interface RolloutResult {
+  /** The tokenized initial prompt (chat template with the generation prompt). */
+  promptIds: number[];
+  /** Everything after the prompt: model turns AND env/tool responses, one sequence. */
+  completionIds: number[];
+  /** 1 = token sampled by the model (trained on); 0 = env/tool/template tokens. */
+  completionMask: number[];
+  /** Per completion token; 0 where mask = 0. */
+  samplerLogprobs: number[];
+  /** Full transcript including the prompt (may end with a final env message the model never saw). */
+  messages: ChatMessage[];
+  numTurns: number;
+  stopReason: string;
+  isTruncated: boolean;
+  policyVersionMin: number;
+  policyVersionMax: number;
+  /** Environment state; numeric entries of state.metrics become rubric metrics, state.errors score errors. */
+  state: Record<string, unknown>;
+  timings: { generateMs: number; envMs: number };
+}
+
+/**
+ * The messages after the prompt (model turns and env responses). A rollout that adds messages to the row's
+ * prompt (e.g. tool instructions) records the real prompt length in state.promptLength.
+ */
+export function completionMessages(r: RolloutResult, row: DatasetRow): ChatMessage[] {
+  const n = typeof r.state["promptLength"] === "number" ? (r.state["promptLength"] as number) : row.prompt.length;
+  return r.messages.slice(n);
+}

@@ -1,0 +1,29 @@
+// What the addon's files share: the per-environment data and the functions behind the JS methods.
+#pragma once
+#include <napi.h>
+
+#include "backend.h"
+
+struct AddonData {
+  Napi::FunctionReference backend_ctor;
+  Napi::FunctionReference model_ctor;
+};
+
+// Stand-alone layer kernels (kernels_api.cc), all synchronous except sgemmAsync. Names match the JS methods.
+#define RS_KERNEL_METHODS(X)                                                                                      \
+  X(embeddingFwd) X(embeddingBwd) X(rmsnormFwd) X(rmsnormBwd) X(residualRmsnormFwd) X(residualRmsnormBwd)        \
+  X(sgemm) X(sgemmAsync) X(matmulFwd) X(matmulBwd) X(ropeFwd) X(ropeBwd) X(attentionFwd) X(attentionBwd)          \
+  X(swigluFwd) X(swigluBwd) X(lossFwdBwd) X(gradNorm) X(adamw)
+
+#define RS_DECLARE_KERNEL(name) Napi::Value kernel_##name(Backend* be, const Napi::CallbackInfo& info);
+RS_KERNEL_METHODS(RS_DECLARE_KERNEL)
+#undef RS_DECLARE_KERNEL
+
+// model_api.cc: the JS class wrapping rs_model*, and its factory.
+Napi::Function define_model_class(Napi::Env env);
+Napi::Value create_model(Backend* be, const Napi::CallbackInfo& info);
+
+// Reads the C loss spec from a JS object {kind, maskLow, maskHigh, clipEps, clipEpsHigh, klCoef, normalizer}.
+class Args;
+rs_loss_spec read_loss_spec(const Args& a, Napi::Object o);
+Napi::Object loss_stats_object(Napi::Env env, const rs_loss_stats& s);

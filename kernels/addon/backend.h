@@ -1,0 +1,28 @@
+// A kernels backend (librollstream_cpu.so, later librollstream_cuda.so) opened with dlopen() and its C ABI
+// resolved with dlsym() into a function table. The addon never links the math.
+#pragma once
+#include <string>
+
+#include "../kernels.h"
+
+#define RS_BACKEND_FUNCS(X)                                                                                            \
+  X(rs_abi_version) X(rs_backend_info) X(rs_device_count) X(rs_set_num_threads) X(rs_set_blas_mode) X(rs_set_simd_level)  \
+  X(rs_embedding_fwd) X(rs_embedding_bwd) X(rs_rmsnorm_fwd) X(rs_rmsnorm_bwd) X(rs_residual_rmsnorm_fwd)             \
+  X(rs_residual_rmsnorm_bwd) X(rs_sgemm) X(rs_matmul_fwd) X(rs_matmul_bwd) X(rs_rope_fwd) X(rs_rope_bwd)             \
+  X(rs_attention_fwd) X(rs_attention_bwd) X(rs_swiglu_fwd) X(rs_swiglu_bwd) X(rs_loss_fwd_bwd) X(rs_grad_norm)      \
+  X(rs_adamw) X(rs_model_create) X(rs_model_free) X(rs_model_num_params) X(rs_model_num_tensors)                    \
+  X(rs_model_tensor_info) X(rs_model_threads) X(rs_model_params) X(rs_model_grads) X(rs_model_adam_m)                \
+  X(rs_model_adam_v) X(rs_model_step_count) X(rs_model_set_step_count) X(rs_model_forward)                           \
+  X(rs_model_train_micro) X(rs_model_step) X(rs_model_zero_grad) X(rs_model_generate)
+
+struct Backend {
+  void* handle = nullptr;
+  std::string path;
+#define RS_DECLARE_FN(name) decltype(&::name) name = nullptr;
+  RS_BACKEND_FUNCS(RS_DECLARE_FN)
+#undef RS_DECLARE_FN
+};
+
+// Opens (once per path, kept for the life of the process) and checks the ABI version. Throws std::runtime_error
+// naming the path and the missing piece.
+Backend* open_backend(const std::string& path);

@@ -1,0 +1,48 @@
+#include "common.h"
+
+namespace rs {
+
+int32_t fail(rs_error* err, int32_t code, const char* fmt, ...) {
+  if (err) {
+    err->code = code;
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+int default_threads() { return omp_get_num_procs() > 0 ? omp_get_num_procs() : 1; }
+
+// Per calling thread: the N-API addon calls stand-alone kernels from libuv worker threads, each of which
+// sets its own count before the call.
+static thread_local int tl_threads = 0;
+int current_threads() { return tl_threads > 0 ? tl_threads : default_threads(); }
+void set_current_threads(int n) { tl_threads = n > 0 ? n : 0; }
+
+void segment_bounds(const int32_t* seg_starts, int32_t S, int32_t T, int32_t* begin, int32_t* end) {
+  for (int32_t s = 0; s < S; s++) {
+    int32_t b = seg_starts[s], e = s + 1 < S ? seg_starts[s + 1] : T;
+    for (int32_t t = b; t < e; t++) {
+      begin[t] = b;
+      end[t] = e;
+    }
+  }
+}
+
+int32_t check_segments(const int32_t* seg_starts, int32_t S, int32_t T, rs_error* err) {
+  if (!seg_starts || S < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: need at least one (got %d)", S);
+  if (S > T) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: %d segments for %d tokens", S, T);
+  if (seg_starts[0] != 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: the first must be 0 (got %d)", seg_starts[0]);
+  for (int32_t s = 1; s < S; s++) {
+    if (seg_starts[s] <= seg_starts[s - 1])
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: must be strictly increasing (index %d: %d after %d)", s,
+                  seg_starts[s], seg_starts[s - 1]);
+    if (seg_starts[s] >= T)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: index %d = %d is not below the token count %d", s, seg_starts[s], T);
+  }
+  return RS_OK;
+}
+
+}  // namespace rs

@@ -1,0 +1,250 @@
+// Model lifecycle: config checks, the flat parameter layout (see kernels.h), deterministic init, accessors.
+#include "model.h"
+
+#include <algorithm>
+#include <string>
+
+namespace rs {
+
+namespace {
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// N(0, 1) keyed by (seed, index): Box-Muller on two hashed uniforms, so init order and threads do not matter.
+float normal_at(uint64_t seed, uint64_t i) {
+  const uint64_t a = splitmix64(seed ^ splitmix64(2 * i + 1)), b = splitmix64(seed ^ splitmix64(2 * i + 2));
+  const double u1 = ((a >> 11) + 1.0) * (1.0 / 9007199254740993.0);  // (0, 1]
+  const double u2 = (b >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2));
+}
+
+int32_t check_config(const rs_model_config* c, rs_error* err) {
+  if (!c) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: null");
+  struct {
+    const char* name;
+    int32_t v;
+  } pos[] = {{"vocabSize", c->vocab_size}, {"hiddenSize", c->hidden_size}, {"intermediateSize", c->intermediate_size},
+             {"numLayers", c->num_layers}, {"numHeads", c->num_heads}, {"numKvHeads", c->num_kv_heads},
+             {"maxPositionEmbeddings", c->max_position_embeddings}};
+  for (auto& p : pos)
+    if (p.v < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: %s must be a positive integer (got %d)", p.name, p.v);
+  if (c->hidden_size % c->num_heads)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: hiddenSize %d is not divisible by numHeads %d", c->hidden_size, c->num_heads);
+  if ((c->hidden_size / c->num_heads) % 2)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: head dim %d/%d = %d must be even for RoPE", c->hidden_size, c->num_heads,
+                c->hidden_size / c->num_heads);
+  if (c->num_heads % c->num_kv_heads)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: numHeads %d is not divisible by numKvHeads %d", c->num_heads, c->num_kv_heads);
+  if (!(c->rms_norm_eps > 0) || !std::isfinite(c->rms_norm_eps))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: rmsNormEps must be a positive finite number (got %g)", c->rms_norm_eps);
+  if (!(c->rope_theta > 0) || !std::isfinite(c->rope_theta))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: ropeTheta must be a positive finite number (got %g)", c->rope_theta);
+  if (c->threads < 0 || c->threads > 4096) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: threads must be in [0, 4096] (got %d)", c->threads);
+  // Keep every per-row product inside int32 (gemm dimensions) and the model inside a sane size.
+  const int64_t widest = std::max<int64_t>({(int64_t)c->vocab_size, 2LL * c->intermediate_size, 3LL * c->hidden_size});
+  if (widest > (1LL << 30)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: a dimension is too large");
+  if (c->max_position_embeddings > (1 << 24)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: maxPositionEmbeddings above 2^24");
+  return RS_OK;
+}
+}  // namespace
+
+bool Acts::ensure(const Dims& d, int T) {
+  if (T <= cap) return true;
+  const int64_t D = d.D, QKV = d.QKV, A = (int64_t)d.H * d.hd, I = d.I, H = d.H;
+  const int64_t per_layer = D /*ln1*/ + 1 + QKV + A + H + D /*xmid*/ + D /*ln2*/ + 1 + 2 * I + I;
+  const int64_t per_token = (int64_t)(d.L + 1) * D + d.L * per_layer + D + 1 /*lnf, rstdf*/ +
+                            D + D + D + QKV + A + 2 * I + I /*scratch*/ +
+                            0;
+  // Attention scratch (head-transposed copies) is laid out with a padded row stride; size it separately.
+  // Round capacity up so growing by a few tokens does not reallocate every call.
+  const int newcap = std::max(T, std::min(2 * cap, 1 << 24));
+  const int64_t attn_floats = attn_scratch_floats(AttnDims{newcap, d.H, d.KV, d.hd, 0, 0, 0, 0});
+  if (!buf.resize((size_t)(per_token * newcap + attn_floats))) return false;
+  float* p = buf.p;
+  auto take = [&](int64_t width) {
+    float* r = p;
+    p += width * newcap;
+    return r;
+  };
+  X.assign(d.L + 1, nullptr);
+  for (auto& x : X) x = take(D);
+  layers.assign(d.L, Layer{});
+  for (auto& l : layers) {
+    l.ln1 = take(D);
+    l.rstd1 = take(1);
+    l.qkv = take(QKV);
+    l.att = take(A);
+    l.lse = take(H);
+    l.xmid = take(D);
+    l.ln2 = take(D);
+    l.rstd2 = take(1);
+    l.gu = take(2 * I);
+    l.hm = take(I);
+  }
+  lnf = take(D);
+  rstdf = take(1);
+  tmpD = take(D);
+  dres = take(D);
+  dln = take(D);
+  dqkv = take(QKV);
+  datt = take(A);
+  dgu = take(2 * I);
+  dhm = take(I);
+  attn = p;
+  seg_begin.resize(newcap);
+  seg_end.resize(newcap);
+  pos.resize(newcap);
+  cap = newcap;
+  return true;
+}
+
+int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
+  if (T < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: need at least one token (got %d)", T);
+  if (!tokens) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: null tokens");
+  for (int32_t t = 0; t < T; t++)
+    if (tokens[t] < 0 || tokens[t] >= m->d.V)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: token id %d at index %d is outside the vocab [0, %d)", tokens[t], t, m->d.V);
+  if (int32_t s = check_segments(seg, S, T, err)) return s;
+  for (int32_t s = 0; s < S; s++) {
+    const int32_t len = (s + 1 < S ? seg[s + 1] : T) - seg[s];
+    if (len > m->d.maxPos)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: segment %d (start %d) has %d tokens, past maxPositionEmbeddings %d", s, seg[s], len,
+                  m->d.maxPos);
+  }
+  return RS_OK;
+}
+
+void prepare_positions(rs_model* m, const int32_t* seg, int32_t S, int32_t T) {
+  Acts& a = m->acts;
+  segment_bounds(seg, S, T, a.seg_begin.data(), a.seg_end.data());
+  int32_t maxp = 0;
+  for (int32_t t = 0; t < T; t++) {
+    a.pos[t] = t - a.seg_begin[t];
+    maxp = std::max(maxp, a.pos[t]);
+  }
+  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.hd, m->d.theta);
+}
+
+}  // namespace rs
+
+using namespace rs;
+
+extern "C" {
+
+rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* err) {
+  if (check_config(cfg, err)) return nullptr;
+  rs_model* m = new (std::nothrow) rs_model();
+  if (!m) {
+    fail(err, RS_ERR_OUT_OF_MEMORY, "model: out of memory");
+    return nullptr;
+  }
+  m->cfg = *cfg;
+  Dims& d = m->d;
+  d.V = cfg->vocab_size;
+  d.D = cfg->hidden_size;
+  d.I = cfg->intermediate_size;
+  d.L = cfg->num_layers;
+  d.H = cfg->num_heads;
+  d.KV = cfg->num_kv_heads;
+  d.hd = d.D / d.H;
+  d.QKV = (d.H + 2 * d.KV) * d.hd;
+  d.maxPos = cfg->max_position_embeddings;
+  d.eps = cfg->rms_norm_eps;
+  d.theta = cfg->rope_theta;
+  d.tied = cfg->tie_word_embeddings != 0;
+  d.bias = cfg->attention_bias != 0;
+  m->threads = cfg->threads > 0 ? cfg->threads : default_threads();
+
+  int64_t off = 0;
+  auto add = [&](const std::string& name, int64_t r, int64_t c, bool decay) {
+    rs_tensor_info t{};
+    std::snprintf(t.name, sizeof(t.name), "%s", name.c_str());
+    t.offset = off;
+    t.ndim = c > 0 ? 2 : 1;
+    t.shape[0] = r;
+    t.shape[1] = c > 0 ? c : 0;
+    t.size = c > 0 ? r * c : r;
+    t.weight_decay = decay ? 1 : 0;
+    m->tensors.push_back(t);
+    off += t.size;
+    return t.offset;
+  };
+  const int64_t hq = (int64_t)d.H * d.hd, hk = (int64_t)d.KV * d.hd;
+  m->off_embed = add("model.embed_tokens.weight", d.V, d.D, true);
+  for (int l = 0; l < d.L; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerOffsets o{};
+    o.ln1 = add(p + "input_layernorm.weight", d.D, 0, false);
+    o.wqkv = add(p + "self_attn.q_proj.weight", hq, d.D, true);
+    add(p + "self_attn.k_proj.weight", hk, d.D, true);
+    add(p + "self_attn.v_proj.weight", hk, d.D, true);
+    o.bqkv = -1;
+    if (d.bias) {
+      o.bqkv = add(p + "self_attn.q_proj.bias", hq, 0, false);
+      add(p + "self_attn.k_proj.bias", hk, 0, false);
+      add(p + "self_attn.v_proj.bias", hk, 0, false);
+    }
+    o.wo = add(p + "self_attn.o_proj.weight", d.D, hq, true);
+    o.ln2 = add(p + "post_attention_layernorm.weight", d.D, 0, false);
+    o.wgu = add(p + "mlp.gate_proj.weight", d.I, d.D, true);
+    add(p + "mlp.up_proj.weight", d.I, d.D, true);
+    o.wdown = add(p + "mlp.down_proj.weight", d.D, d.I, true);
+    m->lo.push_back(o);
+  }
+  m->off_norm = add("model.norm.weight", d.D, 0, false);
+  m->off_head = d.tied ? m->off_embed : add("lm_head.weight", d.V, d.D, true);
+  m->n_params = off;
+
+  if (!m->params.resize(off) || !m->grads.resize(off) || !m->adam_m.resize(off) || !m->adam_v.resize(off)) {
+    delete m;
+    fail(err, RS_ERR_OUT_OF_MEMORY, "model: out of memory allocating 4 x %lld parameters", (long long)off);
+    return nullptr;
+  }
+  // Init: N(0, 0.02) for matrices, scaled by 1/sqrt(2L) for the two projections that write the residual stream
+  // (GPT-2 style); ones for norms; zeros for biases.
+  const double out_scale = 1.0 / std::sqrt(2.0 * d.L);
+  for (const rs_tensor_info& t : m->tensors) {
+    float* p = m->params.p + t.offset;
+    const std::string name = t.name;
+    if (t.ndim == 1) {
+      const float v = name.find("bias") != std::string::npos ? 0.f : 1.f;
+      std::fill(p, p + t.size, v);
+      continue;
+    }
+    const bool out_proj = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
+    const float std_ = (float)(0.02 * (out_proj ? out_scale : 1.0));
+    const int64_t base = t.offset;
+#pragma omp parallel for schedule(static) num_threads(m->threads)
+    for (int64_t i = 0; i < t.size; i++) p[i] = std_ * normal_at(seed, (uint64_t)(base + i));
+  }
+  ok(err);
+  return m;
+}
+
+void rs_model_free(rs_model* m) { delete m; }
+int64_t rs_model_num_params(const rs_model* m) { return m ? m->n_params : 0; }
+int32_t rs_model_num_tensors(const rs_model* m) { return m ? (int32_t)m->tensors.size() : 0; }
+int32_t rs_model_threads(const rs_model* m) { return m ? m->threads : 0; }
+
+int32_t rs_model_tensor_info(const rs_model* m, int32_t index, rs_tensor_info* out, rs_error* err) {
+  if (!m || !out) return fail(err, RS_ERR_INVALID_ARGUMENT, "tensor_info: null argument");
+  if (index < 0 || index >= (int32_t)m->tensors.size())
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "tensor_info: index %d outside [0, %d)", index, (int32_t)m->tensors.size());
+  *out = m->tensors[index];
+  return ok(err);
+}
+
+float* rs_model_params(rs_model* m) { return m ? m->params.p : nullptr; }
+float* rs_model_grads(rs_model* m) { return m ? m->grads.p : nullptr; }
+float* rs_model_adam_m(rs_model* m) { return m ? m->adam_m.p : nullptr; }
+float* rs_model_adam_v(rs_model* m) { return m ? m->adam_v.p : nullptr; }
+int64_t rs_model_step_count(const rs_model* m) { return m ? m->step : 0; }
+void rs_model_set_step_count(rs_model* m, int64_t step) {
+  if (m && step >= 0) m->step = step;
+}
+
+}  // extern "C"

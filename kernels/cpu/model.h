@@ -1,0 +1,71 @@
+// The model object behind rs_model*: config, parameter layout, flat buffers and the activation arena.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+#include "ops.h"
+
+namespace rs {
+
+struct Dims {
+  int V, D, I, L, H, KV, hd, QKV, maxPos;
+  float eps;
+  double theta;
+  bool tied, bias;
+};
+
+struct LayerOffsets {
+  int64_t ln1, wqkv, bqkv, wo, ln2, wgu, wdown;  // bqkv = -1 without attention bias
+};
+
+// Activations of one packed row of T tokens, kept for the backward; one allocation, grown on demand.
+struct Acts {
+  struct Layer {
+    float *ln1, *rstd1, *qkv, *att, *lse, *xmid, *ln2, *rstd2, *gu, *hm;
+  };
+  int cap = 0;
+  FloatBuf buf;
+  std::vector<float*> X;  // residual stream: X[l] enters layer l, X[L] enters the final norm
+  std::vector<Layer> layers;
+  float *lnf = nullptr, *rstdf = nullptr;
+  // backward scratch
+  float *tmpD = nullptr, *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dgu = nullptr, *dhm = nullptr;
+  float* attn = nullptr;  // attention scratch (AttnScratch layout), sized for cap tokens
+  std::vector<int32_t> seg_begin, seg_end, pos;
+  bool ensure(const Dims& d, int T);
+};
+
+}  // namespace rs
+
+struct rs_model {
+  rs_model_config cfg;
+  rs::Dims d;
+  int threads;
+  int64_t n_params = 0;
+  std::vector<rs_tensor_info> tensors;
+  std::vector<rs::LayerOffsets> lo;
+  int64_t off_embed = 0, off_norm = 0, off_head = 0;  // off_head == off_embed when tied
+  rs::FloatBuf params, grads, adam_m, adam_v;
+  int64_t step = 0;
+  rs::Acts acts;
+  rs::FloatBuf head_buf;  // LM-head chunk: gathered rows, logits, their gradient
+  rs::RopeTable rope;
+};
+
+namespace rs {
+
+// Checks a packed row: T >= 1, ids in the vocab, segments sorted, every position < maxPos.
+int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err);
+// Fills acts.seg_begin / seg_end / pos and the rope table for this row (acts must be sized).
+void prepare_positions(rs_model* m, const int32_t* seg, int32_t S, int32_t T);
+
+// Receives each layer's rotated k and v rows ([T, KV*hd] each, row stride QKV) during a forward.
+struct KvSink {
+  virtual void put(int layer, const float* k, const float* v, int ld) = 0;
+  virtual ~KvSink() = default;
+};
+// Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).
+void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink);
+
+}  // namespace rs

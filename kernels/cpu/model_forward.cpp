@@ -1,0 +1,58 @@
+// The decoder forward over one packed row, and rs_model_forward (logits for every token).
+#include <algorithm>
+
+#include "model.h"
+
+namespace rs {
+
+void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink) {
+  const Dims& d = m->d;
+  Acts& a = m->acts;
+  const float* P = m->params.p;
+  const int nt = m->threads, A = d.H * d.hd;
+  const AttnDims ad{T, d.H, d.KV, d.hd, d.QKV, d.QKV, d.QKV, A};
+
+  embedding_fwd(P + m->off_embed, d.D, tokens, T, a.X[0], nt);
+  rmsnorm_fwd(a.X[0], P + m->lo[0].ln1, T, d.D, d.eps, a.layers[0].ln1, a.layers[0].rstd1, nt);
+  for (int l = 0; l < d.L; l++) {
+    const LayerOffsets& o = m->lo[l];
+    Acts::Layer& y = a.layers[l];
+    // q|k|v in one product: their weights (and biases) are adjacent in the layout.
+    linear_fwd(impl, y.ln1, T, d.D, P + o.wqkv, d.QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, y.qkv, nt);
+    rope_apply(y.qkv, T, d.QKV, d.H, d.hd, a.pos.data(), m->rope, false, nt);
+    rope_apply(y.qkv + A, T, d.QKV, d.KV, d.hd, a.pos.data(), m->rope, false, nt);
+    if (sink) sink->put(l, y.qkv + A, y.qkv + A + d.KV * d.hd, d.QKV);
+    attention_fwd(y.qkv, y.qkv + A, y.qkv + A + d.KV * d.hd, ad, a.seg_begin.data(), y.att, y.lse, a.attn, nt);
+    linear_fwd(impl, y.att, T, A, P + o.wo, d.D, nullptr, a.tmpD, nt);
+    residual_rmsnorm_fwd(a.X[l], a.tmpD, P + o.ln2, T, d.D, d.eps, y.xmid, y.ln2, y.rstd2, nt);
+    linear_fwd(impl, y.ln2, T, d.D, P + o.wgu, 2 * d.I, nullptr, y.gu, nt);
+    swiglu_fwd_rows(y.gu, T, d.I, y.hm, nt);
+    linear_fwd(impl, y.hm, T, d.I, P + o.wdown, d.D, nullptr, a.tmpD, nt);
+    const bool last = l + 1 == d.L;
+    residual_rmsnorm_fwd(y.xmid, a.tmpD, P + (last ? m->off_norm : m->lo[l + 1].ln1), T, d.D, d.eps, a.X[l + 1],
+                         last ? a.lnf : a.layers[l + 1].ln1, last ? a.rstdf : a.layers[l + 1].rstd1, nt);
+  }
+}
+
+}  // namespace rs
+
+using namespace rs;
+
+extern "C" {
+
+int32_t rs_model_forward(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, float* logits, rs_error* err) {
+  if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null model");
+  if (int32_t s = check_batch(m, tokens, T, seg, S, err)) return s;
+  if (!logits) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null logits output");
+  try {
+    if (!m->acts.ensure(m->d, T)) return fail(err, RS_ERR_OUT_OF_MEMORY, "forward: out of memory for %d tokens of activations", T);
+    prepare_positions(m, seg, S, T);
+    forward_layers(m, GemmImpl::Auto, tokens, T, nullptr);
+    linear_fwd(GemmImpl::Auto, m->acts.lnf, T, m->d.D, m->params.p + m->off_head, m->d.V, nullptr, logits, m->threads);
+  } catch (const std::bad_alloc&) {
+    return fail(err, RS_ERR_OUT_OF_MEMORY, "forward: out of memory");
+  }
+  return ok(err);
+}
+
+}  // extern "C"

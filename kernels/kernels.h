@@ -1,0 +1,317 @@
+/*
+ * rollstream kernels: ONE plain C ABI, implemented twice (librollstream_cpu.so now, librollstream_cuda.so
+ * later) and loaded at run time by path (the N-API addon dlopen()s it; Python ctypes can too).
+ *
+ * Rules that keep the ABI stable and language-neutral:
+ *   - C only: POD structs, raw pointers, fixed-width integers; no C++ types cross this line.
+ *   - Every fallible call returns an int32 status (RS_OK = 0) and, when `err` is not NULL, fills it with a
+ *     message naming what is wrong. Nothing here aborts or throws on bad input.
+ *   - All tensors are fp32, row-major, contiguous, and owned by the caller unless stated otherwise.
+ *   - Linear layers follow HF: y = x W^T + b with W of shape [out, in].
+ *   - Determinism: every reduction runs in a fixed order that does not depend on the thread count, so the
+ *     same inputs give bit-identical outputs (replay depends on it). The optional BLAS path is deterministic
+ *     for a fixed thread count and library, but its bits differ from ours.
+ *
+ * Model parameter layout (one flat float buffer; grads and both AdamW moments use the same layout):
+ *   model.embed_tokens.weight                      [V, D]
+ *   for each layer i = 0..L-1:
+ *     model.layers.i.input_layernorm.weight        [D]
+ *     model.layers.i.self_attn.q_proj.weight       [H*hd, D]
+ *     model.layers.i.self_attn.k_proj.weight       [KV*hd, D]
+ *     model.layers.i.self_attn.v_proj.weight       [KV*hd, D]
+ *     model.layers.i.self_attn.q_proj.bias         [H*hd]      (only when attention_bias)
+ *     model.layers.i.self_attn.k_proj.bias         [KV*hd]     (only when attention_bias)
+ *     model.layers.i.self_attn.v_proj.bias         [KV*hd]     (only when attention_bias)
+ *     model.layers.i.self_attn.o_proj.weight       [D, H*hd]
+ *     model.layers.i.post_attention_layernorm.weight [D]
+ *     model.layers.i.mlp.gate_proj.weight          [I, D]
+ *     model.layers.i.mlp.up_proj.weight            [I, D]
+ *     model.layers.i.mlp.down_proj.weight          [D, I]
+ *   model.norm.weight                              [D]
+ *   lm_head.weight                                 [V, D]      (only when not tie_word_embeddings)
+ * with hd = D / H. q/k/v (and gate/up) are adjacent so each group runs as one fused matmul. Tensors are packed
+ * with no padding; rs_model_tensor_info() reports each one's name, offset and shape.
+ */
+#ifndef ROLLSTREAM_KERNELS_H
+#define ROLLSTREAM_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RS_ABI_VERSION 1
+#define RS_API __attribute__((visibility("default")))
+
+enum rs_status {
+  RS_OK = 0,
+  RS_ERR_INVALID_ARGUMENT = 1,
+  RS_ERR_OUT_OF_MEMORY = 2,
+  RS_ERR_UNSUPPORTED = 3,
+  RS_ERR_INTERNAL = 4
+};
+
+typedef struct rs_error {
+  int32_t code;
+  char message[512];
+} rs_error;
+
+/* ------------------------------------------------------------------------------------------ library */
+
+RS_API int32_t rs_abi_version(void);
+/* Writes a one-line JSON object {"device","blas","threads","simd","abi"} into buf (simd: "avx2+fma", plus
+ * "+avx512f-sgemm" when our sgemm uses AVX-512); returns RS_OK or
+ * RS_ERR_INVALID_ARGUMENT when cap is too small. */
+RS_API int32_t rs_backend_info(char* buf, int32_t cap);
+/* Number of devices this backend can drive (the CPU backend: 1). */
+RS_API int32_t rs_device_count(void);
+/* Thread count for the stand-alone kernels called from the calling thread (0 = all cores). Model calls use
+ * the model's own count. */
+RS_API void rs_set_num_threads(int32_t n);
+/* BLAS dispatch: mode 0 = use OpenBLAS when it can be loaded (default; env ROLLSTREAM_BLAS=off forces 1),
+ * 1 = never. Returns 1 when BLAS is active after the call. */
+RS_API int32_t rs_set_blas_mode(int32_t mode);
+/* SIMD level of our own sgemm: 0 = best the CPU has (AVX-512 micro-kernel when available; env
+ * ROLLSTREAM_SIMD=avx2 forces 1), 1 = AVX2 only. Both give identical bits. Returns 1 when AVX-512 is in use. */
+RS_API int32_t rs_set_simd_level(int32_t level);
+
+/* ----------------------------------------------------------------------------------- layer kernels */
+/* Stand-alone forms of what the model runs, for tests and benchmarks. "accumulate" outputs are added to;
+ * the others are overwritten. */
+
+RS_API int32_t rs_embedding_fwd(const float* table, int32_t V, int32_t D, const int32_t* ids, int32_t T,
+                                float* out, rs_error* err);
+/* dtable[ids[t]] += dout[t] (accumulate; fixed token order). */
+RS_API int32_t rs_embedding_bwd(const float* dout, const int32_t* ids, int32_t T, int32_t V, int32_t D,
+                                float* dtable, rs_error* err);
+
+/* y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps); rstd_out [T] is kept for the backward. */
+RS_API int32_t rs_rmsnorm_fwd(const float* x, const float* w, int32_t T, int32_t D, float eps, float* y,
+                              float* rstd_out, rs_error* err);
+/* dx overwritten; dw accumulated. */
+RS_API int32_t rs_rmsnorm_bwd(const float* dy, const float* x, const float* w, const float* rstd, int32_t T,
+                              int32_t D, float* dx, float* dw, rs_error* err);
+/* r = x + residual; y = rmsnorm(r). */
+RS_API int32_t rs_residual_rmsnorm_fwd(const float* x, const float* residual, const float* w, int32_t T,
+                                       int32_t D, float eps, float* r_out, float* y, float* rstd_out,
+                                       rs_error* err);
+/* dr = dr_in (may be NULL: the gradient reaching r directly) + rmsnorm backward of dy; written to dx, which
+ * is the gradient of both x and residual. dw accumulated. dx may alias dr_in. */
+RS_API int32_t rs_residual_rmsnorm_bwd(const float* dy, const float* dr_in, const float* r, const float* w,
+                                       const float* rstd, int32_t T, int32_t D, float* dx, float* dw,
+                                       rs_error* err);
+
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; impl 0 = dispatch, 1 = our kernel, 2 = BLAS (fails
+ * with RS_ERR_UNSUPPORTED when not loaded). */
+RS_API int32_t rs_sgemm(int32_t trans_a, int32_t trans_b, int32_t M, int32_t N, int32_t K, float alpha,
+                        const float* A, int32_t lda, const float* B, int32_t ldb, float beta, float* C,
+                        int32_t ldc, int32_t impl, rs_error* err);
+/* y[N,out] = x[N,in] W[out,in]^T + b (b may be NULL). */
+RS_API int32_t rs_matmul_fwd(const float* x, const float* W, const float* b, int32_t N, int32_t in_dim,
+                             int32_t out_dim, float* y, rs_error* err);
+/* dx = dy W (overwrite; NULL to skip); dW += dy^T x (NULL to skip); db += colsum(dy) (NULL to skip). */
+RS_API int32_t rs_matmul_bwd(const float* dy, const float* x, const float* W, int32_t N, int32_t in_dim,
+                             int32_t out_dim, float* dx, float* dW, float* db, rs_error* err);
+
+/* HF rotate-half RoPE over x [T, n_heads, head_dim]: pairs (i, i + hd/2) rotate by pos * theta^(-2i/hd).
+ * positions [T]. y may alias x. The backward applies the inverse rotation. */
+RS_API int32_t rs_rope_fwd(const float* x, int32_t T, int32_t n_heads, int32_t head_dim,
+                           const int32_t* positions, double theta, float* y, rs_error* err);
+RS_API int32_t rs_rope_bwd(const float* dy, int32_t T, int32_t n_heads, int32_t head_dim,
+                           const int32_t* positions, double theta, float* dx, rs_error* err);
+
+/* Causal grouped-query attention inside packed segments (no attention across segment boundaries).
+ * q [T, H, hd], k/v [T, KV, hd]; query head h reads kv head h / (H/KV); scale 1/sqrt(hd).
+ * seg_starts [S]: sorted, first 0. lse_out [T, H] (log-sum-exp of the scaled scores) feeds the backward,
+ * which recomputes the probabilities instead of storing them (flash-attention style). */
+RS_API int32_t rs_attention_fwd(const float* q, const float* k, const float* v, int32_t T, int32_t H,
+                                int32_t KV, int32_t head_dim, const int32_t* seg_starts, int32_t S, float* out,
+                                float* lse_out, rs_error* err);
+/* dq, dk, dv overwritten. */
+RS_API int32_t rs_attention_bwd(const float* dout, const float* q, const float* k, const float* v,
+                                const float* out, const float* lse, int32_t T, int32_t H, int32_t KV,
+                                int32_t head_dim, const int32_t* seg_starts, int32_t S, float* dq, float* dk,
+                                float* dv, rs_error* err);
+
+/* h = silu(gate) * up over n elements. */
+RS_API int32_t rs_swiglu_fwd(const float* gate, const float* up, int64_t n, float* h, rs_error* err);
+RS_API int32_t rs_swiglu_bwd(const float* dh, const float* gate, const float* up, int64_t n, float* dgate,
+                             float* dup, rs_error* err);
+
+/* ------------------------------------------------------------------------------------------- losses */
+
+enum rs_loss_kind { RS_LOSS_RL = 0, RS_LOSS_SFT = 1, RS_LOSS_PPO_CLIP = 2 };
+
+/* Every loss sums over rows with mask != 0 and divides by `normalizer`. With d = logp - sampler_logp and
+ * ratio = exp(d):
+ *   RL:       rows with ratio outside [mask_low, mask_high] are masked (no gradient, counted);
+ *             loss = -ratio * A + kl_coef * k3,  k3 = exp(d) - d - 1  (KL(sampler || learner) estimator).
+ *   SFT:      loss = -logp (advantages, sampler logprobs and ratio masking unused).
+ *   PPO_CLIP: loss = -min(ratio * A, clip(ratio, 1 - clip_eps, 1 + clip_eps_high) * A) + kl_coef * k3,
+ *             with the same optional ratio masking (defaults off: mask_low 0, mask_high +inf). */
+typedef struct rs_loss_spec {
+  int32_t kind;
+  float mask_low;
+  float mask_high;
+  float clip_eps;
+  float clip_eps_high;
+  float kl_coef;
+  double normalizer;
+} rs_loss_spec;
+
+/* Sums over this call's loss rows (mask != 0). loss is already divided by the normalizer. */
+typedef struct rs_loss_stats {
+  double loss;
+  double loss_tokens;    /* rows with mask != 0 */
+  double masked_tokens;  /* of those, rows dropped by ratio masking */
+  double entropy_sum;    /* entropy of the full softmax, every loss row */
+  double mismatch_kl_sum; /* k3 = exp(d) - d - 1, d = logp - sampler_logp, every loss row (0 for SFT) */
+  double logp_sum;       /* every loss row */
+  double ratio_sum;      /* every loss row (exp(d); 0 for SFT) */
+} rs_loss_stats;
+
+/* Fused log-softmax + gather + loss + its gradient over logits [N, V]. Per row: one pass over the vocab in
+ * chunks keeps an online max / sum-exp / sum(p*z) (for the entropy), then a second pass writes
+ * dlogits = g * (onehot(target) - softmax) chunk by chunk, g = dLoss/dlogp. No probability matrix is kept.
+ * dlogits may alias logits (in place) or be NULL (stats only); rows with mask 0 get zero gradient.
+ * advantages / sampler_logp may be NULL for SFT. token_logp_out [N] (NULL to skip): 0 on non-loss rows. */
+RS_API int32_t rs_loss_fwd_bwd(const float* logits, int32_t N, int32_t V, const int32_t* targets,
+                               const uint8_t* mask, const float* advantages, const float* sampler_logp,
+                               const rs_loss_spec* spec, float* dlogits, float* token_logp_out,
+                               rs_loss_stats* stats, rs_error* err);
+
+/* ---------------------------------------------------------------------------------------- optimizer */
+
+/* sqrt(sum g^2), accumulated in double in fixed-size chunks (thread-count independent). */
+RS_API int32_t rs_grad_norm(const float* g, int64_t n, double* out, rs_error* err);
+/* PyTorch AdamW on n values, gradient multiplied by grad_scale first (clipping); step >= 1:
+ *   m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2; p *= 1 - lr*wd;
+ *   p -= lr/(1-b1^step) * m / (sqrt(v)/sqrt(1-b2^step) + eps). */
+RS_API int32_t rs_adamw(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, int64_t step, float grad_scale,
+                        rs_error* err);
+
+/* -------------------------------------------------------------------------------------------- model */
+
+typedef struct rs_model_config {
+  double rope_theta;
+  float rms_norm_eps;
+  int32_t vocab_size;
+  int32_t hidden_size;
+  int32_t intermediate_size;
+  int32_t num_layers;
+  int32_t num_heads;
+  int32_t num_kv_heads;
+  int32_t max_position_embeddings;
+  int32_t tie_word_embeddings; /* 0/1 */
+  int32_t attention_bias;      /* 0/1: q/k/v biases (Qwen2) */
+  int32_t threads;             /* 0 = all cores */
+} rs_model_config;
+
+typedef struct rs_model rs_model;
+
+typedef struct rs_tensor_info {
+  char name[128];
+  int64_t offset; /* in floats, into the flat buffers */
+  int64_t size;
+  int32_t ndim;
+  int32_t weight_decay; /* 1 for matrices (AdamW decays them), 0 for norms and biases */
+  int64_t shape[2];
+} rs_tensor_info;
+
+/* Params: matrices ~ normal(0, 0.02) (o_proj, down_proj scaled by 1/sqrt(2 L)), norms 1, biases 0, from a
+ * counter-based RNG keyed by (seed, flat index): deterministic and independent of threads. */
+RS_API rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* err);
+RS_API void rs_model_free(rs_model* model);
+RS_API int64_t rs_model_num_params(const rs_model* model);
+RS_API int32_t rs_model_num_tensors(const rs_model* model);
+RS_API int32_t rs_model_tensor_info(const rs_model* model, int32_t index, rs_tensor_info* out, rs_error* err);
+RS_API int32_t rs_model_threads(const rs_model* model);
+/* The model's flat buffers (num_params floats each), owned by the model; read or write them directly. */
+RS_API float* rs_model_params(rs_model* model);
+RS_API float* rs_model_grads(rs_model* model);
+RS_API float* rs_model_adam_m(rs_model* model);
+RS_API float* rs_model_adam_v(rs_model* model);
+RS_API int64_t rs_model_step_count(const rs_model* model);
+RS_API void rs_model_set_step_count(rs_model* model, int64_t step);
+
+/* logits_out [T, V]: row t is the next-token distribution after tokens[t] within its segment. */
+RS_API int32_t rs_model_forward(rs_model* model, const int32_t* tokens, int32_t T, const int32_t* seg_starts,
+                                int32_t S, float* logits_out, rs_error* err);
+
+/* Forward + backward of one packed row, ACCUMULATING into the grads. Per-token arrays are indexed by the
+ * token being predicted: loss_mask[t] = 1 trains tokens[t] from the prefix before it in its segment (must
+ * be 0 at segment starts); advantages / sampler_logp may be NULL for SFT. token_logp_out [T] may be NULL. */
+RS_API int32_t rs_model_train_micro(rs_model* model, const int32_t* tokens, int32_t T,
+                                    const int32_t* seg_starts, int32_t S, const uint8_t* loss_mask,
+                                    const float* advantages, const float* sampler_logp,
+                                    const rs_loss_spec* spec, rs_loss_stats* stats, float* token_logp_out,
+                                    rs_error* err);
+
+typedef struct rs_optim_config {
+  float lr;
+  float beta1;
+  float beta2;
+  float eps;
+  float weight_decay;  /* matrices only */
+  float max_grad_norm; /* <= 0: no clipping */
+} rs_optim_config;
+
+typedef struct rs_step_result {
+  double grad_norm; /* before clipping */
+  int32_t clipped;
+  int32_t skipped;  /* 1 when the norm was not finite: params untouched, step not counted */
+  int64_t step;     /* optimizer steps taken so far */
+} rs_step_result;
+
+/* Global-norm clip + AdamW + zero grads. */
+RS_API int32_t rs_model_step(rs_model* model, const rs_optim_config* opt, rs_step_result* out, rs_error* err);
+RS_API void rs_model_zero_grad(rs_model* model);
+
+enum rs_stop_reason { RS_STOP_EOS = 0, RS_STOP_SEQUENCE = 1, RS_STOP_LENGTH = 2, RS_STOP_CONTEXT = 3 };
+
+typedef struct rs_generate_config {
+  int32_t max_new_tokens;
+  float temperature; /* 0 = greedy */
+  float top_p;       /* (0, 1]; 1 = off */
+  int32_t top_k;     /* 0 = off */
+  uint64_t seed;
+  const int32_t* eos_ids; /* n_eos ids, any of which ends a sequence (kept in its output) */
+  int32_t n_eos;
+  const int32_t* stop_flat;    /* stop sequences, concatenated */
+  const int32_t* stop_offsets; /* n_stop + 1 offsets into stop_flat */
+  int32_t n_stop;
+  int32_t return_logits; /* 1: fill out->step_logits (tests) */
+} rs_generate_config;
+
+/* Caller-allocated outputs, one slot of max_new_tokens per prompt (prompt i's tokens at
+ * i * max_new_tokens). logprobs: log-probability of the sampled token under the distribution actually
+ * sampled from (after temperature, top-k, top-p and renormalisation; 0 for greedy); policy_logprobs: under
+ * the untempered model (log_softmax of the raw logits). step_logits: [n, max_new_tokens, V], may be NULL. */
+typedef struct rs_generate_output {
+  int32_t* tokens;
+  float* logprobs;
+  float* policy_logprobs;
+  int32_t* lengths;
+  int32_t* stop_reasons;
+  float* step_logits;
+} rs_generate_output;
+
+/* KV-cache decoding of a ragged batch: packed prefill of the prompts, then batched decode steps from which
+ * finished sequences drop out. Sequence i draws its k-th token with a uniform from a counter-based RNG keyed
+ * by (seeds[i] when seeds is not NULL, else a hash of (cfg->seed, i)) and k, and runs only row-independent
+ * kernels (never BLAS), so its output does not depend on the other prompts in the batch or on the thread
+ * count. A prompt must be 1..max_position_embeddings tokens; a sequence stops with CONTEXT once it holds
+ * max_position_embeddings tokens (every token stays trainable).
+ * prompts_flat / prompt_offsets (n + 1): the prompts concatenated. */
+RS_API int32_t rs_model_generate(rs_model* model, const int32_t* prompts_flat, const int64_t* prompt_offsets,
+                                 int32_t n_prompts, const uint64_t* seeds, const rs_generate_config* cfg,
+                                 rs_generate_output* out, rs_error* err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ROLLSTREAM_KERNELS_H */

@@ -1,0 +1,237 @@
+// Loads the N-API addon and the kernels backend it drives. The addon (rollstream_kernels.node) holds no math:
+// it dlopen()s a backend shared library that implements the C ABI in kernels.h, librollstream_cpu.so now and
+// librollstream_cuda.so when that is built, and this file picks which one (device auto | cpu | cuda).
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export type Device = "cpu" | "cuda";
+export type DeviceRequest = "auto" | Device;
+
+/** Loss spec in the addon's flat form (see rs_loss_spec in kernels.h). */
+export interface NativeLossSpec {
+  kind: number;
+  maskLow: number;
+  maskHigh: number;
+  clipEps: number;
+  clipEpsHigh: number;
+  klCoef: number;
+  normalizer: number;
+}
+
+export interface NativeLossStats {
+  loss: number;
+  lossTokens: number;
+  maskedTokens: number;
+  entropySum: number;
+  mismatchKlSum: number;
+  logpSum: number;
+  ratioSum: number;
+  tokenLogprobs?: Float32Array;
+}
+
+export interface NativeModelConfig {
+  vocabSize: number;
+  hiddenSize: number;
+  intermediateSize: number;
+  numLayers: number;
+  numHeads: number;
+  numKvHeads: number;
+  rmsNormEps: number;
+  ropeTheta: number;
+  tieWordEmbeddings: boolean;
+  maxPositionEmbeddings: number;
+  attentionBias: boolean;
+  threads: number;
+}
+
+export interface NativeTensorInfo {
+  name: string;
+  offset: number;
+  size: number;
+  shape: number[];
+  weightDecay: boolean;
+}
+
+export interface NativeGenerateConfig {
+  maxNewTokens: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  seed: bigint;
+  eos: Int32Array;
+  stopFlat: Int32Array;
+  stopOffsets: Int32Array;
+  returnLogits: boolean;
+}
+
+export interface NativeGenerateOutput {
+  tokens: Int32Array;
+  logprobs: Float32Array;
+  policyLogprobs: Float32Array;
+  lengths: Int32Array;
+  stopReasons: Int32Array;
+  stepLogits?: Float32Array;
+}
+
+/** Buffer kinds of NativeModel.read / write. */
+export const BufferKind = { Params: 0, Grads: 1, AdamM: 2, AdamV: 3 } as const;
+export type BufferKind = (typeof BufferKind)[keyof typeof BufferKind];
+
+export interface NativeModel {
+  numParams(): number;
+  threads(): number;
+  tensors(): NativeTensorInfo[];
+  read(kind: BufferKind, out: Float32Array): void;
+  write(kind: BufferKind, src: Float32Array): void;
+  stepCount(): number;
+  setStepCount(step: number): void;
+  zeroGrad(): void;
+  forward(tokens: Int32Array, segmentStarts: Int32Array): Promise<Float32Array>;
+  trainMicro(
+    tokens: Int32Array,
+    segmentStarts: Int32Array,
+    lossMask: Uint8Array,
+    advantages: Float32Array | null,
+    samplerLogprobs: Float32Array | null,
+    spec: NativeLossSpec,
+    wantTokenLogprobs: boolean,
+  ): Promise<NativeLossStats>;
+  step(opt: { lr: number; beta1: number; beta2: number; eps: number; weightDecay: number; maxGradNorm: number }): Promise<{
+    gradNorm: number;
+    clipped: boolean;
+    skipped: boolean;
+    step: number;
+  }>;
+  generate(prompts: Int32Array, offsets: Float64Array, seeds: BigUint64Array | null, cfg: NativeGenerateConfig): Promise<NativeGenerateOutput>;
+  dispose(): void;
+}
+
+/** The backend's methods; argument order mirrors the C ABI (see kernels/addon/kernels_api.cc). */
+export interface NativeBackend {
+  info(): string;
+  path(): string;
+  deviceCount(): number;
+  setThreads(n: number): void;
+  setBlasMode(mode: 0 | 1): boolean;
+  setSimdLevel(level: 0 | 1): boolean;
+  createModel(cfg: NativeModelConfig, seed: bigint): NativeModel;
+  embeddingFwd(table: Float32Array, V: number, D: number, ids: Int32Array, out: Float32Array): void;
+  embeddingBwd(dout: Float32Array, ids: Int32Array, V: number, D: number, dtable: Float32Array): void;
+  rmsnormFwd(x: Float32Array, w: Float32Array, T: number, D: number, eps: number, y: Float32Array, rstd: Float32Array): void;
+  rmsnormBwd(dy: Float32Array, x: Float32Array, w: Float32Array, rstd: Float32Array, T: number, D: number, dx: Float32Array, dw: Float32Array | null): void;
+  residualRmsnormFwd(
+    x: Float32Array, residual: Float32Array, w: Float32Array, T: number, D: number, eps: number, r: Float32Array, y: Float32Array, rstd: Float32Array,
+  ): void;
+  residualRmsnormBwd(
+    dy: Float32Array, drIn: Float32Array | null, r: Float32Array, w: Float32Array, rstd: Float32Array, T: number, D: number, dx: Float32Array,
+    dw: Float32Array | null,
+  ): void;
+  sgemm(
+    transA: boolean, transB: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number,
+    beta: number, C: Float32Array, ldc: number, impl: number,
+  ): void;
+  sgemmAsync(
+    transA: boolean, transB: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number,
+    beta: number, C: Float32Array, ldc: number, impl: number, threads: number,
+  ): Promise<void>;
+  matmulFwd(x: Float32Array, W: Float32Array, b: Float32Array | null, N: number, inDim: number, outDim: number, y: Float32Array): void;
+  matmulBwd(
+    dy: Float32Array, x: Float32Array, W: Float32Array, N: number, inDim: number, outDim: number, dx: Float32Array | null, dW: Float32Array | null,
+    db: Float32Array | null,
+  ): void;
+  ropeFwd(x: Float32Array, T: number, heads: number, headDim: number, positions: Int32Array, theta: number, y: Float32Array): void;
+  ropeBwd(dy: Float32Array, T: number, heads: number, headDim: number, positions: Int32Array, theta: number, dx: Float32Array): void;
+  attentionFwd(
+    q: Float32Array, k: Float32Array, v: Float32Array, T: number, H: number, KV: number, hd: number, segmentStarts: Int32Array, out: Float32Array,
+    lse: Float32Array,
+  ): void;
+  attentionBwd(
+    dout: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, out: Float32Array, lse: Float32Array, T: number, H: number, KV: number,
+    hd: number, segmentStarts: Int32Array, dq: Float32Array, dk: Float32Array, dv: Float32Array,
+  ): void;
+  swigluFwd(gate: Float32Array, up: Float32Array, h: Float32Array): void;
+  swigluBwd(dh: Float32Array, gate: Float32Array, up: Float32Array, dgate: Float32Array, dup: Float32Array): void;
+  lossFwdBwd(
+    logits: Float32Array, N: number, V: number, targets: Int32Array, mask: Uint8Array, advantages: Float32Array | null,
+    samplerLogprobs: Float32Array | null, spec: NativeLossSpec, dlogits: Float32Array | null, tokenLogprobs: Float32Array | null,
+  ): NativeLossStats;
+  gradNorm(g: Float32Array): number;
+  adamw(
+    p: Float32Array, g: Float32Array, m: Float32Array, v: Float32Array, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number,
+    step: number, gradScale: number,
+  ): void;
+}
+
+interface Addon {
+  openBackend(path: string): NativeBackend;
+  abiVersion: number;
+}
+
+/** The folder holding package.json and kernels/binding.gyp, found by walking up from this file (works from dist-*). */
+export function packageRoot(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    if (existsSync(join(dir, "package.json")) && existsSync(join(dir, "kernels", "binding.gyp"))) return dir;
+    const up = dirname(dir);
+    if (up === dir) throw new Error(`kernels: cannot find the rollstream package root above ${fileURLToPath(import.meta.url)}`);
+    dir = up;
+  }
+}
+
+/** Where node-gyp put the addon and the backend libraries (ROLLSTREAM_KERNELS_BUILD overrides). */
+export function buildDir(): string {
+  return process.env.ROLLSTREAM_KERNELS_BUILD ?? join(packageRoot(), "kernels", "build", "Release");
+}
+
+let addon: Addon | undefined;
+function loadAddon(): Addon {
+  if (addon) return addon;
+  const file = join(buildDir(), "rollstream_kernels.node");
+  if (!existsSync(file)) {
+    throw new Error(`kernels: native addon not built (${file} is missing); run \`npm install\` or \`cd kernels && npx node-gyp rebuild\``);
+  }
+  addon = createRequire(import.meta.url)(file) as Addon;
+  return addon;
+}
+
+const LIB_NAME: Record<Device, string> = { cpu: "librollstream_cpu.so", cuda: "librollstream_cuda.so" };
+const backends = new Map<Device, NativeBackend>();
+
+function openDevice(device: Device): NativeBackend {
+  const cached = backends.get(device);
+  if (cached) return cached;
+  const path = join(buildDir(), LIB_NAME[device]);
+  if (!existsSync(path)) {
+    throw new Error(
+      device === "cuda"
+        ? `kernels: device "cuda" requested but the CUDA backend is not built (${path} is missing)`
+        : `kernels: CPU backend not built (${path} is missing); run \`cd kernels && npx node-gyp rebuild\``,
+    );
+  }
+  const be = loadAddon().openBackend(path);
+  if (be.deviceCount() < 1) throw new Error(`kernels: device "${device}" backend loaded from ${path} but it sees no device`);
+  backends.set(device, be);
+  return be;
+}
+
+export interface ResolvedBackend {
+  device: Device;
+  backend: NativeBackend;
+  /** Why this backend was chosen (for the log line the caller writes). */
+  reason: string;
+}
+
+/** auto: the CUDA backend when it is built and sees a GPU, else the CPU one. */
+export function resolveBackend(request: DeviceRequest = "auto"): ResolvedBackend {
+  if (request !== "auto" && request !== "cpu" && request !== "cuda") {
+    throw new Error(`kernels: device must be "auto", "cpu" or "cuda" (got ${JSON.stringify(request)})`);
+  }
+  if (request !== "auto") return { device: request, backend: openDevice(request), reason: `device "${request}" requested` };
+  try {
+    return { device: "cuda", backend: openDevice("cuda"), reason: "auto: CUDA backend built and a GPU is visible" };
+  } catch (e) {
+    return { device: "cpu", backend: openDevice("cpu"), reason: `auto: using the CPU (${(e as Error).message})` };
+  }
+}

@@ -1,0 +1,344 @@
+// PolicyModel: the Llama-style policy the learner trains and the inference actor samples from, backed by the
+// native kernels. Long calls run off the JS thread and are serialised per model (a call waits for the previous
+// one), so callers may fire them without coordinating; synchronous buffer access while one runs throws.
+import { validateModelConfig } from "./hf-config.js";
+import type { ModelConfig } from "./model-config.js";
+import { isPolicyLoss, toNativeLossSpec, type LossSpec } from "./loss-spec.js";
+import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeModel } from "./native.js";
+import { readSafetensors, writeSafetensors } from "./safetensors.js";
+import { fromNativeGenerate, toNativeGenerate, type GenerateRequest, type GenerateResult } from "./generate-request.js";
+import { checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
+
+/**
+ * One packed row of T tokens holding several sequences. Per-token arrays are indexed by the token being
+ * PREDICTED: lossMask[t] = 1 trains tokens[t] from the prefix before it in its segment (0 at segment starts).
+ */
+export interface PackedMicroBatch {
+  tokens: Int32Array;
+  /** Offset of each packed sequence; first 0, strictly increasing. Positions restart at 0 in each. */
+  segmentStarts: Int32Array;
+  lossMask: Uint8Array;
+  /** Required by rl / ppo_clip. */
+  advantages?: Float32Array;
+  /** Logprob of tokens[t] under the sampler; required by rl / ppo_clip. */
+  samplerLogprobs?: Float32Array;
+}
+
+/** Sums over this micro-batch's loss tokens; loss is already divided by the normalizer. */
+export interface MicroStats {
+  loss: number;
+  lossTokens: number;
+  /** Loss tokens dropped by ratio masking (rl / ppo_clip). */
+  maskedTokens: number;
+  /** Entropy of the full softmax, summed over loss tokens. */
+  entropySum: number;
+  /** k3 = exp(d) - d - 1, d = logp - samplerLogp: an estimate of KL(sampler || learner), summed (0 for sft). */
+  mismatchKlSum: number;
+  logpSum: number;
+  /** exp(logp - samplerLogp) summed (0 for sft). */
+  ratioSum: number;
+  /** Per predicted token (0 where lossMask is 0), when asked for. */
+  tokenLogprobs?: Float32Array;
+}
+
+export interface StepOptions {
+  lr: number;
+  beta1?: number;
+  beta2?: number;
+  eps?: number;
+  /** Decoupled weight decay on matrices (embeddings and projections), never on norms or biases. Default 0. */
+  weightDecay?: number;
+  /** Global-norm clip; default 1. <= 0 or Infinity: no clipping. */
+  maxGradNorm?: number;
+}
+
+export interface StepResult {
+  /** Global gradient norm before clipping. */
+  gradNorm: number;
+  clipped: boolean;
+  /** Optimizer steps taken so far. */
+  step: number;
+  /** True when the gradient norm was not finite: params were left untouched, grads zeroed, step not counted. */
+  skipped: boolean;
+}
+
+export interface TensorEntry {
+  name: string;
+  shape: number[];
+  /** In floats, into the flat buffers (params, grads, AdamW moments share the layout). */
+  offset: number;
+  size: number;
+}
+
+export interface OptimizerState {
+  m: Float32Array;
+  v: Float32Array;
+  step: number;
+}
+
+export interface CreateOptions {
+  /** Init seed (deterministic normal(0, 0.02) init). Default 0. */
+  seed?: number | bigint;
+  /** Threads for every call on this model; default all cores. Results do not depend on it. */
+  threads?: number;
+  device?: DeviceRequest;
+  /** Receives one line saying which backend was chosen and why. */
+  log?: (message: string) => void;
+}
+
+// Tensors HF checkpoints may carry that this model rightly has no use for.
+const IGNORABLE = /(^|\.)rotary_emb\.inv_freq$/;
+
+export class PolicyModel {
+  readonly config: ModelConfig;
+  readonly numParams: number;
+  readonly device: Device;
+  private readonly native: NativeModel;
+  private readonly entries: TensorEntry[];
+  private queue: Promise<unknown> = Promise.resolve();
+  private pending = 0;
+  private disposed = false;
+
+  private constructor(config: ModelConfig, native: NativeModel, device: Device) {
+    this.config = config;
+    this.native = native;
+    this.device = device;
+    this.numParams = native.numParams();
+    this.entries = native.tensors().map(({ name, shape, offset, size }) => ({ name, shape, offset, size }));
+  }
+
+  static create(config: ModelConfig, opts: CreateOptions = {}): PolicyModel {
+    const cfg = validateModelConfig(config);
+    const threads = opts.threads ?? 0;
+    expectInt("PolicyModel.create: threads", threads, 0, 4096);
+    const seed = opts.seed ?? 0;
+    if (typeof seed === "bigint" ? seed < 0n || seed >= 1n << 64n : !Number.isInteger(seed) || seed < 0) {
+      throw new RangeError(`PolicyModel.create: seed must be a non-negative integer (got ${seed})`);
+    }
+    const { backend, device, reason } = resolveBackend(opts.device ?? "auto");
+    opts.log?.(`kernels: ${device} backend (${reason}); ${backend.info()}`);
+    const native = backend.createModel({ ...cfg, threads }, BigInt(seed));
+    return new PolicyModel(cfg, native, device);
+  }
+
+  /** Threads this model runs on. */
+  get threads(): number {
+    return this.idle("threads").threads();
+  }
+
+  /** HF-named tensors in the flat layout order (see kernels/kernels.h). */
+  tensors(): TensorEntry[] {
+    return this.entries.map((e) => ({ ...e, shape: [...e.shape] }));
+  }
+
+  getParams(): Float32Array {
+    return this.read(BufferKind.Params, "getParams");
+  }
+
+  setParams(p: Float32Array): void {
+    expectArray("setParams: params", p, Float32Array, this.numParams);
+    this.idle("setParams").write(BufferKind.Params, p);
+  }
+
+  getGrads(): Float32Array {
+    return this.read(BufferKind.Grads, "getGrads");
+  }
+
+  zeroGrad(): void {
+    this.idle("zeroGrad").zeroGrad();
+  }
+
+  exportOptimizerState(): OptimizerState {
+    const native = this.idle("exportOptimizerState");
+    return { m: this.read(BufferKind.AdamM, "exportOptimizerState"), v: this.read(BufferKind.AdamV, "exportOptimizerState"), step: native.stepCount() };
+  }
+
+  importOptimizerState(s: OptimizerState): void {
+    if (typeof s !== "object" || s === null) throw new TypeError("importOptimizerState: state must be an object {m, v, step}");
+    expectArray("importOptimizerState: m", s.m, Float32Array, this.numParams);
+    expectArray("importOptimizerState: v", s.v, Float32Array, this.numParams);
+    expectInt("importOptimizerState: step", s.step, 0);
+    const native = this.idle("importOptimizerState");
+    native.write(BufferKind.AdamM, s.m);
+    native.write(BufferKind.AdamV, s.v);
+    native.setStepCount(s.step);
+  }
+
+  /** Logits [T * vocab]: row t is the next-token distribution after tokens[t] within its segment. */
+  forward(batch: { tokens: Int32Array; segmentStarts: Int32Array }): Promise<Float32Array> {
+    return this.run("forward", () => {
+      this.checkRow("forward", batch);
+      return () => this.native.forward(batch.tokens, batch.segmentStarts);
+    });
+  }
+
+  /** Forward + backward of one packed micro-batch, adding its gradient (loss / normalizer) to the grads. */
+  accumulate(batch: PackedMicroBatch, loss: LossSpec, normalizer: number, opts: { tokenLogprobs?: boolean } = {}): Promise<MicroStats> {
+    return this.run("accumulate", () => {
+      const spec = toNativeLossSpec(loss, normalizer);
+      const T = this.checkRow("accumulate", batch);
+      const mask = expectArray("accumulate: lossMask", batch.lossMask, Uint8Array, T);
+      for (let t = 0; t < T; t++) if (mask[t] > 1) throw new RangeError(`accumulate: lossMask[${t}] = ${mask[t]}; must be 0 or 1`);
+      for (const s of batch.segmentStarts) {
+        if (mask[s]) throw new RangeError(`accumulate: lossMask[${s}] is set at a segment start; nothing predicts the first token of a sequence`);
+      }
+      let adv: Float32Array | null = null;
+      let slp: Float32Array | null = null;
+      if (isPolicyLoss(loss)) {
+        if (batch.advantages === undefined || batch.samplerLogprobs === undefined) {
+          throw new TypeError(`accumulate: the "${loss.name}" loss needs advantages and samplerLogprobs`);
+        }
+        adv = expectArray("accumulate: advantages", batch.advantages, Float32Array, T);
+        slp = expectArray("accumulate: samplerLogprobs", batch.samplerLogprobs, Float32Array, T);
+        for (let t = 0; t < T; t++) {
+          if (mask[t] && !(Number.isFinite(adv[t]) && Number.isFinite(slp[t]))) {
+            throw new RangeError(`accumulate: advantages[${t}] / samplerLogprobs[${t}] must be finite on loss tokens (got ${adv[t]}, ${slp[t]})`);
+          }
+        }
+      }
+      const want = opts.tokenLogprobs ?? false;
+      return async () => {
+        const s = await this.native.trainMicro(batch.tokens, batch.segmentStarts, mask, adv, slp, spec, want);
+        const stats: MicroStats = {
+          loss: s.loss,
+          lossTokens: s.lossTokens,
+          maskedTokens: s.maskedTokens,
+          entropySum: s.entropySum,
+          mismatchKlSum: s.mismatchKlSum,
+          logpSum: s.logpSum,
+          ratioSum: s.ratioSum,
+        };
+        if (s.tokenLogprobs) stats.tokenLogprobs = s.tokenLogprobs;
+        return stats;
+      };
+    });
+  }
+
+  /** Global grad-norm clip, AdamW with bias correction, then zero grads. */
+  step(opt: StepOptions): Promise<StepResult> {
+    return this.run("step", () => {
+      if (typeof opt !== "object" || opt === null) throw new TypeError("step: options must be an object with at least lr");
+      const lr = expectFinite("step: lr", opt.lr);
+      const beta1 = expectFinite("step: beta1", opt.beta1 ?? 0.9);
+      const beta2 = expectFinite("step: beta2", opt.beta2 ?? 0.999);
+      const eps = expectFinite("step: eps", opt.eps ?? 1e-8);
+      const weightDecay = expectFinite("step: weightDecay", opt.weightDecay ?? 0);
+      const maxGradNorm = opt.maxGradNorm ?? 1;
+      if (typeof maxGradNorm !== "number" || Number.isNaN(maxGradNorm)) throw new TypeError(`step: maxGradNorm must be a number (got ${maxGradNorm})`);
+      if (lr < 0) throw new RangeError(`step: lr must be >= 0 (got ${lr})`);
+      if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) throw new RangeError(`step: beta1 and beta2 must be in [0, 1) (got ${beta1}, ${beta2})`);
+      if (!(eps > 0)) throw new RangeError(`step: eps must be > 0 (got ${eps})`);
+      if (weightDecay < 0) throw new RangeError(`step: weightDecay must be >= 0 (got ${weightDecay})`);
+      const clip = Number.isFinite(maxGradNorm) && maxGradNorm > 0 ? maxGradNorm : 0;
+      return async () => {
+        const r = await this.native.step({ lr, beta1, beta2, eps, weightDecay, maxGradNorm: clip });
+        return { gradNorm: r.gradNorm, clipped: r.clipped, step: r.step, skipped: r.skipped };
+      };
+    });
+  }
+
+  /** KV-cache sampling over a ragged batch of prompts (see GenerateRequest / GenerateResult). */
+  generate(req: GenerateRequest): Promise<GenerateResult[]> {
+    return this.run("generate", () => {
+      const args = toNativeGenerate(req, this.config.vocabSize, this.config.maxPositionEmbeddings);
+      return async () => {
+        const out = await this.native.generate(args.flat, args.offsets, args.seeds, args.config);
+        return fromNativeGenerate(out, req.prompts.length, args.config.maxNewTokens, this.config.vocabSize);
+      };
+    });
+  }
+
+  /** The params as safetensors bytes, by HF name (F32, or BF16 for a smaller inference copy). */
+  toSafetensors(opts: { dtype?: "F32" | "BF16"; metadata?: Record<string, string> } = {}): Uint8Array {
+    const params = this.getParams();
+    const tensors = this.entries.map((e) => ({
+      name: e.name,
+      shape: e.shape,
+      data: params.subarray(e.offset, e.offset + e.size),
+      dtype: opts.dtype ?? ("F32" as const),
+    }));
+    return writeSafetensors(tensors, opts.metadata);
+  }
+
+  /**
+   * Loads params from safetensors bytes by HF name. Every tensor of this model must be present with its exact
+   * shape; an unexpected tensor is an error too (it means a different architecture), except RoPE caches and a
+   * redundant lm_head.weight in a tied checkpoint.
+   */
+  loadSafetensors(bytes: Uint8Array): void {
+    const file = readSafetensors(bytes);
+    const params = new Float32Array(this.numParams);
+    const known = new Set(this.entries.map((e) => e.name));
+    for (const e of this.entries) {
+      const t = file.get(e.name);
+      if (!t) throw new Error(`loadSafetensors: tensor "${e.name}" is missing`);
+      if (t.shape.length !== e.shape.length || t.shape.some((d, i) => d !== e.shape[i])) {
+        throw new Error(`loadSafetensors: tensor "${e.name}" has shape [${t.shape.join(", ")}], the model needs [${e.shape.join(", ")}]`);
+      }
+      params.set(t.data, e.offset);
+    }
+    for (const name of file.keys()) {
+      if (known.has(name) || IGNORABLE.test(name) || (name === "lm_head.weight" && this.config.tieWordEmbeddings)) continue;
+      throw new Error(`loadSafetensors: unexpected tensor "${name}" (not part of this model's config)`);
+    }
+    this.setParams(params);
+  }
+
+  /** Frees the native model (after any call in flight has finished). */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    void this.queue.then(
+      () => this.native.dispose(),
+      () => this.native.dispose(),
+    );
+  }
+
+  // ------------------------------------------------------------------------------------------ internals
+
+  private idle(what: string): NativeModel {
+    if (this.disposed) throw new Error(`PolicyModel.${what}: the model has been disposed`);
+    if (this.pending > 0) throw new Error(`PolicyModel.${what}: a forward/accumulate/step/generate call is still running; await it first`);
+    return this.native;
+  }
+
+  private read(kind: BufferKind, what: string): Float32Array {
+    const out = new Float32Array(this.numParams);
+    this.idle(what).read(kind, out);
+    return out;
+  }
+
+  /** Validates now (so bad input rejects at once), then runs after the calls queued before it. */
+  private run<R>(what: string, prepare: () => () => Promise<R>): Promise<R> {
+    if (this.disposed) return Promise.reject(new Error(`PolicyModel.${what}: the model has been disposed`));
+    let work: () => Promise<R>;
+    try {
+      work = prepare();
+    } catch (e) {
+      return Promise.reject(e instanceof Error ? e : new Error(String(e)));
+    }
+    this.pending++;
+    const p = this.queue.then(work, work);
+    this.queue = p.then(
+      () => this.pending--,
+      () => this.pending--,
+    );
+    return p;
+  }
+
+  /** Checks tokens / segmentStarts of a packed row; returns T. */
+  private checkRow(what: string, batch: { tokens: Int32Array; segmentStarts: Int32Array }): number {
+    if (typeof batch !== "object" || batch === null) throw new TypeError(`${what}: batch must be an object`);
+    const tokens = expectArray(`${what}: tokens`, batch.tokens, Int32Array);
+    if (tokens.length === 0) throw new RangeError(`${what}: tokens is empty`);
+    if (tokens.length > 2 ** 31 - 1) throw new RangeError(`${what}: too many tokens`);
+    checkTokenIds(`${what}: tokens`, tokens, this.config.vocabSize);
+    const segs = expectArray(`${what}: segmentStarts`, batch.segmentStarts, Int32Array);
+    try {
+      checkSegments(segs, tokens.length, this.config.maxPositionEmbeddings);
+    } catch (e) {
+      throw new RangeError(`${what}: ${(e as Error).message}`);
+    }
+    return tokens.length;
+  }
+}

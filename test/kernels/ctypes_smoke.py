@@ -1,0 +1,67 @@
+"""The CPU backend through Python ctypes (no C++ in the ABI): create a model, run a forward pass and a training
+micro-batch, and check that bad input comes back as a status code with a message, not a crash.
+Usage: python3 ctypes_smoke.py /path/to/librollstream_cpu.so"""
+import ctypes as C
+import math
+import sys
+
+lib = C.CDLL(sys.argv[1])
+
+
+class Error(C.Structure):
+    _fields_ = [("code", C.c_int32), ("message", C.c_char * 512)]
+
+
+class Config(C.Structure):
+    _fields_ = [("rope_theta", C.c_double), ("rms_norm_eps", C.c_float)] + [
+        (n, C.c_int32)
+        for n in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
+                  "max_position_embeddings", "tie_word_embeddings", "attention_bias", "threads")
+    ]
+
+
+class LossSpec(C.Structure):
+    _fields_ = [("kind", C.c_int32), ("mask_low", C.c_float), ("mask_high", C.c_float), ("clip_eps", C.c_float),
+                ("clip_eps_high", C.c_float), ("kl_coef", C.c_float), ("normalizer", C.c_double)]
+
+
+class LossStats(C.Structure):
+    _fields_ = [(n, C.c_double) for n in ("loss", "loss_tokens", "masked_tokens", "entropy_sum", "mismatch_kl_sum", "logp_sum", "ratio_sum")]
+
+
+lib.rs_model_create.restype = C.c_void_p
+lib.rs_model_create.argtypes = [C.POINTER(Config), C.c_uint64, C.POINTER(Error)]
+lib.rs_model_free.argtypes = [C.c_void_p]
+lib.rs_model_num_params.restype = C.c_int64
+lib.rs_model_num_params.argtypes = [C.c_void_p]
+I32P, F32P, U8P = C.POINTER(C.c_int32), C.POINTER(C.c_float), C.POINTER(C.c_uint8)
+lib.rs_model_forward.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, F32P, C.POINTER(Error)]
+lib.rs_model_train_micro.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, U8P, F32P, F32P, C.POINTER(LossSpec),
+                                     C.POINTER(LossStats), F32P, C.POINTER(Error)]
+
+assert lib.rs_abi_version() == 1
+info = C.create_string_buffer(1024)
+assert lib.rs_backend_info(info, 1024) == 0
+err = Error()
+bad = Config(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=18, intermediate_size=24, num_layers=2, num_heads=4,
+             num_kv_heads=2, max_position_embeddings=32, tie_word_embeddings=1, attention_bias=0, threads=1)
+assert lib.rs_model_create(C.byref(bad), 1, C.byref(err)) is None and b"not divisible by numHeads" in err.message, err.message
+cfg = Config(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=16, intermediate_size=24, num_layers=2, num_heads=4,
+             num_kv_heads=2, max_position_embeddings=32, tie_word_embeddings=1, attention_bias=1, threads=1)
+m = lib.rs_model_create(C.byref(cfg), 1, C.byref(err))
+assert m, err.message
+tokens = (C.c_int32 * 6)(1, 2, 3, 4, 5, 6)
+segs = (C.c_int32 * 2)(0, 3)
+logits = (C.c_float * (6 * 37))()
+assert lib.rs_model_forward(m, tokens, 6, segs, 2, logits, C.byref(err)) == 0, err.message
+assert all(math.isfinite(x) for x in logits)
+mask = (C.c_uint8 * 6)(0, 1, 1, 0, 1, 1)
+spec = LossSpec(kind=1, mask_low=0, mask_high=1e30, normalizer=4)
+stats = LossStats()
+assert lib.rs_model_train_micro(m, tokens, 6, segs, 2, mask, None, None, C.byref(spec), C.byref(stats), None, C.byref(err)) == 0, err.message
+assert stats.loss_tokens == 4 and abs(stats.loss - math.log(37)) < 0.1, (stats.loss_tokens, stats.loss)
+tokens[2] = 99
+assert lib.rs_model_forward(m, tokens, 6, segs, 2, logits, C.byref(err)) == 1
+assert b"token id 99 at index 2 is outside the vocab [0, 37)" in err.message, err.message
+lib.rs_model_free(m)
+print("ctypes ok:", info.value.decode())
