@@ -51,11 +51,14 @@ export class InferenceActor implements Actor {
     versionGauge.set(version);
     let fetching = Promise.resolve();
     await state.watchNumber(StateKeys.policyVersion, (v) => {
-      if (v <= this.engine.version) return;
+      if (v === this.engine.version) return;
       fetching = fetching.then(async () => {
-        if (v <= this.engine.version) return;
+        if (v === this.engine.version) return;
+        // A lower version means the learner was restored from a checkpoint: follow it back.
+        const rollback = v < this.engine.version;
+        if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
         try {
-          this.engine.swapWeights(v, await getWeights(ctx.topology.objects, v));
+          this.engine.swapWeights(v, await getWeights(ctx.topology.objects, v), rollback);
           versionGauge.set(v);
           log.debug({ version: v }, "weights swapped");
         } catch (e) {

@@ -32,10 +32,13 @@ export class PolicyEngine {
     this.version = version;
   }
 
-  /** Weights for `version` are applied before the next batch starts. */
-  swapWeights(version: number, safetensors: Uint8Array): void {
-    if (version <= this.version) return;
-    if (this.pendingWeights && this.pendingWeights.version >= version) return;
+  /**
+   * Weights for `version` are applied before the next batch starts. Normally versions only go up; a
+   * learner restored from an older checkpoint rolls them back, and `rollback` follows it there.
+   */
+  swapWeights(version: number, safetensors: Uint8Array, rollback = false): void {
+    if (!rollback && version <= this.version) return;
+    if (!rollback && this.pendingWeights && this.pendingWeights.version >= version) return;
     this.pendingWeights = { version, bytes: safetensors };
     if (!this.running) this.applyPendingWeights();
   }
