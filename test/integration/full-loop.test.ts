@@ -13,6 +13,11 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
     sft: { steps: 4, batchSize: 8 },
     rl: { steps: 4, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
     checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 },
+    // A mix: SFT uses the one with gold replies; RL tasks come from both by weight.
+    environments: [
+      { id: "arithmetic@^1", args: { digits: 1, ops: ["+"], seed: 3 }, weight: 1 },
+      { id: "logic@1.x", args: { difficulty: 1 }, weight: 1 },
+    ],
   });
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
@@ -27,11 +32,20 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
     // Object store keeps only the newest weight versions.
     const objects = (await run.topology.objects.list()).map((o) => o.name).filter((n) => /^v\d+$/.test(n)).sort();
     assert.deepEqual(objects, ["v3", "v4"]);
-    // Scored batches carry the env name@version and valid masks.
-    const last = await run.topology.jsm.streams.getMessage(run.topology.names.streams.rollouts, { last_by_subj: run.topology.names.subjects.rolloutsScored });
-    const { rows } = decodeRolloutBatch(last!.data);
-    assert.match(rows[0]!.env, /^arithmetic@1\.\d+\.\d+$/);
-    assert.ok(rows.every((r) => r.completionMask.length === r.completionIds.length));
+    // Scored batches carry each environment's name@version and valid masks.
+    const envs = new Set<string>();
+    const info = await run.topology.jsm.streams.info(run.topology.names.streams.rollouts);
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+      const m = await run.topology.jsm.streams.getMessage(run.topology.names.streams.rollouts, { seq }).catch(() => null);
+      if (!m || m.subject !== run.topology.names.subjects.rolloutsScored) continue;
+      const { rows } = decodeRolloutBatch(m.data);
+      for (const r of rows) envs.add(r.env);
+      assert.ok(rows.every((r) => r.completionMask.length === r.completionIds.length));
+    }
+    assert.deepEqual([...envs].sort(), ["arithmetic@1.0.0", "logic@1.0.0"]);
+    // The resolved versions are recorded in the run's metadata.
+    const recorded = await run.state.getJson<Array<{ id: string }>>(StateKeys.environments);
+    assert.deepEqual(recorded!.map((e) => e.id).sort(), ["arithmetic@1.0.0", "logic@1.0.0"]);
   } finally {
     await run.close();
   }
