@@ -1,7 +1,6 @@
 // The sandbox executor without NATS: probes isolation, keeps the warm pool and the sessions, bounds
 // concurrency, and turns requests into sandboxed commands. The NATS service is a thin shell around it,
 // and tests or an in-process deployment can use it directly (see createLocalSandbox).
-import { closeSync } from "node:fs";
 import type { Logger } from "pino";
 import type {
   CodeSandbox,
@@ -16,7 +15,7 @@ import {
   describeFeatures,
   findBwrap,
   HostUidPool,
-  openFdBinds,
+  assertReachableByOthers,
   RuntimeFolder,
   type IsolationFeatures,
   type SandboxLayout,
@@ -82,14 +81,15 @@ export class SandboxExecutor {
     const bwrap = findBwrap();
     const runtimes = resolveRuntimes(settings);
     const runtime = new RuntimeFolder(settings.workRoot);
-    const fdBinds = openFdBinds([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])]);
+    const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
     try {
       const canSetUid = process.getuid?.() === 0;
+      if (canSetUid) for (const p of extraBinds) assertReachableByOthers(p);
       const iso = settings.isolation;
       const uidPool = canSetUid ? new HostUidPool(iso.hostUidBase, iso.hostUidCount) : null;
       const candidates = featureCandidates({ seccompAvailable: runtime.seccompPath !== null && buildSeccompFilter() !== null, seccompMode: iso.seccomp, canSetUid });
-      const outcome = await probeIsolation({ bwrap, runtime, runtimes, fdBinds, settings }, candidates, uidPool, log);
-      const layout: SandboxLayout = { bwrap, runtime, runtimes, fdBinds, features: outcome.features, settings };
+      const outcome = await probeIsolation({ bwrap, runtime, runtimes, extraBinds, settings }, candidates, uidPool, log);
+      const layout: SandboxLayout = { bwrap, runtime, runtimes, extraBinds, features: outcome.features, settings };
       const report: IsolationReport = {
         features: outcome.features,
         lines: describeFeatures(outcome.features, uidPool ? [iso.hostUidBase, iso.hostUidBase + iso.hostUidCount] : undefined),
@@ -103,7 +103,6 @@ export class SandboxExecutor {
       return ex;
     } catch (e) {
       runtime.remove();
-      for (const b of fdBinds) closeSync(b.fd);
       throw e;
     }
   }
@@ -149,58 +148,47 @@ export class SandboxExecutor {
     }
   }
 
-  private async runOn(sandbox: SandboxProcess, req: SandboxExecRequest, next: PoolKind | ""): Promise<SandboxExecResult> {
-    this.checkLanguage(req.language);
+  /** Runs one command on a sandbox (inside a concurrency slot the caller holds) and counts the outcome. */
+  private async runCommand(sandbox: SandboxProcess, req: SandboxExecRequest, next: PoolKind | ""): Promise<SandboxExecResult> {
     const limits = resolveLimits(this.settings, req.limits, this.outputCeiling);
-    return this.withSlot(async () => {
-      this.counters.execs++;
-      try {
-        const r = await sandbox.run({
-          language: req.language,
-          code: req.code,
-          stdin: req.stdin,
-          files: req.files,
-          limits,
-          rlimits: toRlimits(limits, req.language, this.settings.isolation.addressSpaceHeadroomMb),
-          next: next === "node" && !this.runtimes.node ? "" : next,
-        });
-        if (r.timedOut) this.counters.timeouts++;
-        if (r.outOfMemory) this.counters.outOfMemory++;
-        if (r.outputTruncated) this.counters.outputTruncated++;
-        return r;
-      } catch (e) {
-        this.counters.failures++;
-        throw e;
-      }
-    });
+    this.counters.execs++;
+    try {
+      const r = await sandbox.run({
+        language: req.language,
+        code: req.code,
+        stdin: req.stdin,
+        files: req.files,
+        limits,
+        rlimits: toRlimits(limits, req.language, this.settings.isolation.addressSpaceHeadroomMb),
+        next: next === "node" && !this.runtimes.node ? "" : next,
+      });
+      if (r.timedOut) this.counters.timeouts++;
+      if (r.outOfMemory) this.counters.outOfMemory++;
+      if (r.outputTruncated) this.counters.outputTruncated++;
+      return r;
+    } catch (e) {
+      this.counters.failures++;
+      throw e;
+    }
+  }
+
+  private runOn(sandbox: SandboxProcess, req: SandboxExecRequest, next: PoolKind): Promise<SandboxExecResult> {
+    this.checkLanguage(req.language);
+    return this.withSlot(() => this.runCommand(sandbox, req, next));
   }
 
   /** One-shot execution in a fresh sandbox from the warm pool (discarded afterwards). */
   async exec(req: SandboxExecRequest): Promise<SandboxExecResult> {
     this.checkLanguage(req.language);
-    const limits = resolveLimits(this.settings, req.limits, this.outputCeiling);
+    const kind = this.kindOf(req.language);
     return this.withSlot(async () => {
-      const sandbox = await this.pool.acquire(this.kindOf(req.language));
-      this.counters.execs++;
+      const sandbox = await this.pool.acquire(kind);
       try {
-        const r = await sandbox.run({
-          language: req.language,
-          code: req.code,
-          stdin: req.stdin,
-          files: req.files,
-          limits,
-          rlimits: toRlimits(limits, req.language, this.settings.isolation.addressSpaceHeadroomMb),
-          next: "",
-        });
-        if (r.timedOut) this.counters.timeouts++;
-        if (r.outOfMemory) this.counters.outOfMemory++;
-        if (r.outputTruncated) this.counters.outputTruncated++;
-        return r;
-      } catch (e) {
-        this.counters.failures++;
-        throw e;
+        return await this.runCommand(sandbox, req, "");
       } finally {
         sandbox.kill();
+        // After the reply has gone out: starting a sandbox blocks this thread for a few ms.
+        setImmediate(() => this.pool.replenish(kind));
       }
     });
   }
@@ -273,7 +261,6 @@ export class SandboxExecutor {
     for (const sb of all) sb.kill();
     await Promise.race([Promise.all(all.map((sb) => sb.exited)), new Promise((r) => setTimeout(r, 5000))]);
     this.layout.runtime.remove();
-    for (const b of this.layout.fdBinds) closeSync(b.fd);
   }
 }
 

@@ -2,9 +2,8 @@
 // /.rs, and the host uid it runs under. The flags here are the isolation policy; probe.ts checks at
 // start that they actually hold on this machine.
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, openSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
-import { constants as fsConstants } from "node:fs";
-import { join } from "node:path";
+import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
 import { buildSeccompFilter } from "./seccomp.js";
 import { NODE_BOOT_JS, SUPERVISOR_PY } from "./supervisor-source.js";
 import type { ResolvedRuntimes } from "./runtimes.js";
@@ -45,7 +44,8 @@ export class RuntimeFolder {
 
   constructor(workRoot: string) {
     mkdirSync(workRoot, { recursive: true, mode: 0o711 });
-    this.base = mkdtempSync(join(workRoot, "svc-"));
+    RuntimeFolder.removeStale(workRoot);
+    this.base = mkdtempSync(join(workRoot, `svc-${process.pid}-`));
     // Traversable, not listable: sandboxes run under other uids and must reach rt/ only.
     chmodSync(this.base, 0o711);
     this.dir = join(this.base, "rt");
@@ -68,6 +68,19 @@ export class RuntimeFolder {
   remove(): void {
     rmSync(this.base, { recursive: true, force: true });
   }
+
+  /** Folders left by services that were killed (their pid is in the name and no longer runs). */
+  private static removeStale(workRoot: string): void {
+    for (const name of readdirSync(workRoot)) {
+      const m = /^svc-(\d+)-/.exec(name);
+      if (!m) continue;
+      try {
+        process.kill(Number(m[1]), 0);
+      } catch (e) {
+        if ((e as NodeJS.ErrnoException).code === "ESRCH") rmSync(join(workRoot, name), { recursive: true, force: true });
+      }
+    }
+  }
 }
 
 export function findBwrap(): string {
@@ -84,27 +97,38 @@ export function bwrapVersion(bwrap: string): string {
   }
 }
 
-/** Host folders bound in by open fd (so that bwrap, running unprivileged, needs no access to their parents). */
-export interface FdBind {
-  path: string;
-  fd: number;
-}
-
 export interface SandboxLayout {
   bwrap: string;
   runtime: RuntimeFolder;
   runtimes: ResolvedRuntimes;
-  fdBinds: FdBind[];
+  /** Host folders bound read-only at the same path (interpreter prefixes outside /usr). */
+  extraBinds: string[];
   features: IsolationFeatures;
   settings: SandboxSettings;
 }
 
 /** First stdio slot after stdin/out/err and the two control channels (3: host->sandbox, 4: sandbox->host). */
 export const SECCOMP_FD = 5;
-export const FIRST_BIND_FD = 6;
 
-export function openFdBinds(paths: string[]): FdBind[] {
-  return [...new Set(paths)].map((path) => ({ path, fd: openSync(path, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY) }));
+/**
+ * bwrap runs under an unprivileged uid and must reach what it binds by path: every folder above an
+ * extra bind must be world-traversable (a pyenv under /root, mode 0700, is not). Throws naming the
+ * folder to fix rather than failing later with bwrap's "Permission denied".
+ */
+export function assertReachableByOthers(path: string): void {
+  let p = path;
+  for (;;) {
+    const st = statSync(p);
+    const need = p === path ? 0o005 : 0o001;
+    if ((st.mode & need) !== need) {
+      throw new Error(
+        `sandbox: ${path} must be readable by the sandbox's unprivileged uid, but ${p} is mode ${(st.mode & 0o777).toString(8)}; ` +
+          `run \`chmod o+x ${p}\` (or o+rx for the folder itself), or use an interpreter under /usr (sandbox.runtimes.*.binary)`,
+      );
+    }
+    if (p === "/") return;
+    p = dirname(p);
+  }
 }
 
 const MiB = 1024 * 1024;
@@ -146,7 +170,7 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
   }
   for (const f of ["passwd", "group", "hosts", "hostname", "nsswitch.conf"]) a.push("--ro-bind", join(runtime.dir, "etc", f), `/etc/${f}`);
   a.push("--ro-bind", runtime.dir, "/.rs");
-  layout.fdBinds.forEach((b, i) => a.push("--ro-bind-fd", String(FIRST_BIND_FD + i), b.path));
+  for (const p of layout.extraBinds) a.push("--ro-bind", p, p);
   a.push(
     "--proc", "/proc",
     "--dev", "/dev",

@@ -70,8 +70,10 @@ export class WarmPool {
       const s = idle.shift()!;
       if (s.idle) {
         this.counters.hits++;
-        // Spawning blocks the event loop for a moment: do it after this request's program is sent.
-        setImmediate(() => this.refill(kind));
+        // Spawning blocks the event loop for a few ms (fork of this process): not while the request
+        // that just took the sandbox is running. The caller calls replenish() when it is done; the
+        // timer is a fallback for callers that never do.
+        this.replenishLater(kind);
         return Promise.resolve(s);
       }
     }
@@ -80,6 +82,23 @@ export class WarmPool {
       this.waiters.get(kind)!.push({ resolve, reject });
       this.refill(kind);
     });
+  }
+
+  private replenishTimers = new Map<PoolKind, NodeJS.Timeout>();
+
+  private replenishLater(kind: PoolKind): void {
+    if (this.replenishTimers.has(kind)) return;
+    const t = setTimeout(() => this.replenish(kind), 50);
+    t.unref();
+    this.replenishTimers.set(kind, t);
+  }
+
+  /** Starts sandboxes until the pool is back at its target (call when a request is done). */
+  replenish(kind: PoolKind): void {
+    const t = this.replenishTimers.get(kind);
+    if (t) clearTimeout(t);
+    this.replenishTimers.delete(kind);
+    this.refill(kind);
   }
 
   private refill(kind: PoolKind): void {
@@ -124,7 +143,7 @@ export class WarmPool {
           }
         });
       }
-    } else if (failure) {
+    } else if (failure && !this.closed) {
       this.counters.startFailures++;
       this.log.error({ kind, err: failure.message }, "sandbox failed to start");
       // Requests must not hang on a machine where sandboxes cannot start: fail the oldest waiter.
@@ -142,6 +161,7 @@ export class WarmPool {
   close(): void {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
+    for (const t of this.replenishTimers.values()) clearTimeout(t);
     for (const [, list] of this.idle) for (const s of list.splice(0)) s.kill();
     for (const [, list] of this.waiters) for (const w of list.splice(0)) w.reject(new SandboxFailure("the sandbox service is stopping"));
   }

@@ -90,13 +90,13 @@ export interface ProbeOutcome {
 function hiddenPaths(layout: SandboxLayout): string[] {
   const paths = ["/etc/shadow", "/etc/ssh", "/home", "/work", "/var", "/run", "/sys", layout.runtime.dir, process.cwd()];
   // /root may exist only as the parent of a bound interpreter prefix (pyenv); its other contents never.
-  if (!layout.fdBinds.some((b) => b.path.startsWith("/root/"))) paths.push("/root");
+  if (!layout.extraBinds.some((b) => b.startsWith("/root/"))) paths.push("/root");
   const own = ["/tmp", "/workspace", "/dev", "/proc", "/usr", "/.rs"];
   return paths.filter(
     (p) =>
       p !== "/" &&
       !own.some((o) => p === o || p.startsWith(o + "/")) &&
-      !layout.fdBinds.some((b) => b.path === p || b.path.startsWith(p + "/")),
+      !layout.extraBinds.some((b) => b === p || b.startsWith(p + "/")),
   );
 }
 
@@ -142,10 +142,13 @@ export async function probeIsolation(
     }
     log.warn({ features, why: rejected[rejected.length - 1]!.why }, "sandbox isolation candidate rejected, trying a weaker one");
   }
+  const namespaceTrouble = rejected.some((r) => /bwrap:|namespace|Operation not permitted/i.test(r.why));
   throw new Error(
-    "sandbox: bubblewrap cannot build a sandbox on this machine, refusing to run code unsandboxed. " +
-      "Unprivileged user namespaces must be enabled (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0; " +
-      "in Docker run with --security-opt seccomp=unconfined or a profile allowing clone/unshare). Tried:\n" +
+    "sandbox: no isolation candidate passed the self-test, refusing to run code unsandboxed." +
+      (namespaceTrouble
+        ? " bwrap could not create its namespaces: unprivileged user namespaces must be enabled (sysctl kernel.unprivileged_userns_clone=1 / user.max_user_namespaces > 0; in Docker, a seccomp profile that allows clone/unshare)."
+        : "") +
+      " Tried:\n" +
       rejected.map((r) => `  ${JSON.stringify(r.features)}: ${r.why}`).join("\n"),
   );
 }

@@ -105,7 +105,7 @@ export class SandboxProcess {
     try {
       if (layout.features.seccomp && layout.runtime.seccompPath) seccompFd = openSync(layout.runtime.seccompPath, "r");
       this.child = spawn(layout.bwrap, bwrapArgs(layout, kind), {
-        stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore", ...layout.fdBinds.map((b) => b.fd)],
+        stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore"],
         uid: this.hostUid,
         gid: this.hostUid,
         detached: true,
@@ -119,7 +119,8 @@ export class SandboxProcess {
     }
     this.ctlIn = this.child.stdio[3] as Writable;
     const ctlOut = this.child.stdio[4] as Readable;
-    this.ctlIn.on("error", () => undefined);
+    // A sandbox that dies mid-write resets these sockets; its death is handled on "close".
+    for (const s of [this.ctlIn, ctlOut, this.child.stdout!, this.child.stderr!]) s.on("error", () => undefined);
     ctlOut.on("data", (d: Buffer) => this.onControlData(d));
     this.child.stdout!.on("data", (d: Buffer) => this.onOutput(d, "out"));
     this.child.stderr!.on("data", (d: Buffer) => this.onOutput(d, "err"));

@@ -12,7 +12,7 @@ import type { Logger } from "pino";
 import type { SandboxExecRequest, SandboxExecResult, SandboxLanguage } from "../../environments/api/sandbox.js";
 import { gone, notFound, overloaded } from "./errors.js";
 import type { WarmPool, PoolKind } from "./pool.js";
-import type { SandboxProcess } from "./sandbox-process.js";
+import { SandboxFailure, type SandboxProcess } from "./sandbox-process.js";
 import type { SandboxSettings } from "./settings.js";
 
 export interface SessionOptions {
@@ -74,6 +74,7 @@ export class SessionManager {
     const p = (async () => {
       const kind = kindOf(opts.language);
       const sandbox = await this.pool.acquire(kind);
+      this.pool.replenish(kind);
       const idleMs = Math.min(opts.idleTimeoutMs ?? this.settings.sessionIdleMs, this.settings.maxSessionIdleMs);
       const s: Session = { id, kind, sandbox, idleMs, timer: null, tail: Promise.resolve(), lost: null, running: false };
       sandbox.onExit(() => {
@@ -107,6 +108,10 @@ export class SessionManager {
       try {
         this.counters.execs++;
         return await this.runInSandbox(s.sandbox, req, s.kind);
+      } catch (e) {
+        // The sandbox died under the command: the session's files died with it.
+        if (e instanceof SandboxFailure) throw gone(`session ${id} is lost: ${e.message}; open a new session`);
+        throw e;
       } finally {
         s.running = false;
         if (!s.lost && this.sessions.get(id) === s) this.touch(s);

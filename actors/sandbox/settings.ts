@@ -37,8 +37,8 @@ export const IsolationSettingsSchema = z.object({
   seccomp: z.enum(["auto", "required", "off"]).default("auto").describe("syscall deny-list filter: auto = use it when this machine supports it, required = refuse to start without it"),
   hostUidBase: nonneg().default(1_500_000_000).describe("when the service runs as root, each live sandbox runs under its own host uid from [base, base+count) (default 1500000000)"),
   hostUidCount: pos().default(65_536).describe("size of that uid range (default 65536)"),
-  diskMb: pos().default(256).describe("size of each sandbox's private tmpfs work dir (/workspace), and of /tmp (default 256 MiB each)"),
-  shmMb: pos().default(64).describe("size of /dev/shm in the sandbox (default 64 MiB)"),
+  diskMb: pos().default(64).describe("size of each sandbox's private tmpfs work dir (/workspace), and of its /tmp (default 64 MiB each). tmpfs is memory: a replica may use up to (2 x diskMb + shmMb) x live sandboxes of RAM for files, so bound the replica with a memory limit (k8s/systemd) too"),
+  shmMb: pos().default(16).describe("size of /dev/shm in the sandbox (default 16 MiB)"),
   addressSpaceHeadroomMb: pos().default(1024).describe("RLIMIT_AS = memoryMb + this: room for reservations (node's heap cage, thread stacks) while still capping shared mappings (default 1 GiB; node gets 2x)"),
 });
 

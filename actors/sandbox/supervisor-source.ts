@@ -143,6 +143,11 @@ def apply_rlimits(lim, pid=0):
         res = getattr(resource, "RLIMIT_" + name.upper(), None)
         if res is None:
             continue
+        # Never above what the sandbox already has: raising a hard limit needs a capability we dropped.
+        cur_hard = (resource.prlimit(pid, res) if pid else resource.getrlimit(res))[1]
+        if cur_hard != resource.RLIM_INFINITY:
+            hard = min(hard, cur_hard)
+            soft = min(soft, hard)
         if pid:
             resource.prlimit(pid, res, (soft, hard))
         else:

@@ -11,6 +11,14 @@ import { SANDBOX_SERVICE_NAME } from "../../streams/sandbox-protocol.js";
 
 const LANGS: SandboxLanguage[] = ["python", "node", "bash"];
 
+/** Where the commands print (tests pass their own). */
+export interface SandboxCliIo {
+  out(text: string): void;
+  err(text: string): void;
+}
+
+const processIo: SandboxCliIo = { out: (t) => void process.stdout.write(t), err: (t) => void process.stderr.write(t) };
+
 interface ExecOpts {
   lang: string;
   code?: string;
@@ -53,7 +61,7 @@ export function exitCodeFor(r: { exitCode: number | null; signal: string | null;
   return n ? 128 + n : 1;
 }
 
-async function execCommand(file: string | undefined, opts: ExecOpts): Promise<number> {
+async function execCommand(file: string | undefined, opts: ExecOpts, io: SandboxCliIo): Promise<number> {
   if (!LANGS.includes(opts.lang as SandboxLanguage)) throw new Error(`--lang must be one of ${LANGS.join(", ")}, got ${JSON.stringify(opts.lang)}`);
   let code = opts.code;
   if (code === undefined && file !== undefined) code = file === "-" ? readStdin() : readFileSync(file, "utf8");
@@ -68,13 +76,13 @@ async function execCommand(file: string | undefined, opts: ExecOpts): Promise<nu
     const client = new NatsSandboxClient(nc, { timeoutMs: positiveInt("--timeout", opts.timeout) ?? 30_000 });
     const r = await client.exec(req);
     if (opts.json) {
-      process.stdout.write(`${JSON.stringify(r)}\n`);
+      io.out(`${JSON.stringify(r)}\n`);
     } else {
-      process.stdout.write(r.stdout);
-      process.stderr.write(r.stderr);
+      io.out(r.stdout);
+      io.err(r.stderr);
       const flags = [r.timedOut && "timed out", r.outOfMemory && "out of memory", r.outputTruncated && "output truncated"].filter(Boolean);
       const status = r.exitCode !== null ? `exit ${r.exitCode}` : `killed by ${r.signal ?? "signal"}`;
-      process.stderr.write(`[sandbox] ${status} · ${r.wallMs.toFixed(1)} ms wall · ${r.cpuMs.toFixed(1)} ms cpu${flags.length ? ` · ${flags.join(", ")}` : ""}\n`);
+      io.err(`[sandbox] ${status} · ${r.wallMs.toFixed(1)} ms wall · ${r.cpuMs.toFixed(1)} ms cpu${flags.length ? ` · ${flags.join(", ")}` : ""}\n`);
     }
     return exitCodeFor(r);
   } finally {
@@ -82,7 +90,7 @@ async function execCommand(file: string | undefined, opts: ExecOpts): Promise<nu
   }
 }
 
-async function statsCommand(opts: { server?: string }): Promise<number> {
+async function statsCommand(opts: { server?: string }, io: SandboxCliIo): Promise<number> {
   const nc = await connectTo(serverUrl(opts.server));
   try {
     // @nats-io/services pins its own nats-core types; the connection is the same object at run time.
@@ -90,17 +98,17 @@ async function statsCommand(opts: { server?: string }): Promise<number> {
     let n = 0;
     for await (const s of await client.stats(SANDBOX_SERVICE_NAME)) {
       n++;
-      process.stdout.write(`${s.name} ${s.version} id=${s.id} started=${s.started}\n`);
+      io.out(`${s.name} ${s.version} id=${s.id} started=${s.started}\n`);
       for (const e of s.endpoints ?? []) {
-        process.stdout.write(`  ${e.name.padEnd(14)} ${e.subject.padEnd(48)} requests=${e.num_requests} errors=${e.num_errors}\n`);
+        io.out(`  ${e.name.padEnd(14)} ${e.subject.padEnd(48)} requests=${e.num_requests} errors=${e.num_errors}\n`);
       }
       const data = s.endpoints?.[0]?.data;
       if (data && typeof data === "object") {
-        process.stdout.write(`  ${Object.entries(data as Record<string, unknown>).map(([k, v]) => `${k}=${String(v)}`).join(" ")}\n`);
+        io.out(`  ${Object.entries(data as Record<string, unknown>).map(([k, v]) => `${k}=${String(v)}`).join(" ")}\n`);
       }
     }
     if (n === 0) {
-      process.stderr.write(`no ${SANDBOX_SERVICE_NAME} replica answered\n`);
+      io.err(`no ${SANDBOX_SERVICE_NAME} replica answered\n`);
       return 1;
     }
     return 0;
@@ -109,7 +117,7 @@ async function statsCommand(opts: { server?: string }): Promise<number> {
   }
 }
 
-export function registerSandboxCommands(program: Command): void {
+export function registerSandboxCommands(program: Command, io: SandboxCliIo = processIo): void {
   const sandbox = program.command("sandbox").description("talk to the sandbox service (rs.sandbox.*)");
   sandbox
     .command("exec [file]")
@@ -124,9 +132,9 @@ export function registerSandboxCommands(program: Command): void {
     .option("--json", "print the whole result as JSON")
     .action(async (file: string | undefined, opts: ExecOpts) => {
       try {
-        process.exitCode = await execCommand(file, opts);
+        process.exitCode = await execCommand(file, opts, io);
       } catch (e) {
-        process.stderr.write(`sandbox exec: ${(e as Error).message}\n`);
+        io.err(`sandbox exec: ${(e as Error).message}\n`);
         process.exitCode = 2;
       }
     });
@@ -136,9 +144,9 @@ export function registerSandboxCommands(program: Command): void {
     .option("-s, --server <url>", "NATS server (default: NATS_URL, then nats://127.0.0.1:4222)")
     .action(async (opts: { server?: string }) => {
       try {
-        process.exitCode = await statsCommand(opts);
+        process.exitCode = await statsCommand(opts, io);
       } catch (e) {
-        process.stderr.write(`sandbox stats: ${(e as Error).message}\n`);
+        io.err(`sandbox stats: ${(e as Error).message}\n`);
         process.exitCode = 2;
       }
     });

@@ -1,0 +1,328 @@
+// `rollstream bench sandbox`: the sandbox service end to end (client -> NATS -> service -> bwrap
+// sandbox -> reply) against a bare `python3 -c` subprocess measured in the same run:
+//   - warm-exec latency p50/p99 (a warm sandbox is waiting), vs spawning python3 -c;
+//   - executions/s and latency at concurrency 1, 8 and 64 (closed loop; every request still gets a
+//     fresh sandbox, so this is bounded by how fast sandboxes start), vs python3 -c at the same concurrency;
+//   - cold-start latency (pool disabled: bwrap + interpreter start + run), vs python3 -c;
+//   - concurrent sessions held open, each answering, with their memory (PSS) and idle CPU, vs the
+//     memory of idle bare python3 processes.
+// Targets on 2 cores: warm p50 <= 5 ms, p99 <= 50 ms, >= 200 concurrent sessions.
+// The last line printed is one JSON object of the figures.
+import { spawn } from "node:child_process";
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { availableParallelism, tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { setTimeout as sleep } from "node:timers/promises";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
+import { Svcm } from "@nats-io/services";
+import { pino } from "pino";
+import { startNatsServer } from "../deploy/local/nats-server.js";
+import { SandboxExecutor } from "../actors/sandbox/index.js";
+import { NatsSandboxClient } from "../streams/sandbox-client.js";
+import { SANDBOX_SERVICE_NAME } from "../streams/sandbox-protocol.js";
+import type { SandboxSession } from "../environments/api/sandbox.js";
+
+export interface SandboxBenchOptions {
+  quick?: boolean;
+  /** Sessions to try to hold open at once (default 256; quick 64). */
+  sessions?: number;
+  /** Python for the baseline (default /usr/bin/python3, the interpreter the sandbox uses by default). */
+  python?: string;
+  print?: (line: string) => void;
+}
+
+const PROGRAM = "print(1)";
+
+function pct(xs: number[], p: number): number {
+  if (xs.length === 0) return NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor(p * s.length))]!;
+}
+
+const r2 = (x: number) => Math.round(x * 100) / 100;
+
+function bare(python: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(python, ["-c", PROGRAM], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    c.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    c.on("error", reject);
+    c.on("close", (code) => (code === 0 && out === "1\n" ? resolve() : reject(new Error(`python3 -c failed: ${code} ${out}`))));
+  });
+}
+
+/** Closed loop: `concurrency` workers issue `total` calls; returns per-call latencies and calls/s. */
+async function closedLoop(concurrency: number, total: number, call: () => Promise<void>): Promise<{ lat: number[]; perSec: number }> {
+  const lat: number[] = [];
+  let issued = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (issued < total) {
+        issued++;
+        const t = performance.now();
+        await call();
+        lat.push(performance.now() - t);
+      }
+    }),
+  );
+  return { lat, perSec: (total / (performance.now() - t0)) * 1000 };
+}
+
+/** PSS (RSS where smaps_rollup is missing) in MB, and CPU seconds, of the given processes. */
+function measure(pids: number[]): { count: number; memMb: number; cpuS: number } {
+  let count = 0;
+  let memKb = 0;
+  let ticks = 0;
+  for (const p of pids) {
+    try {
+      let kb = Number(/^VmRSS:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, "utf8"))?.[1] ?? 0);
+      try {
+        kb = Number(/^Pss:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/smaps_rollup`, "utf8"))?.[1] ?? kb);
+      } catch {
+        /* keep RSS */
+      }
+      const stat = readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ");
+      ticks += Number(stat[11]) + Number(stat[12]);
+      memKb += kb;
+      count++;
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  return { count, memMb: memKb / 1024, cpuS: ticks / 100 };
+}
+
+/** Every descendant of `root`. */
+function descendants(root: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const p of readdirSync("/proc")) {
+    if (!/^\d+$/.test(p)) continue;
+    try {
+      const ppid = Number(readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ")[1]);
+      const list = children.get(ppid) ?? [];
+      list.push(Number(p));
+      children.set(ppid, list);
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  const out: number[] = [];
+  const stack = [...(children.get(root) ?? [])];
+  while (stack.length) {
+    const p = stack.pop()!;
+    out.push(p);
+    stack.push(...(children.get(p) ?? []));
+  }
+  return out;
+}
+
+/**
+ * The service runs in its own process, as `rollstream actor sandbox` does: sharing this process's
+ * event loop with the clients would charge its work (spawning sandboxes) to the clients' latency.
+ */
+function startServiceProcess(natsUrl: string, settings: Record<string, unknown>): Promise<{ pid: number; stop(): Promise<void> }> {
+  const entry = new URL("../actors/sandbox/index.js", import.meta.url).href;
+  const script = `
+    import { connect } from "@nats-io/transport-node";
+    import { pino } from "pino";
+    const { startSandboxService } = await import(${JSON.stringify(entry)});
+    const nc = await connect({ servers: process.env.RS_NATS_URL });
+    const svc = await startSandboxService({ nc, log: pino({ level: "warn" }, pino.destination(2)), settings: JSON.parse(process.env.RS_SETTINGS) });
+    process.stdout.write("ready\\n");
+    process.stdin.on("end", async () => { await svc.stop(); await nc.close(); process.exit(0); });
+    process.stdin.resume();
+  `;
+  const child = spawn(process.execPath, ["--input-type=module", "-e", script], {
+    // Bare imports of the -e script resolve from its cwd: the build folder, under the project's node_modules.
+    cwd: fileURLToPath(new URL("..", import.meta.url)),
+    env: { ...process.env, RS_NATS_URL: natsUrl, RS_SETTINGS: JSON.stringify(settings) },
+    stdio: ["pipe", "pipe", "inherit"],
+  });
+  return new Promise((resolve, reject) => {
+    let out = "";
+    child.once("exit", (code) => reject(new Error(`sandbox service process exited (${code}) before it was ready`)));
+    child.stdout!.on("data", (d: Buffer) => {
+      out += d.toString();
+      if (out.includes("ready")) {
+        child.removeAllListeners("exit");
+        resolve({
+          pid: child.pid ?? -1,
+          stop: () =>
+            new Promise<void>((done) => {
+              const t = setTimeout(() => child.kill("SIGKILL"), 15_000);
+              child.once("exit", () => {
+                clearTimeout(t);
+                done();
+              });
+              child.stdin!.end();
+            }),
+        });
+      }
+    });
+  });
+}
+
+/** The executor counters of the (single) sandbox replica, through the micro-service STATS endpoint. */
+async function serviceStats(nc: NatsConnection): Promise<Record<string, number>> {
+  const client = new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client({ maxWait: 500 } as unknown as Parameters<Svcm["client"]>[0]);
+  for await (const s of await client.stats(SANDBOX_SERVICE_NAME)) {
+    const data = s.endpoints?.[0]?.data;
+    if (data && typeof data === "object") return data as Record<string, number>;
+  }
+  throw new Error("the sandbox service did not answer STATS");
+}
+
+export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<Record<string, number>> {
+  const print = opts.print ?? ((l: string) => process.stdout.write(`${l}\n`));
+  const quick = opts.quick === true;
+  const python = opts.python ?? "/usr/bin/python3";
+  const warmN = quick ? 60 : 200;
+  const sessionsTarget = opts.sessions ?? (quick ? 64 : 256);
+  const poolSize = 8;
+  const out: Record<string, number> = {};
+  const log = pino({ level: "warn" }, pino.destination(2));
+
+  const storeDir = mkdtempSync(join(tmpdir(), "rs-bench-sandbox-"));
+  const nats = await startNatsServer({ storeDir });
+  const nc = await connect({ servers: nats.url });
+  const service = await startServiceProcess(nats.url, { poolSize, maxSessions: sessionsTarget + 16 });
+  const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
+  const exec = async () => {
+    const r = await client.exec({ language: "python", code: PROGRAM });
+    if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
+  };
+  const st0 = await serviceStats(nc);
+  print(`sandbox bench on ${availableParallelism()} cores; isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid}`);
+
+  try {
+    // Warm-up both paths (page cache, JIT).
+    for (let i = 0; i < 5; i++) {
+      await exec();
+      await bare(python);
+    }
+
+    // 1. Warm exec: a warm sandbox is waiting for every request (we let the pool refill between them).
+    const warm: number[] = [];
+    for (let i = 0; i < warmN; i++) {
+      for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
+      const t = performance.now();
+      await exec();
+      warm.push(performance.now() - t);
+    }
+    const bareSeq: number[] = [];
+    for (let i = 0; i < warmN; i++) {
+      const t = performance.now();
+      await bare(python);
+      bareSeq.push(performance.now() - t);
+    }
+    out.warm_p50_ms = r2(pct(warm, 0.5));
+    out.warm_p99_ms = r2(pct(warm, 0.99));
+    out.bare_python_p50_ms = r2(pct(bareSeq, 0.5));
+    out.bare_python_p99_ms = r2(pct(bareSeq, 0.99));
+    out.warm_speedup_p50 = r2(out.bare_python_p50_ms / out.warm_p50_ms);
+    print(`warm exec         p50 ${out.warm_p50_ms} ms  p99 ${out.warm_p99_ms} ms   | bare python3 -c p50 ${out.bare_python_p50_ms} ms p99 ${out.bare_python_p99_ms} ms  (${out.warm_speedup_p50}x faster)`);
+
+    // 2. Throughput at concurrency 1, 8, 64 (fresh sandbox per request).
+    for (const c of [1, 8, 64]) {
+      const total = quick ? Math.max(40, c * 2) : Math.max(150, c * 4);
+      await sleep(300);
+      const s = await closedLoop(c, total, exec);
+      await sleep(300);
+      const b = await closedLoop(c, total, () => bare(python));
+      out[`c${c}_exec_per_s`] = r2(s.perSec);
+      out[`c${c}_p50_ms`] = r2(pct(s.lat, 0.5));
+      out[`c${c}_p99_ms`] = r2(pct(s.lat, 0.99));
+      out[`c${c}_bare_per_s`] = r2(b.perSec);
+      out[`c${c}_bare_p50_ms`] = r2(pct(b.lat, 0.5));
+      out[`c${c}_ratio_vs_bare`] = r2(s.perSec / b.perSec);
+      print(
+        `concurrency ${String(c).padStart(2)}    ${out[`c${c}_exec_per_s`]} exec/s p50 ${out[`c${c}_p50_ms`]} ms p99 ${out[`c${c}_p99_ms`]} ms | bare ${out[`c${c}_bare_per_s`]} /s p50 ${out[`c${c}_bare_p50_ms`]} ms  (${out[`c${c}_ratio_vs_bare`]}x)`,
+      );
+    }
+
+    // 3. Cold start: no pool, each request starts its sandbox.
+    // Its own uid range, so that its sandboxes never share a host uid with the service's.
+    const cold = await SandboxExecutor.create({ poolSize: 0, runtimes: { node: { enabled: false } }, isolation: { hostUidBase: 1_600_000_000 } }, log);
+    try {
+      const coldLat: number[] = [];
+      for (let i = 0; i < (quick ? 15 : 40); i++) {
+        const t = performance.now();
+        const r = await cold.exec({ language: "python", code: PROGRAM });
+        if (r.stdout !== "1\n") throw new Error(`cold sandbox returned ${JSON.stringify(r)}`);
+        coldLat.push(performance.now() - t);
+      }
+      out.cold_p50_ms = r2(pct(coldLat, 0.5));
+      out.cold_p99_ms = r2(pct(coldLat, 0.99));
+      out.cold_vs_bare_p50 = r2(out.cold_p50_ms / out.bare_python_p50_ms);
+      print(`cold start        p50 ${out.cold_p50_ms} ms  p99 ${out.cold_p99_ms} ms   (${out.cold_vs_bare_p50}x a bare python3 -c, which has no isolation)`);
+    } finally {
+      await cold.close();
+    }
+
+    // 4. Sessions held open at once: open, run one command each, then all answer again; memory and idle CPU.
+    await sleep(500);
+    const before = measure(descendants(service.pid));
+    const sessions: SandboxSession[] = [];
+    const tOpen = performance.now();
+    let failures = 0;
+    for (let i = 0; i < sessionsTarget; i += 16) {
+      const batch = await Promise.all(
+        Array.from({ length: Math.min(16, sessionsTarget - i) }, async () => {
+          const s = await client.openSession({ language: "python" });
+          try {
+            await s.exec({ language: "bash", code: "echo ready > state.txt" });
+            return s;
+          } catch {
+            failures++;
+            return null;
+          }
+        }),
+      );
+      for (const s of batch) if (s) sessions.push(s);
+    }
+    const openS = (performance.now() - tOpen) / 1000;
+    await sleep(1000);
+    const sandboxPids = descendants(service.pid);
+    const idle0 = measure(sandboxPids);
+    await sleep(2000);
+    const idle1 = measure(sandboxPids);
+    const answers = await Promise.all(sessions.map((s) => s.exec({ language: "bash", code: "cat state.txt" }).then((r) => r.stdout === "ready\n").catch(() => false)));
+    const held = answers.filter(Boolean).length;
+    const memPerSession = (idle1.memMb - before.memMb) / Math.max(1, sessions.length);
+    const idleCpuPct = ((idle1.cpuS - idle0.cpuS) / 2) * 100;
+    await Promise.all(sessions.map((s) => s.close()));
+
+    // Baseline: the same number of bare idle python3 processes (no sandbox), their memory per process.
+    const bareProcs = Array.from({ length: Math.min(sessionsTarget, 64) }, () =>
+      spawn(python, ["-c", "import sys; sys.stdin.read()"], { stdio: ["pipe", "ignore", "ignore"] }),
+    );
+    await sleep(1500);
+    const bareMem = measure(bareProcs.map((p) => p.pid ?? -1));
+    for (const p of bareProcs) p.kill("SIGKILL");
+    out.sessions_held = held;
+    out.sessions_open_failures = failures;
+    out.sessions_open_s = r2(openS);
+    out.session_mem_mb = r2(memPerSession);
+    out.bare_python_idle_mem_mb = r2(bareMem.memMb / Math.max(1, bareMem.count));
+    out.sessions_idle_cpu_pct = r2(idleCpuPct);
+    print(
+      `sessions held     ${held}/${sessionsTarget} (opened in ${out.sessions_open_s} s), ${out.session_mem_mb} MB each (PSS, sandbox + supervisor + warm interpreter) vs ${out.bare_python_idle_mem_mb} MB for an idle bare python3; idle CPU ${out.sessions_idle_cpu_pct}% of one core`,
+    );
+  } finally {
+    await service.stop();
+    await nc.close();
+    await nats.stop();
+    rmSync(storeDir, { recursive: true, force: true });
+  }
+  print(JSON.stringify(out));
+  return out;
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  runSandboxBench({ quick: process.argv.includes("--quick") }).catch((e) => {
+    process.stderr.write(`${(e as Error).stack ?? String(e)}\n`);
+    process.exitCode = 1;
+  });
+}
