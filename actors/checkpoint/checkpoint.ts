@@ -5,13 +5,12 @@ import { createHash } from "node:crypto";
 import { join } from "node:path";
 import { inject, injectable } from "tsyringe";
 import type { JsMsg } from "@nats-io/jetstream";
-import { lastValueFrom } from "rxjs";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { getBlob, putBlob, pruneWeights } from "../runtime/weights.js";
+import { runConsumerLoop } from "../runtime/consumer-loop.js";
 import { decodeMsgpack, encodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RestoreReplySchema, RestoreRequestSchema, StateAnnouncementSchema, WeightsAnnouncementSchema } from "../../streams/messages.js";
-import { handleWith, pullSlots } from "../../streams/consume.js";
 import { PoisonMessageError } from "../../streams/dead-letter.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { CheckpointDir } from "./disk-store.js";
@@ -44,21 +43,7 @@ export class CheckpointActor implements Actor {
     })();
     ctx.signal.addEventListener("abort", () => { restoreSub.unsubscribe(); weightsSub.unsubscribe(); }, { once: true });
 
-    const consumer = await ctx.js.consumers.get(names.streams.events, names.consumers.checkpoint);
-    await lastValueFrom(
-      pullSlots(consumer, { maxInFlight: 1, expiresMs: 1000, signal: ctx.signal }).pipe(
-        handleWith((m) => this.persist(m), {
-          js: ctx.js,
-          dlqSubject: names.subjects.dlq,
-          actor: ctx.actor,
-          maxInFlight: 1,
-          maxDeliver: 10,
-          heartbeatMs: 10_000,
-          onError: (e) => ctx.log.warn({ err: (e as Error).message }, "checkpoint failed"),
-        }),
-      ),
-      { defaultValue: null },
-    );
+    await runConsumerLoop(ctx, { stream: names.streams.events, durable: names.consumers.checkpoint, maxInFlight: 1, what: "training state" }, (m) => this.persist(m));
     await Promise.allSettled([serveRestores, prune]);
   }
 

@@ -10,15 +10,14 @@ import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environm
 import { PolicyEngine } from "../runtime/policy-engine.js";
 import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
 import { getWeights } from "../runtime/weights.js";
+import { runConsumerLoop } from "../runtime/consumer-loop.js";
 import { decodeMsgpack, encodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RawRolloutGroupSchema, TaskSchema, type RawRollout, type Task } from "../../streams/messages.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { StateKeys } from "../../streams/subjects.js";
-import { handleWith, pullSlots } from "../../streams/consume.js";
 import { PoisonMessageError } from "../../streams/dead-letter.js";
 import { connectSandbox } from "../runtime/sandbox-connect.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
-import { lastValueFrom } from "rxjs";
 
 @injectable()
 export class InferenceActor implements Actor {
@@ -67,26 +66,13 @@ export class InferenceActor implements Actor {
       });
     }, ctx.signal);
 
-    const consumer = await ctx.js.consumers.get(ctx.topology.names.streams.tasks, ctx.topology.names.consumers.inference);
-    const outcomes = ctx.metrics.counter("tasks_total", "tasks handled");
-    const dead = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject");
-    const maxInFlight = config.actors.inference.maxTasksInFlight;
-    await lastValueFrom(
-      pullSlots(consumer, { maxInFlight, expiresMs: 1000, signal: ctx.signal }).pipe(
-        handleWith((m) => this.handleTask(m), {
-          js: ctx.js,
-          dlqSubject: ctx.topology.names.subjects.dlq,
-          actor: ctx.actor,
-          maxInFlight,
-          maxDeliver: 10,
-          heartbeatMs: Math.max(200, Math.min(10_000, Math.floor(config.nats.taskAckWaitMs / 3))),
-          onError: (e, m) => log.warn({ seq: m.seq, err: (e as Error).message }, "task failed"),
-        }),
-      ),
-      { defaultValue: null },
-    ).then(() => undefined);
-    void outcomes;
-    void dead;
+    await runConsumerLoop(ctx, {
+      stream: ctx.topology.names.streams.tasks,
+      durable: ctx.topology.names.consumers.inference,
+      maxInFlight: config.actors.inference.maxTasksInFlight,
+      what: "task",
+      heartbeatMs: Math.max(200, Math.min(10_000, Math.floor(config.nats.taskAckWaitMs / 3))),
+    }, (m) => this.handleTask(m));
   }
 
   private async handleTask(msg: JsMsg): Promise<void> {

@@ -3,15 +3,14 @@
 // msg-id = task id; the raw message is acked only after that publish is stored.
 import { inject, injectable } from "tsyringe";
 import type { JsMsg } from "@nats-io/jetstream";
-import { lastValueFrom } from "rxjs";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { connectSandbox } from "../runtime/sandbox-connect.js";
+import { runConsumerLoop } from "../runtime/consumer-loop.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RawRolloutGroupSchema } from "../../streams/messages.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
-import { handleWith, pullSlots } from "../../streams/consume.js";
 import { PoisonMessageError } from "../../streams/dead-letter.js";
 import { encodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
@@ -31,26 +30,12 @@ export class RewardActor implements Actor {
     const { ctx } = this;
     this.envs = await loadRunEnvironments(ctx.config);
     this.sandbox = connectSandbox(ctx);
-    const consumer = await ctx.js.consumers.get(ctx.topology.names.streams.rollouts, ctx.topology.names.consumers.reward);
-    const maxInFlight = ctx.config.actors.reward.maxInFlight;
-    const dead = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject");
-    const scored = ctx.metrics.counter("groups_scored_total", "rollout groups scored");
-    await lastValueFrom(
-      pullSlots(consumer, { maxInFlight, expiresMs: 1000, signal: ctx.signal }).pipe(
-        handleWith((m) => this.handleGroup(m), {
-          js: ctx.js,
-          dlqSubject: ctx.topology.names.subjects.dlq,
-          actor: ctx.actor,
-          maxInFlight,
-          maxDeliver: 10,
-          heartbeatMs: 10_000,
-          onError: (e, m) => ctx.log.warn({ seq: m.seq, err: (e as Error).message }, "rollout group failed"),
-        }),
-      ),
-      { defaultValue: null },
-    ).then(() => undefined);
-    void dead;
-    void scored;
+    await runConsumerLoop(ctx, {
+      stream: ctx.topology.names.streams.rollouts,
+      durable: ctx.topology.names.consumers.reward,
+      maxInFlight: ctx.config.actors.reward.maxInFlight,
+      what: "rollout group",
+    }, (m) => this.handleGroup(m));
   }
 
   private async handleGroup(msg: JsMsg): Promise<void> {

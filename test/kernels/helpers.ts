@@ -4,17 +4,9 @@ import assert from "node:assert/strict";
 import type { PolicyModel } from "../../kernels/index.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
 import type { Weights } from "../reference/llama-f64.js";
+import { mulberry32 } from "../helpers/rng.js";
+export { mulberry32 };
 
-export function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** Uniform(-scale, scale) float32 values. */
 export function randF32(n: number, seed: number, scale = 1): Float32Array {

@@ -6,6 +6,7 @@
 // Input is packed: several sequences ("segments") laid end to end; positions restart at 0 at each segment
 // start and no token attends across a segment boundary.
 import type { ModelConfig } from "../../kernels/model-config.js";
+import { mulberry32 } from "../helpers/rng.js";
 
 export type Weights = Map<string, Float64Array>;
 
@@ -39,17 +40,6 @@ export function weightShapes(cfg: ModelConfig): Map<string, number[]> {
   return shapes;
 }
 
-/** Deterministic PRNG (mulberry32): same seed, same weights, on every machine. */
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /**
  * Random weights scaled so activations stay O(1) and attention is far from uniform, which makes gradient

@@ -26,18 +26,8 @@ import {
   validateRolloutRows,
 } from "../../streams/arrow-codec.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutBatchMetaInput, type RolloutRow } from "../../streams/rollout-schema.js";
+import { mulberry32 } from "../helpers/rng.js";
 
-// Seeded so a failure reproduces; the seed is in the test name.
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const ENVS = ["gsm8k@1", "math-500@2.1.0", "código@0.3", "数学推理@1", "emoji-🧪@v2", "wordle@1"];
 const STOPS = ["stop", "length", "tool_error", "max_turns", "ümlaut-stop"];

@@ -13,17 +13,8 @@ import {
   splitRowsToFit,
 } from "../../streams/batch-split.js";
 import type { RolloutBatchMetaInput, RolloutRow } from "../../streams/rollout-schema.js";
+import { mulberry32 } from "../helpers/rng.js";
 
-function mulberry32(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function row(rng: () => number, i: number, completion?: number): RolloutRow {
   const c = completion ?? (rng() < 0.1 ? 0 : Math.floor(rng() * 4000));
