@@ -1,24 +1,20 @@
-// Kernels benchmark on the demo model's shapes (vocab 288, hidden 192, intermediate 512, 4 layers, 6 heads /
-// 2 kv heads, context 128): sgemm GFLOP/s of our packed AVX2 kernel and of the dispatcher against OpenBLAS
-// measured in the same run, then train tokens/s (accumulate + step on 2048-token packed rows) and decode
-// tokens/s (batch 32). Prints a table; the last line is one JSON object.
+// Kernels benchmark on the demo model's shapes (read from examples/demo.yaml): sgemm GFLOP/s of our packed
+// AVX2 kernel and of the dispatcher against OpenBLAS measured in the same run, then train tokens/s
+// (accumulate + step on 2048-token packed rows) and decode tokens/s (batch 32). Prints a table; the last
+// line is one JSON object.
 import { fileURLToPath } from "node:url";
 import { backendInfo, kernels, PolicyModel, type GemmImpl } from "../kernels/index.js";
 import type { ModelConfig } from "../kernels/model-config.js";
+import { dirname, resolve } from "node:path";
+import { loadRunConfig } from "../actors/runtime/config.js";
+import { modelConfigOf } from "../actors/runtime/model-factory.js";
 
-export const DEMO_CONFIG: ModelConfig = {
-  vocabSize: 288,
-  hiddenSize: 192,
-  intermediateSize: 512,
-  numLayers: 4,
-  numHeads: 6,
-  numKvHeads: 2,
-  rmsNormEps: 1e-5,
-  ropeTheta: 10000,
-  tieWordEmbeddings: true,
-  maxPositionEmbeddings: 128,
-  attentionBias: false,
-};
+/** The model of examples/demo.yaml, so the figures describe what the demo trains. */
+export const DEMO_CONFIG: ModelConfig = modelConfigOf(
+  loadRunConfig(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "examples", "demo.yaml")),
+);
+/** Sequence length of the packed rows and of decoding: the demo's context. */
+const CTX = Math.min(128, DEMO_CONFIG.maxPositionEmbeddings);
 
 interface Shape {
   name: string;
@@ -68,10 +64,10 @@ async function timeGemm(s: Shape, impl: GemmImpl, threads: number, minMs: number
 
 async function trainTokensPerSec(threads: number, seconds: number): Promise<number> {
   const model = PolicyModel.create(DEMO_CONFIG, { seed: 1, threads });
-  const T = 2048, ctx = 128;
+  const T = 2048, ctx = CTX;
   const tokens = new Int32Array(T).map((_, i) => (i * 7919) % DEMO_CONFIG.vocabSize);
   const segmentStarts = Int32Array.from({ length: T / ctx }, (_, i) => i * ctx);
-  const lossMask = Uint8Array.from(tokens, (_, t) => (t % ctx < 32 ? 0 : 1)); // prompt 32, completion 96
+  const lossMask = Uint8Array.from(tokens, (_, t) => (t % ctx < ctx / 4 ? 0 : 1)); // a quarter prompt, the rest completion
   const advantages = Float32Array.from(tokens, (_, t) => ((t >> 7) % 2 ? 1 : -1));
   const samplerLogprobs = new Float32Array(T).fill(-5.6);
   const batch = { tokens, segmentStarts, lossMask, advantages, samplerLogprobs };
@@ -95,7 +91,7 @@ async function decodeTokensPerSec(threads: number): Promise<number> {
   const prompts = Array.from({ length: 32 }, (_, i) => Int32Array.from({ length: 16 + (i % 8) }, (_, j) => (i * 31 + j * 7) % DEMO_CONFIG.vocabSize));
   await model.generate({ prompts: prompts.slice(0, 2), maxNewTokens: 4, seed: 1 });
   const t0 = performance.now();
-  const res = await model.generate({ prompts, maxNewTokens: 96, temperature: 1, seed: 2 });
+  const res = await model.generate({ prompts, maxNewTokens: CTX - 24, temperature: 1, seed: 2 });
   const dt = (performance.now() - t0) / 1000;
   model.dispose();
   return res.reduce((a, r) => a + r.tokens.length, 0) / dt;
@@ -146,8 +142,8 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
   console.log(`total: own ${result.own_gflops.toFixed(1)} GF/s, dispatch ${result.dispatch_gflops.toFixed(1)} GF/s, OpenBLAS ${result.blas_gflops.toFixed(1)} GF/s ` +
     `(own/blas ${result.own_vs_blas.toFixed(2)}x, dispatch/blas ${result.dispatch_vs_blas.toFixed(2)}x; ${info.blas})`);
   console.log(`train: ${train.toFixed(0)} tokens/s with BLAS dispatch, ${trainOwn.toFixed(0)} tokens/s on our sgemm (${(trainOwn / train).toFixed(2)}x) ` +
-    `(2048-token packed rows of 16 x 128, rl loss, accumulate + AdamW step)`);
-  console.log(`decode: ${decode.toFixed(0)} tokens/s (batch 32, 96 new tokens each)`);
+    `(2048-token packed rows of ${2048 / CTX} x ${CTX}, rl loss, accumulate + AdamW step)`);
+  console.log(`decode: ${decode.toFixed(0)} tokens/s (batch 32, ${CTX - 24} new tokens each)`);
   console.log(JSON.stringify(result));
   return result;
 }

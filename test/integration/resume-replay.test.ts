@@ -21,10 +21,16 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     const sub = run.nc.subscribe(run.topology.names.subjects.metrics("learner"));
     (async () => { for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data)); })();
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
-    await waitUntil("checkpoint 2 and step 3", async () =>
-      (await run.state.getNumber(StateKeys.checkpointLatest, -1)) >= 2 && (await run.state.learnerStep()) >= 3, 90_000, `${run.dir}/logs`);
+    // Kill between checkpoints (an odd step with the checkpoint of the step before it written), so the
+    // restored learner has steps to redo.
+    await waitUntil("a step past its checkpoint", async () => {
+      const step = await run.state.learnerStep();
+      return step >= 3 && step % 2 === 1 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) === step - 1;
+    }, 90_000, `${run.dir}/logs`);
     process.kill(run.launcher.pid("learner", 0)!, "SIGKILL");
-    const stepsBeforeKill = events.filter((e) => e.kind === "step").length;
+    await new Promise((r) => setTimeout(r, 200));
+    const stepsBeforeKill = new Set(events.filter((e) => e.kind === "step").map((e) => e.step!)).size;
+    const checkpointAtKill = await run.state.getNumber(StateKeys.checkpointLatest, -1);
     run.launcher.start({ name: "learner", replica: 1 });
     await waitUntil("8 steps and the final checkpoint", async () =>
       (await run.state.learnerStep()) >= 8 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) >= 8, 120_000, `${run.dir}/logs`);
@@ -34,7 +40,7 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     for (const e of events.filter((x) => x.kind === "step")) byStep.set(e.step!, [...(byStep.get(e.step!) ?? []), e.values.loss!]);
     const redone = [...byStep.entries()].filter(([, l]) => l.length > 1);
     assert.ok(stepsBeforeKill >= 3);
-    assert.ok(redone.length >= 1, "the restored learner recomputed at least one step it had done before the kill");
+    assert.equal(redone.length, stepsBeforeKill - checkpointAtKill, "the restored learner redid exactly the steps after its checkpoint");
     for (const [step, losses] of redone) assert.ok(losses.every((l) => l === losses[0]), `step ${step} recomputed with a different loss: ${losses}`);
     assert.deepEqual([...byStep.keys()].sort((a, b) => a - b), [1, 2, 3, 4, 5, 6, 7, 8]);
 
