@@ -27,7 +27,9 @@ interface Shape {
 
 // The products one training step runs (N = tokens): forward x W^T, backward dX = dY W and dW = dY^T X.
 function demoShapes(tokens: number): Shape[] {
-  const D = 192, I = 512, V = 288, QKV = (6 + 2 * 2) * 32;
+  const c = DEMO_CONFIG;
+  const D = c.hiddenSize, I = c.intermediateSize, V = c.vocabSize;
+  const QKV = (c.numHeads + 2 * c.numKvHeads) * (c.hiddenSize / c.numHeads);
   const fwd = (name: string, inD: number, outD: number): Shape[] => [
     { name: `${name} fwd`, transA: false, transB: true, M: tokens, N: outD, K: inD },
     { name: `${name} dX`, transA: false, transB: false, M: tokens, N: inD, K: outD },
