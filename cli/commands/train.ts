@@ -89,6 +89,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   const state = new RunState(topology.kv);
   const evals: { sft?: HeldOutResult; rl?: HeldOutResult } = (await state.getJson(StateKeys.evalPrefix + "all")) ?? {};
 
+  let stopping = false;
   const cleanup = async (launcher?: ActorLauncher, progress?: RunProgress) => {
     stopping = true;
     progress?.stop();
@@ -106,7 +107,6 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
 
   const progress = new RunProgress(nc, topology.jsm, topology.names, join(runDir, "metrics.jsonl"), config.rl.steps);
   let fatal: string | null = null;
-  let stopping = false;
   const launcher = new ActorLauncher({
     binPath,
     configPath: resolve(configPath),
