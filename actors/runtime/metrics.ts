@@ -12,7 +12,7 @@ export class ActorMetrics {
 
   constructor(readonly actor: string, run: string) {
     this.registry.setDefaultLabels({ actor, run });
-    collectDefaultMetrics({ register: this.registry, prefix: "rollstream_process_" });
+    collectDefaultMetrics({ register: this.registry, prefix: "rollstream_" });
   }
 
   counter(name: string, help: string): Counter {

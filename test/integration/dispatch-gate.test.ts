@@ -24,9 +24,19 @@ test("the dispatch gate holds at maxAsyncLevel and opens one step per learner st
     // Kill the orchestrator and start it again: it continues where it was, duplicates are deduplicated.
     await run.launcher.stopAll(5000);
     const { ActorLauncher } = await import("../../deploy/local/launcher.js");
-    const launcher2 = new ActorLauncher({ binPath: (await import("../helpers/run-fixture.js")).cliMain, configPath: run.configPath, natsUrl: run.nats.url, logDir: `${run.dir}/logs`, maxRestarts: 0 });
+    const { freePort } = await import("../../deploy/local/nats-server.js");
+    const metricsPort = await freePort();
+    const launcher2 = new ActorLauncher({ binPath: (await import("../helpers/run-fixture.js")).cliMain, configPath: run.configPath, natsUrl: run.nats.url, logDir: `${run.dir}/logs`, maxRestarts: 0, metricsPortBase: metricsPort });
     launcher2.start({ name: "orchestrator", replica: 0 });
     try {
+      // Every actor serves Prometheus metrics when given a port.
+      let body = "";
+      await waitUntil("/metrics", async () => {
+        body = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text()).catch(() => "");
+        return body.includes("rollstream_orchestrator_gate_waiting");
+      }, 15_000, `${run.dir}/logs`);
+      assert.match(body, /rollstream_orchestrator_gate_waiting\{actor="orchestrator",run="gate"\} [01]/);
+      assert.match(body, /rollstream_process_cpu_seconds_total\{actor="orchestrator"/);
       await new Promise((r) => setTimeout(r, 1500));
       assert.equal(await taskCount(), 2 * promptsPerStep);
       await run.state.putJson(StateKeys.learnerStep, 1);
