@@ -123,6 +123,8 @@ export class RunProgress {
       return;
     }
     if (s.phase !== this.barPhase && (s.phase === "sft" || s.phase === "rl")) {
+      // The SFT stage is over once RL starts, even if its last progress event is still in flight.
+      if (this.barPhase === "sft" && this.bar) this.bar.update(s.sftSteps);
       this.bar?.stop();
       this.barPhase = s.phase;
       this.bar = new cliProgress.SingleBar({
