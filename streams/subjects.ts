@@ -63,6 +63,9 @@ export const StateKeys = {
   runStatus: "run.status",
   runPhase: "run.phase",
   orchestratorNext: "orchestrator.next",
+  orchestratorRefills: "orchestrator.refills",
+  /** {step, missing}: the learner waits for samples the pipeline no longer has in flight. */
+  learnerStarved: "learner.starved",
   checkpointLatest: "checkpoint.latest",
   evalPrefix: "eval.",
   environments: "run.environments",

@@ -20,6 +20,8 @@ export async function collectBatch(
   signal?: AbortSignal,
   waitMs = 1000,
   giveUpAfterIdleMs = Infinity,
+  /** Called each time a wait for more samples came back empty, with how many are still missing. */
+  onIdle?: (missing: number) => Promise<void> | void,
 ): Promise<CollectedBatch | null> {
   const kept: RolloutRow[] = [];
   let dropped = 0, staleSum = 0, staleMax = 0;
@@ -29,6 +31,7 @@ export async function collectBatch(
     const msg = await reader.next(waitMs, signal);
     if (!msg) {
       if (Date.now() - idleSince > giveUpAfterIdleMs) return null;
+      await onIdle?.(opts.batchSize - kept.length);
       continue;
     }
     idleSince = Date.now();

@@ -110,7 +110,10 @@ export class LearnerActor implements Actor {
     try {
       while (this.counters.step < rl.steps && !ctx.signal.aborted) {
         const version = this.counters.step;
-        const batch = await collectBatch(reader, version, rl, (m) => this.decodeOrDeadLetter(m), ctx.signal);
+        // Tell the orchestrator when we wait on samples (dropped as stale or dead-lettered samples are
+        // never coming): it tops the pipeline up if nothing is in flight.
+        const batch = await collectBatch(reader, version, rl, (m) => this.decodeOrDeadLetter(m), ctx.signal, 1000, Infinity,
+          (missing) => ctx.state.putJson(StateKeys.learnerStarved, { step: version, missing }));
         if (!batch) break;
         const { kept, dropped: droppedNow } = batch;
         if (ctx.signal.aborted) break;

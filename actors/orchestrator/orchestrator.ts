@@ -28,39 +28,72 @@ export class OrchestratorActor implements Actor {
     await state.watchNumber(StateKeys.learnerStep, (v) => { learnerStep = v; wake?.(); }, ctx.signal);
     ctx.signal.addEventListener("abort", () => wake?.(), { once: true });
     const gate = ctx.metrics.gauge("orchestrator_gate_waiting", "1 while dispatch waits on the maxAsyncLevel gate");
-    const published = ctx.metrics.counter("tasks_published_total", "tasks published (server-side duplicates included)");
 
     // Tasks only make sense once a policy exists (after SFT, or the initial weights).
     await this.waitFor(() => state.policyVersion().then((v) => v >= 0));
     let next = await state.getNumber(StateKeys.orchestratorNext, 0);
+    let refills = await state.getNumber(StateKeys.orchestratorRefills, 0);
+    let idleChecks = 0;
     log.info({ next, totalTasks, promptsPerStep, maxAsyncLevel: rl.maxAsyncLevel }, "dispatching");
-    while (next < totalTasks && !ctx.signal.aborted) {
-      const step = Math.floor(next / promptsPerStep);
-      if (step - learnerStep > rl.maxAsyncLevel) {
+    while (learnerStep < rl.steps && !ctx.signal.aborted) {
+      if (next < totalTasks) {
+        const step = Math.floor(next / promptsPerStep);
+        if (step - learnerStep <= rl.maxAsyncLevel) {
+          gate.set(0);
+          await this.publishTask(this.makeTask(next, step, envs, `${next}`));
+          next++;
+          await state.putJson(StateKeys.orchestratorNext, next);
+          await ctx.publishMetrics("dispatch", { next, step, learnerStep, inFlightSteps: step - learnerStep, refills }, step);
+          continue;
+        }
         gate.set(1);
-        await new Promise<void>((r) => { wake = r; setTimeout(r, 2000); });
-        wake = null;
-        continue;
       }
-      gate.set(0);
-      const task = this.makeTask(next, step, envs);
-      const ack = await ctx.js.publish(ctx.topology.names.subjects.tasks, encodeMsgpack(TaskSchema, task), {
-        msgID: task.taskId,
-        headers: makeHeaders({ contentType: ContentType.msgpack, run: config.run, step, env: task.env, kind: "task" }),
-      });
-      published.inc();
-      if (ack.duplicate) log.debug({ taskId: task.taskId }, "task already published before a restart");
-      next++;
-      await state.putJson(StateKeys.orchestratorNext, next);
-      await ctx.publishMetrics("dispatch", { next, step, learnerStep, inFlightSteps: step - learnerStep }, step);
+      // Samples dropped as stale, or dead-lettered, never reach the learner. When it says it is waiting
+      // and nothing is in flight (twice in a row), top up with tasks for the learner's current step.
+      const starved = await state.getJson<{ step: number; missing: number }>(StateKeys.learnerStarved);
+      if (starved && starved.step === learnerStep && starved.missing > 0 && (await this.pipelineIdle())) {
+        if (++idleChecks >= 2) {
+          const count = Math.ceil(starved.missing / rl.groupSize);
+          log.info({ step: learnerStep, missing: starved.missing, tasks: count }, "learner starved: refilling");
+          for (let i = 0; i < count; i++) {
+            await this.publishTask(this.makeTask(totalTasks + refills, learnerStep, envs, `refill-${refills}`));
+            refills++;
+            await state.putJson(StateKeys.orchestratorRefills, refills);
+          }
+          await state.putJson(StateKeys.learnerStarved, { step: learnerStep, missing: 0 });
+          idleChecks = 0;
+          await ctx.publishMetrics("refill", { step: learnerStep, tasks: count, refills }, learnerStep);
+        }
+      } else {
+        idleChecks = 0;
+      }
+      await new Promise<void>((r) => { wake = r; setTimeout(r, 1000); });
+      wake = null;
     }
     if (ctx.signal.aborted) return;
-    log.info("all tasks published; waiting for the learner to finish");
-    await this.waitFor(async () => learnerStep >= rl.steps);
     if (!ctx.signal.aborted) await state.putJson(StateKeys.runStatus, "done");
   }
 
-  private makeTask(index: number, step: number, envs: Awaited<ReturnType<typeof loadRunEnvironments>> extends Map<string, infer V> ? V[] : never): Task {
+  private async publishTask(task: Task): Promise<void> {
+    const { ctx } = this;
+    const ack = await ctx.js.publish(ctx.topology.names.subjects.tasks, encodeMsgpack(TaskSchema, task), {
+      msgID: task.taskId,
+      headers: makeHeaders({ contentType: ContentType.msgpack, run: task.run, step: task.step, env: task.env, kind: "task" }),
+    });
+    ctx.metrics.counter("tasks_published_total", "tasks published (server-side duplicates included)").inc();
+    if (ack.duplicate) ctx.log.debug({ taskId: task.taskId }, "task already published before a restart");
+  }
+
+  /** Nothing waiting or being worked on between the orchestrator and the learner. */
+  private async pipelineIdle(): Promise<boolean> {
+    const { jsm, names } = this.ctx.topology;
+    const t = await jsm.consumers.info(names.streams.tasks, names.consumers.inference).catch(() => null);
+    const r = await jsm.consumers.info(names.streams.rollouts, names.consumers.reward).catch(() => null);
+    return t !== null && r !== null && t.num_pending + t.num_ack_pending === 0 && r.num_pending + r.num_ack_pending === 0;
+  }
+
+  /** `label` makes the msg-id: the dataset position for regular tasks, refill-<n> for top-ups. */
+  private makeTask(index: number, step: number, envs: Awaited<ReturnType<typeof loadRunEnvironments>> extends Map<string, infer V> ? V[] : never, label: string): Task {
     const { config } = this.ctx;
     const chosen = pickEnvironment(envs, config.seed, index);
     const size = chosen.env.dataset("train").size;
@@ -68,7 +101,7 @@ export class OrchestratorActor implements Actor {
     const exampleIndex = Number.isFinite(size) ? index % size : index;
     return {
       run: config.run,
-      taskId: `${config.run}:${epoch}:${index}`,
+      taskId: `${config.run}:${epoch}:${label}`,
       epoch,
       index,
       step,

@@ -30,6 +30,11 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     run.launcher.start({ name: "reward", replica: 0 });
     run.launcher.start({ name: "inference", replica: 0 });
     await waitUntil("a few raw rollout groups", async () => (await countOn(names.subjects.rolloutsRaw)) >= 3, 60_000, `${run.dir}/logs`);
+    // Kill while the actor holds tasks it has not acked yet, so they must be redelivered.
+    await waitUntil("tasks in flight", async () => {
+      const ci = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
+      return ci.num_ack_pending > 0;
+    }, 30_000, `${run.dir}/logs`);
     const pid = run.launcher.pid("inference", 0)!;
     process.kill(pid, "SIGKILL");
     await new Promise((r) => setTimeout(r, 300));
@@ -38,6 +43,10 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     run.launcher.start({ name: "inference", replica: 1 });
     await waitUntil("every task scored", async () => (await countOn(names.subjects.rolloutsScored)) >= tasks, 90_000, `${run.dir}/logs`);
     await new Promise((r) => setTimeout(r, 2500)); // a late duplicate would show up here
+    await waitUntil("every task acked", async () => {
+      const ci = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
+      return ci.num_pending + ci.num_ack_pending === 0;
+    }, 30_000, `${run.dir}/logs`);
     assert.equal(await countOn(names.subjects.rolloutsRaw), tasks, "raw groups: one per task");
     assert.equal(await countOn(names.subjects.rolloutsScored), tasks, "scored batches: one per task");
     const taskIds = new Set<string>();
