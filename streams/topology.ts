@@ -138,6 +138,9 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
       await jsm.consumers.add(stream, config).catch(async (e: Error) => {
         if (!(await jsm.consumers.info(stream, config.durable_name).catch(() => null))) throw e;
       });
+    } else if (existing.config.ack_wait !== config.ack_wait || existing.config.max_deliver !== config.max_deliver) {
+      // A run restarted with other timeouts: these two can change in place (the position is kept).
+      await jsm.consumers.update(stream, config.durable_name, { ack_wait: config.ack_wait, max_deliver: config.max_deliver });
     }
   }
   const kv = await new Kvm(nc).create(names.kvBucket, { history: 5, replicas: o.replicas });

@@ -31,6 +31,12 @@ test("topology creation is idempotent and keeps messages and consumer state acro
     for (const s of Object.values(names.streams)) for await (const c of t2.jsm.consumers.list(s)) consumers.push(c.name);
     assert.deepEqual(consumers.sort(), ["checkpoint", "inference", "reward"]);
     assert.equal(await new RunState(t2.kv).policyVersion(), 3);
+    // Changed timeouts are applied to the existing consumer without losing its position.
+    await ensureTopology(nc, "topo-a", { taskAckWaitMs: 5000, maxDeliver: 3 });
+    const ci = await t2.jsm.consumers.info(names.streams.tasks, "inference");
+    assert.equal(ci.config.ack_wait, 5000 * 1_000_000);
+    assert.equal(ci.config.max_deliver, 3);
+    assert.equal(ci.num_pending, 1);
     // A second run's objects are separate.
     await ensureTopology(nc, "topo-b");
     assert.equal((await t2.jsm.streams.info(runNames("topo-b").streams.tasks)).state.messages, 0);
