@@ -229,7 +229,10 @@ RS_API int64_t rs_model_num_params(const rs_model* model);
 RS_API int32_t rs_model_num_tensors(const rs_model* model);
 RS_API int32_t rs_model_tensor_info(const rs_model* model, int32_t index, rs_tensor_info* out, rs_error* err);
 RS_API int32_t rs_model_threads(const rs_model* model);
-/* The model's flat buffers (num_params floats each), owned by the model; read or write them directly. */
+/* The model's flat buffers (num_params floats each), owned by the model; read or write them directly.
+ * A pointer reflects the buffer as of the call that returned it: on the CUDA backend the data lives on
+ * the GPU and this host copy is refreshed on each call, so call the getter again after any model call
+ * (and before writing) rather than keeping the pointer. */
 RS_API float* rs_model_params(rs_model* model);
 RS_API float* rs_model_grads(rs_model* model);
 RS_API float* rs_model_adam_m(rs_model* model);

@@ -1,0 +1,395 @@
+// Model lifecycle: config checks, the flat parameter layout (see kernels.h), deterministic init on the GPU,
+// host mirrors, accessors.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include "cublas_loader.cuh"
+#include "model.cuh"
+
+namespace rsc {
+
+int host_threads();  // library.cu
+
+namespace {
+
+__device__ __forceinline__ uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// N(0, 1) keyed by (seed, index): the CPU backend's Box-Muller on two hashed uniforms, in double. The device's
+// log/cos may differ from glibc's in the last bit of the double, which changes the rounded float only in
+// rare ties: the init matches the CPU backend's to within one float ulp, not necessarily bit for bit.
+__device__ __forceinline__ float normal_at(uint64_t seed, uint64_t i) {
+  const uint64_t a = splitmix64(seed ^ splitmix64(2 * i + 1)), b = splitmix64(seed ^ splitmix64(2 * i + 2));
+  const double u1 = ((a >> 11) + 1.0) * (1.0 / 9007199254740993.0);  // (0, 1]
+  const double u2 = (b >> 11) * (1.0 / 9007199254740992.0);
+  return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+__global__ void init_normal_kernel(float* __restrict__ p, int64_t n, uint64_t seed, int64_t base, float std_) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    p[i] = std_ * normal_at(seed, (uint64_t)(base + i));
+}
+
+__global__ void fill_kernel(float* __restrict__ p, int64_t n, float v) {
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) p[i] = v;
+}
+
+unsigned capped(int64_t n) { return (unsigned)std::min<int64_t>(grid_for(n, 256), 65535LL * 16); }
+
+int32_t check_config(const rs_model_config* c, rs_error* err) {
+  if (!c) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: null");
+  struct {
+    const char* name;
+    int32_t v;
+  } pos[] = {{"vocabSize", c->vocab_size}, {"hiddenSize", c->hidden_size}, {"intermediateSize", c->intermediate_size},
+             {"numLayers", c->num_layers}, {"numHeads", c->num_heads}, {"numKvHeads", c->num_kv_heads},
+             {"maxPositionEmbeddings", c->max_position_embeddings}};
+  for (auto& p : pos)
+    if (p.v < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: %s must be a positive integer (got %d)", p.name, p.v);
+  if (c->hidden_size % c->num_heads)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: hiddenSize %d is not divisible by numHeads %d", c->hidden_size, c->num_heads);
+  if ((c->hidden_size / c->num_heads) % 2)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: head dim %d/%d = %d must be even for RoPE", c->hidden_size, c->num_heads,
+                c->hidden_size / c->num_heads);
+  if (c->num_heads % c->num_kv_heads)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: numHeads %d is not divisible by numKvHeads %d", c->num_heads, c->num_kv_heads);
+  if (!(c->rms_norm_eps > 0) || !std::isfinite(c->rms_norm_eps))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: rmsNormEps must be a positive finite number (got %g)", c->rms_norm_eps);
+  if (!(c->rope_theta > 0) || !std::isfinite(c->rope_theta))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: ropeTheta must be a positive finite number (got %g)", c->rope_theta);
+  if (c->threads < 0 || c->threads > 4096)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: threads must be in [0, 4096] (got %d)", c->threads);
+  const int64_t widest = std::max<int64_t>({(int64_t)c->vocab_size, 2LL * c->intermediate_size, 3LL * c->hidden_size});
+  if (widest > (1LL << 30)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: a dimension is too large");
+  if (c->max_position_embeddings > (1 << 24)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: maxPositionEmbeddings above 2^24");
+  // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
+  const int hd = c->hidden_size / c->num_heads;
+  if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
+  if (c->num_heads / c->num_kv_heads > 32)
+    return fail(err, RS_ERR_UNSUPPORTED, "model config: %d query heads per kv head is above the CUDA backend's 32",
+                c->num_heads / c->num_kv_heads);
+  return RS_OK;
+}
+
+void build_layout(rs_model* m) {
+  Dims& d = m->d;
+  int64_t off = 0;
+  auto add = [&](const std::string& name, int64_t r, int64_t c, bool decay) {
+    rs_tensor_info t{};
+    std::snprintf(t.name, sizeof(t.name), "%s", name.c_str());
+    t.offset = off;
+    t.ndim = c > 0 ? 2 : 1;
+    t.shape[0] = r;
+    t.shape[1] = c > 0 ? c : 0;
+    t.size = c > 0 ? r * c : r;
+    t.weight_decay = decay ? 1 : 0;
+    m->tensors.push_back(t);
+    off += t.size;
+    return t.offset;
+  };
+  const int64_t hq = (int64_t)d.H * d.hd, hk = (int64_t)d.KV * d.hd;
+  m->off_embed = add("model.embed_tokens.weight", d.V, d.D, true);
+  for (int l = 0; l < d.L; l++) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerOffsets o{};
+    o.ln1 = add(p + "input_layernorm.weight", d.D, 0, false);
+    o.wqkv = add(p + "self_attn.q_proj.weight", hq, d.D, true);
+    add(p + "self_attn.k_proj.weight", hk, d.D, true);
+    add(p + "self_attn.v_proj.weight", hk, d.D, true);
+    o.bqkv = -1;
+    if (d.bias) {
+      o.bqkv = add(p + "self_attn.q_proj.bias", hq, 0, false);
+      add(p + "self_attn.k_proj.bias", hk, 0, false);
+      add(p + "self_attn.v_proj.bias", hk, 0, false);
+    }
+    o.wo = add(p + "self_attn.o_proj.weight", d.D, hq, true);
+    o.ln2 = add(p + "post_attention_layernorm.weight", d.D, 0, false);
+    o.wgu = add(p + "mlp.gate_proj.weight", d.I, d.D, true);
+    add(p + "mlp.up_proj.weight", d.I, d.D, true);
+    o.wdown = add(p + "mlp.down_proj.weight", d.D, d.I, true);
+    m->lo.push_back(o);
+  }
+  m->off_norm = add("model.norm.weight", d.D, 0, false);
+  m->off_head = d.tied ? m->off_embed : add("lm_head.weight", d.V, d.D, true);
+  m->n_params = off;
+}
+
+// Tears down what create made, ignoring errors (the context may already be broken).
+void destroy(rs_model* m) {
+  if (!m) return;
+  cudaSetDevice(m->device);
+  if (m->stream) cudaStreamSynchronize(m->stream);
+  cudaGetLastError();
+  if (m->gemm.cublas) cublas::destroy_handle(m->gemm.cublas);
+  for (auto& mi : m->mirror) std::free(mi.host);
+  if (m->stream) cudaStreamDestroy(m->stream);
+  cudaGetLastError();
+  delete m;  // DevBuf destructors free the device memory
+}
+
+}  // namespace
+
+void Acts::ensure(const Dims& d, int T) {
+  if (T <= cap) return;
+  const int64_t D = d.D, QKV = d.QKV, A = (int64_t)d.H * d.hd, I = d.I, H = d.H;
+  const int64_t per_layer = D + 1 + QKV + A + H + D + D + 1 + 2 * I + I;
+  const int64_t per_token = (int64_t)(d.L + 1) * D + d.L * per_layer + D + 1 + D + D + D + QKV + A + 2 * I + I + H;
+  const int newcap = std::max(T, std::min(2 * cap, 1 << 24));
+  cap = 0;
+  buf.reserve((size_t)(per_token * newcap), "activations");
+  float* p = buf.p;
+  auto take = [&](int64_t width) {
+    float* r = p;
+    p += width * newcap;
+    return r;
+  };
+  X.assign(d.L + 1, nullptr);
+  for (auto& x : X) x = take(D);
+  layers.assign(d.L, Layer{});
+  for (auto& l : layers) {
+    l.ln1 = take(D);
+    l.rstd1 = take(1);
+    l.qkv = take(QKV);
+    l.att = take(A);
+    l.lse = take(H);
+    l.xmid = take(D);
+    l.ln2 = take(D);
+    l.rstd2 = take(1);
+    l.gu = take(2 * I);
+    l.hm = take(I);
+  }
+  lnf = take(D);
+  rstdf = take(1);
+  tmpD = take(D);
+  dres = take(D);
+  dln = take(D);
+  dqkv = take(QKV);
+  datt = take(A);
+  dgu = take(2 * I);
+  dhm = take(I);
+  delta = take(H);
+  ints.reserve((size_t)2 * newcap, "token arrays");
+  tokens = ints.p;
+  pos = ints.p + newcap;
+  cap = newcap;
+}
+
+void model_enter(rs_model* m) {
+  check_cuda(cudaSetDevice(m->device), "cudaSetDevice");
+  for (int k = 0; k < 4; k++) {
+    Mirror& mi = m->mirror[k];
+    if (!mi.dirty) continue;
+    to_device(m->bufs[k].p, mi.host, sizeof(float) * (size_t)m->n_params, m->stream, "uploading a host-written model buffer");
+    mi.dirty = false;
+    mi.valid = true;
+    if (k == kParams) m->bf16_stale = true;
+  }
+  if (m->gemm.mode == MathMode::BF16 && m->bf16_stale) {
+    to_bf16(m->stream, m->P(), m->n_params, m->params_bf16.p);
+    m->bf16_stale = false;
+  }
+}
+
+int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
+  if (T < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: need at least one token (got %d)", T);
+  if (!tokens) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: null tokens");
+  for (int32_t t = 0; t < T; t++)
+    if (tokens[t] < 0 || tokens[t] >= m->d.V)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: token id %d at index %d is outside the vocab [0, %d)", tokens[t], t, m->d.V);
+  if (!seg || S < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: need at least one (got %d)", S);
+  if (S > T) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: %d segments for %d tokens", S, T);
+  if (seg[0] != 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: the first must be 0 (got %d)", seg[0]);
+  for (int32_t s = 1; s < S; s++) {
+    if (seg[s] <= seg[s - 1])
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: must be strictly increasing (index %d: %d after %d)", s, seg[s], seg[s - 1]);
+    if (seg[s] >= T) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: index %d = %d is not below the token count %d", s, seg[s], T);
+  }
+  for (int32_t s = 0; s < S; s++) {
+    const int32_t len = (s + 1 < S ? seg[s + 1] : T) - seg[s];
+    if (len > m->d.maxPos)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: segment %d (start %d) has %d tokens, past maxPositionEmbeddings %d", s, seg[s], len,
+                  m->d.maxPos);
+  }
+  return RS_OK;
+}
+
+void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S) {
+  m->acts.ensure(m->d, T);
+  m->seg_begin.resize(T);
+  m->seg_end.resize(T);
+  m->pos.resize(T);
+  int32_t maxp = 0;
+  for (int s = 0; s < S; s++) {
+    const int b = seg[s], e = s + 1 < S ? seg[s + 1] : T;
+    for (int t = b; t < e; t++) {
+      m->seg_begin[t] = b;
+      m->seg_end[t] = e;
+      m->pos[t] = t - b;
+      maxp = std::max(maxp, t - b);
+    }
+  }
+  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.hd, m->d.theta, m->stream);
+  to_device(m->acts.tokens, tokens, sizeof(int32_t) * (size_t)T, m->stream, "tokens");
+  to_device(m->acts.pos, m->pos.data(), sizeof(int32_t) * (size_t)T, m->stream, "positions");
+  attention_tiles(seg, S, T, m->tiles_host);
+  upload(m->acts.tiles, m->tiles_host.data(), m->tiles_host.size(), m->stream, "attention tiles");
+  m->acts.n_tiles = (int)m->tiles_host.size();
+}
+
+int head_chunk_rows(const Dims& d) { return (int)std::max<int64_t>(64, std::min<int64_t>(4096, (1LL << 28) / d.V)); }
+
+}  // namespace rsc
+
+using namespace rsc;
+
+extern "C" {
+
+rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* err) {
+  if (check_config(cfg, err)) return nullptr;
+  rs_model* m = new (std::nothrow) rs_model();
+  if (!m) {
+    fail(err, RS_ERR_OUT_OF_MEMORY, "model: out of memory");
+    return nullptr;
+  }
+  const int32_t st = guard(err, "model_create", [&] {
+    require_device(0);
+    m->device = 0;
+    m->cfg = *cfg;
+    Dims& d = m->d;
+    d.V = cfg->vocab_size;
+    d.D = cfg->hidden_size;
+    d.I = cfg->intermediate_size;
+    d.L = cfg->num_layers;
+    d.H = cfg->num_heads;
+    d.KV = cfg->num_kv_heads;
+    d.hd = d.D / d.H;
+    d.QKV = (d.H + 2 * d.KV) * d.hd;
+    d.maxPos = cfg->max_position_embeddings;
+    d.eps = cfg->rms_norm_eps;
+    d.theta = cfg->rope_theta;
+    d.tied = cfg->tie_word_embeddings != 0;
+    d.bias = cfg->attention_bias != 0;
+    m->threads = cfg->threads > 0 ? cfg->threads : host_threads();
+    build_layout(m);
+
+    check_cuda(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    m->gemm.stream = m->stream;
+    const char* env_mode = std::getenv("ROLLSTREAM_CUDA_MATMUL");
+    if (cublas::available()) {
+      try {
+        m->gemm.cublas = cublas::create_handle(m->stream);
+      } catch (const Failure& f) {
+        std::fprintf(stderr, "rollstream cuda: %s; the model uses its own (slower) matmul kernels\n", f.msg.c_str());
+        m->gemm.cublas = nullptr;
+      }
+    }
+    // bf16 tensor-core matmuls by default when cuBLAS is there; exact fp32 with our own kernels otherwise.
+    m->gemm.mode = env_mode && env_mode[0] ? math_mode_from_env() : (m->gemm.cublas ? MathMode::BF16 : MathMode::FP32);
+
+    const size_t n = (size_t)m->n_params;
+    const char* names[4] = {"params", "grads", "AdamW m", "AdamW v"};
+    for (int k = 0; k < 4; k++) m->bufs[k].reserve(n, names[k]);
+    if (m->gemm.mode == MathMode::BF16) m->params_bf16.reserve(n, "bf16 params");
+    for (int k = 1; k < 4; k++) zero_async(m->bufs[k].p, n * sizeof(float), m->stream, "zeroing model buffers");
+
+    // Init: N(0, 0.02) for matrices, scaled by 1/sqrt(2L) for o_proj and down_proj; ones for norms; zeros for biases.
+    const double out_scale = 1.0 / std::sqrt(2.0 * d.L);
+    for (const rs_tensor_info& t : m->tensors) {
+      float* p = m->P() + t.offset;
+      const std::string name = t.name;
+      if (t.ndim == 1) {
+        fill_kernel<<<capped(t.size), 256, 0, m->stream>>>(p, t.size, name.find("bias") != std::string::npos ? 0.f : 1.f);
+        check_launch("fill_kernel", m->stream);
+        continue;
+      }
+      const bool out_proj = name.find("o_proj") != std::string::npos || name.find("down_proj") != std::string::npos;
+      const float std_ = (float)(0.02 * (out_proj ? out_scale : 1.0));
+      init_normal_kernel<<<capped(t.size), 256, 0, m->stream>>>(p, t.size, seed, t.offset, std_);
+      check_launch("init_normal_kernel", m->stream);
+    }
+    m->bf16_stale = true;
+    sync_stream(m->stream, "model init");
+  });
+  if (st != RS_OK) {
+    destroy(m);
+    return nullptr;
+  }
+  return m;
+}
+
+void rs_model_free(rs_model* m) { destroy(m); }
+int64_t rs_model_num_params(const rs_model* m) { return m ? m->n_params : 0; }
+int32_t rs_model_num_tensors(const rs_model* m) { return m ? (int32_t)m->tensors.size() : 0; }
+int32_t rs_model_threads(const rs_model* m) { return m ? m->threads : 0; }
+
+int32_t rs_model_tensor_info(const rs_model* m, int32_t index, rs_tensor_info* out, rs_error* err) {
+  if (!m || !out) return fail(err, RS_ERR_INVALID_ARGUMENT, "tensor_info: null argument");
+  if (index < 0 || index >= (int32_t)m->tensors.size())
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "tensor_info: index %d outside [0, %d)", index, (int32_t)m->tensors.size());
+  *out = m->tensors[index];
+  return ok(err);
+}
+
+}  // extern "C"
+
+namespace {
+// The getters cannot report errors: on failure (host or device) they return null, and the next model call
+// reports the CUDA error.
+float* mirror_get(rs_model* m, int k) {
+  if (!m) return nullptr;
+  Mirror& mi = m->mirror[k];
+  try {
+    check_cuda(cudaSetDevice(m->device), "cudaSetDevice");
+    if (!mi.host) {
+      mi.host = static_cast<float*>(std::malloc(sizeof(float) * (size_t)std::max<int64_t>(1, m->n_params)));
+      if (!mi.host) return nullptr;
+      mi.valid = false;
+    }
+    if (!mi.valid && !mi.dirty) {
+      to_host(mi.host, m->bufs[k].p, sizeof(float) * (size_t)m->n_params, m->stream, "downloading a model buffer");
+      mi.valid = true;
+    }
+  } catch (const Failure& f) {
+    std::fprintf(stderr, "rollstream cuda: reading a model buffer failed: %s\n", f.msg.c_str());
+    return nullptr;
+  }
+  mi.dirty = true;
+  return mi.host;
+}
+}  // namespace
+
+extern "C" {
+
+float* rs_model_params(rs_model* m) { return mirror_get(m, kParams); }
+float* rs_model_grads(rs_model* m) { return mirror_get(m, kGrads); }
+float* rs_model_adam_m(rs_model* m) { return mirror_get(m, kAdamM); }
+float* rs_model_adam_v(rs_model* m) { return mirror_get(m, kAdamV); }
+int64_t rs_model_step_count(const rs_model* m) { return m ? m->step : 0; }
+void rs_model_set_step_count(rs_model* m, int64_t step) {
+  if (m && step >= 0) m->step = step;
+}
+
+void rs_model_zero_grad(rs_model* m) {
+  if (!m) return;
+  Mirror& mi = m->mirror[kGrads];
+  mi.dirty = false;  // whatever the caller wrote is zeroed anyway
+  if (cudaSetDevice(m->device) != cudaSuccess || cudaMemsetAsync(m->G(), 0, sizeof(float) * (size_t)m->n_params, m->stream) != cudaSuccess ||
+      cudaStreamSynchronize(m->stream) != cudaSuccess) {
+    mi.valid = false;  // the error stays sticky (or recurs) and is reported by the next model call
+    return;
+  }
+  if (mi.host) {
+    std::memset(mi.host, 0, sizeof(float) * (size_t)m->n_params);
+    mi.valid = true;
+  } else {
+    mi.valid = false;
+  }
+}
+
+}  // extern "C"

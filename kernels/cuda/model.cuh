@@ -1,0 +1,124 @@
+// The model object behind rs_model* on the GPU: config, parameter layout (identical to the CPU backend's),
+// the four flat fp32 buffers in device memory, an optional bf16 copy of the params for the matmuls, the
+// activation arena, and the host mirrors the ABI's pointer getters hand out.
+//
+// Host mirrors (the ABI promises host pointers to the flat buffers): the device holds the truth. A getter
+// (rs_model_params() etc.) downloads the buffer when the host copy is stale and marks it "dirty" (the caller
+// may write through the pointer); the next model call uploads every dirty buffer before it runs. So a caller
+// must call the getter again after a model call to see fresh values; a pointer kept across calls shows the
+// values of the time it was obtained (the N-API addon calls the getter for every read and write).
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "adamw.cuh"
+#include "attention.cuh"
+#include "common.cuh"
+#include "elementwise.cuh"
+#include "gemm.cuh"
+#include "loss.cuh"
+#include "rmsnorm.cuh"
+
+namespace rsc {
+
+struct Dims {
+  int V, D, I, L, H, KV, hd, QKV, maxPos;
+  float eps;
+  double theta;
+  bool tied, bias;
+};
+
+struct LayerOffsets {
+  int64_t ln1, wqkv, bqkv, wo, ln2, wgu, wdown;  // bqkv = -1 without attention bias
+};
+
+struct Mirror {
+  float* host = nullptr;  // allocated by the first getter call
+  bool valid = false;     // host == device
+  bool dirty = false;     // the host copy was handed out: upload it before the next device use
+};
+
+// Activations of one packed row of T tokens (device), kept for the backward; one allocation, grown on demand.
+struct Acts {
+  struct Layer {
+    float *ln1, *rstd1, *qkv, *att, *lse, *xmid, *ln2, *rstd2, *gu, *hm;
+  };
+  int cap = 0;
+  DevBuf<float> buf;
+  std::vector<float*> X;  // residual stream: X[l] enters layer l, X[L] enters the final norm
+  std::vector<Layer> layers;
+  float *lnf = nullptr, *rstdf = nullptr;
+  float *tmpD = nullptr, *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dgu = nullptr, *dhm = nullptr,
+        *delta = nullptr;
+  DevBuf<int32_t> ints;  // tokens [cap], positions [cap]
+  int32_t *tokens = nullptr, *pos = nullptr;
+  DevBuf<int4> tiles;
+  int n_tiles = 0;
+  void ensure(const Dims& d, int T);
+};
+
+// LM-head chunk buffers (train and forward) and the per-loss-row arrays.
+struct HeadBufs {
+  DevBuf<float> X, dX, logits, adv, slp, token_lp;
+  DevBuf<int32_t> idx, tgt;
+  DevBuf<uint8_t> ones;
+  DevBuf<double> row_out;
+};
+
+// Receives each layer's rotated k and v rows ([T, KV*hd] each at row stride ld) during a forward (prefill).
+using KvSink = std::function<void(int layer, const float* k, const float* v, int ld)>;
+
+}  // namespace rsc
+
+struct rs_model {
+  rs_model_config cfg{};
+  rsc::Dims d{};
+  int threads = 1;
+  int64_t n_params = 0;
+  std::vector<rs_tensor_info> tensors;
+  std::vector<rsc::LayerOffsets> lo;
+  int64_t off_embed = 0, off_norm = 0, off_head = 0;  // off_head == off_embed when tied
+  int device = 0;
+  cudaStream_t stream = nullptr;
+  rsc::GemmCtx gemm;
+  rsc::DevBuf<float> bufs[4];  // params, grads, adam m, adam v
+  rsc::Mirror mirror[4];
+  rsc::DevBuf<rsc::bf16> params_bf16;  // BF16 mode only
+  bool bf16_stale = true;
+  int64_t step = 0;
+  rsc::Acts acts;
+  rsc::HeadBufs head;
+  rsc::RopeTable rope;
+  rsc::DevBuf<float> part;          // column-sum / rmsnorm-dw scratch
+  rsc::DevBuf<double> norm_part;    // grad-norm partial sums
+  std::vector<double> norm_host;
+  rsc::EmbeddingBwdPlan emb_plan;
+  std::vector<int32_t> seg_begin, seg_end, pos;  // host, per token of the current row
+  std::vector<int4> tiles_host;
+
+  float* P() { return bufs[0].p; }
+  float* G() { return bufs[1].p; }
+  // The bf16 copy of the weight at flat offset off, or null when the matmuls do not use one.
+  const rsc::bf16* Wb(int64_t off) const { return gemm.mode == rsc::MathMode::BF16 ? params_bf16.p + off : nullptr; }
+};
+
+namespace rsc {
+
+enum BufKind { kParams = 0, kGrads = 1, kAdamM = 2, kAdamV = 3 };
+
+// Before any device work of a model call: selects the device, uploads dirty mirrors, refreshes the bf16 copy.
+void model_enter(rs_model* m);
+// After device work that changed buffer k.
+inline void model_touched(rs_model* m, int k) { m->mirror[k].valid = false; }
+
+// Checks a packed row: T >= 1, ids in the vocab, segments sorted, every segment within maxPos.
+int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err);
+// Sizes the arena, uploads tokens and positions, builds the attention tiles, extends the rope table.
+void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S);
+// Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).
+void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink);
+// Rows per LM-head chunk: the [R, V] logits stay around 1 GiB at most.
+int head_chunk_rows(const Dims& d);
+
+}  // namespace rsc

@@ -1,0 +1,67 @@
+// The decoder forward over one packed row, and rs_model_forward (logits for every token).
+#include <algorithm>
+
+#include "model.cuh"
+
+namespace rsc {
+
+void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink) {
+  const Dims& d = m->d;
+  Acts& a = m->acts;
+  const float* P = m->P();
+  cudaStream_t s = m->stream;
+  GemmCtx& g = m->gemm;
+  const int A = d.H * d.hd, KVD = d.KV * d.hd;
+
+  embedding_fwd(s, P + m->off_embed, d.D, a.tokens, T, a.X[0]);
+  rmsnorm_fwd(s, a.X[0], nullptr, P + m->lo[0].ln1, T, d.D, d.eps, nullptr, a.layers[0].ln1, a.layers[0].rstd1);
+  for (int l = 0; l < d.L; l++) {
+    const LayerOffsets& o = m->lo[l];
+    Acts::Layer& y = a.layers[l];
+    // q|k|v in one product: their weights (and biases) are adjacent in the layout.
+    linear_fwd(g, y.ln1, T, d.D, P + o.wqkv, m->Wb(o.wqkv), d.QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, y.qkv, row_independent, "qkv_proj");
+    rope_apply(s, y.qkv, T, d.QKV, d.H, d.hd, a.pos, m->rope, false);
+    rope_apply(s, y.qkv + A, T, d.QKV, d.KV, d.hd, a.pos, m->rope, false);
+    if (sink) (*sink)(l, y.qkv + A, y.qkv + A + KVD, d.QKV);
+    const AttnArgs ad{T, d.H, d.KV, d.hd, y.qkv, d.QKV, y.qkv + A, d.QKV, y.qkv + A + KVD, d.QKV, A, a.tiles.p, a.n_tiles};
+    attention_fwd(s, ad, y.att, y.lse);
+    linear_fwd(g, y.att, T, A, P + o.wo, m->Wb(o.wo), d.D, nullptr, a.tmpD, row_independent, "o_proj");
+    rmsnorm_fwd(s, a.X[l], a.tmpD, P + o.ln2, T, d.D, d.eps, y.xmid, y.ln2, y.rstd2);
+    linear_fwd(g, y.ln2, T, d.D, P + o.wgu, m->Wb(o.wgu), 2 * d.I, nullptr, y.gu, row_independent, "gate_up_proj");
+    swiglu_fwd(s, y.gu, y.gu + d.I, 2 * (int64_t)d.I, y.hm, d.I, T, d.I);
+    linear_fwd(g, y.hm, T, d.I, P + o.wdown, m->Wb(o.wdown), d.D, nullptr, a.tmpD, row_independent, "down_proj");
+    const bool last = l + 1 == d.L;
+    rmsnorm_fwd(s, y.xmid, a.tmpD, P + (last ? m->off_norm : m->lo[l + 1].ln1), T, d.D, d.eps, a.X[l + 1], last ? a.lnf : a.layers[l + 1].ln1,
+                last ? a.rstdf : a.layers[l + 1].rstd1);
+  }
+}
+
+}  // namespace rsc
+
+using namespace rsc;
+
+extern "C" {
+
+int32_t rs_model_forward(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, float* logits, rs_error* err) {
+  if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null model");
+  if (int32_t st = check_batch(m, tokens, T, seg, S, err)) return st;
+  if (!logits) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null logits output");
+  return guard(err, "forward", [&] {
+    model_enter(m);
+    prepare_row(m, tokens, T, seg, S);
+    forward_layers(m, T, false, nullptr);
+    // The LM head in row chunks, so [T, V] logits never sit in GPU memory at once.
+    const Dims& d = m->d;
+    const int R = std::min(T, head_chunk_rows(d));
+    m->head.logits.reserve((size_t)R * d.V, "LM-head logits");
+    for (int r0 = 0; r0 < T; r0 += R) {
+      const int n = std::min(R, T - r0);
+      linear_fwd(m->gemm, m->acts.lnf + (int64_t)r0 * d.D, n, d.D, m->P() + m->off_head, m->Wb(m->off_head), d.V, nullptr, m->head.logits.p,
+                 false, "lm_head");
+      to_host(logits + (int64_t)r0 * d.V, m->head.logits.p, sizeof(float) * (size_t)n * d.V, m->stream, "forward logits");
+    }
+    sync_stream(m->stream, "forward");
+  });
+}
+
+}  // extern "C"

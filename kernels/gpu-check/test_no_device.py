@@ -1,0 +1,142 @@
+"""Runs WITHOUT a GPU: librollstream_cuda.so must load, report 0 devices, and answer every call that needs the
+device with a status code and a clear message (never a crash); argument validation still runs first. Also
+drives the rsabi.Model wrapper (the one check.py and bench.py use) end to end on the CPU library.
+
+  python3 kernels/gpu-check/test_no_device.py [kernels/build/Release]"""
+import ctypes as C
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+here = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True  # no __pycache__ next to the scripts
+sys.path.insert(0, here)
+import rsabi  # noqa: E402
+
+build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, "..", "build", "Release")
+RS_ERR_INVALID_ARGUMENT, RS_ERR_UNSUPPORTED = 1, 3
+failures = []
+
+
+def expect(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def err_call(fn, *args):
+    e = rsabi.Error()
+    st = fn(*args, C.byref(e))
+    return st, e.message.decode(errors="replace")
+
+
+def cuda_without_device(path):
+    lib = rsabi.load(path)
+    expect(lib.rs_device_count() == 0, "rs_device_count() == 0 without a GPU")
+    info = json.loads(rsabi.info(lib))
+    expect(info["device"] == "cuda" and info["abi"] == 1, f"rs_backend_info is JSON naming the cuda device: {info}")
+    cfg = rsabi.ModelConfig(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=16, intermediate_size=24, num_layers=2,
+                            num_heads=4, num_kv_heads=2, max_position_embeddings=32, tie_word_embeddings=1, attention_bias=1, threads=1)
+    e = rsabi.Error()
+    m = lib.rs_model_create(C.byref(cfg), 1, C.byref(e))
+    msg = e.message.decode()
+    expect(m is None and e.code == RS_ERR_UNSUPPORTED and "no CUDA device" in msg, f"rs_model_create -> NULL, UNSUPPORTED: {msg!r}")
+    bad = rsabi.ModelConfig(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=18, intermediate_size=24, num_layers=2,
+                            num_heads=4, num_kv_heads=2, max_position_embeddings=32, tie_word_embeddings=1, attention_bias=0, threads=1)
+    m = lib.rs_model_create(C.byref(bad), 1, C.byref(e))
+    expect(m is None and e.code == RS_ERR_INVALID_ARGUMENT and b"not divisible by numHeads" in e.message,
+           f"config validation runs before the device check: {e.message.decode()!r}")
+
+    x = rsabi.f32(np.ones((3, 8)))
+    w = rsabi.f32(np.ones(8))
+    y = np.zeros((3, 8), np.float32)
+    rstd = np.zeros(3, np.float32)
+    st, msg = err_call(lib.rs_rmsnorm_fwd, rsabi.ptr(x, rsabi.F32P), rsabi.ptr(w, rsabi.F32P), 3, 8, 1e-5, rsabi.ptr(y, rsabi.F32P),
+                       rsabi.ptr(rstd, rsabi.F32P))
+    expect(st == RS_ERR_UNSUPPORTED and msg.startswith("rmsnorm_fwd:") and "no CUDA device" in msg, f"rs_rmsnorm_fwd: {msg!r}")
+    st, msg = err_call(lib.rs_rmsnorm_fwd, rsabi.ptr(x, rsabi.F32P), rsabi.ptr(w, rsabi.F32P), 0, 8, 1e-5, rsabi.ptr(y, rsabi.F32P),
+                       rsabi.ptr(rstd, rsabi.F32P))
+    expect(st == RS_ERR_INVALID_ARGUMENT and "sizes must be positive" in msg, f"validation first: {msg!r}")
+    a = rsabi.f32(np.ones((4, 4)))
+    c = np.zeros((4, 4), np.float32)
+    for impl in (0, 1):
+        st, msg = err_call(lib.rs_sgemm, 0, 0, 4, 4, 4, 1.0, rsabi.ptr(a, rsabi.F32P), 4, rsabi.ptr(a, rsabi.F32P), 4, 0.0,
+                           rsabi.ptr(c, rsabi.F32P), 4, impl)
+        expect(st == RS_ERR_UNSUPPORTED and "no CUDA device" in msg, f"rs_sgemm impl {impl}: {msg!r}")
+    seg = rsabi.i32([0])
+    q = rsabi.f32(np.ones((2, 2, 4)))
+    kv = rsabi.f32(np.ones((2, 1, 4)))
+    o = np.zeros((2, 2, 4), np.float32)
+    lse = np.zeros((2, 2), np.float32)
+    st, msg = err_call(lib.rs_attention_fwd, rsabi.ptr(q, rsabi.F32P), rsabi.ptr(kv, rsabi.F32P), rsabi.ptr(kv, rsabi.F32P), 2, 2, 1, 4,
+                       rsabi.ptr(seg, rsabi.I32P), 1, rsabi.ptr(o, rsabi.F32P), rsabi.ptr(lse, rsabi.F32P))
+    expect(st == RS_ERR_UNSUPPORTED and msg.startswith("attention_fwd:"), f"rs_attention_fwd: {msg!r}")
+    z = rsabi.f32(np.zeros((2, 5)))
+    tg = rsabi.i32([1, 2])
+    mk = np.ones(2, np.uint8)
+    stats = rsabi.LossStats()
+    spec = rsabi.loss_spec(rsabi.LOSS_SFT, 2.0)
+    st, msg = err_call(lib.rs_loss_fwd_bwd, rsabi.ptr(z, rsabi.F32P), 2, 5, rsabi.ptr(tg, rsabi.I32P), rsabi.ptr(mk, rsabi.U8P), None,
+                       None, C.byref(spec), None, None, C.byref(stats))
+    expect(st == RS_ERR_UNSUPPORTED and msg.startswith("loss:"), f"rs_loss_fwd_bwd: {msg!r}")
+    out = C.c_double()
+    st, msg = err_call(lib.rs_grad_norm, rsabi.ptr(w, rsabi.F32P), 8, C.byref(out))
+    expect(st == RS_ERR_UNSUPPORTED, f"rs_grad_norm: {msg!r}")
+    lib.rs_set_num_threads(2)
+    lib.rs_set_simd_level(0)
+    lib.rs_set_blas_mode(1)
+    expect(json.loads(rsabi.info(lib))["blas"].startswith("none"), "rs_set_blas_mode(1) disables cuBLAS")
+    expect(not lib.rs_model_params(None) and lib.rs_model_num_params(None) == 0, "null-model getters return NULL / 0")
+    lib.rs_model_free(None)
+    lib.rs_model_zero_grad(None)
+
+
+def cpu_wrappers(path):
+    lib = rsabi.load(path)
+    cfg = dict(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=16, intermediate_size=24, num_layers=2, num_heads=4,
+               num_kv_heads=2, max_position_embeddings=64, tie_word_embeddings=0, attention_bias=1, threads=1)
+    m = rsabi.Model(lib, cfg, seed=3)
+    ts = m.tensors()
+    expect(ts[0]["name"] == "model.embed_tokens.weight" and ts[-1]["name"] == "lm_head.weight" and sum(t["size"] for t in ts) == m.n,
+           "tensor table covers the flat buffer")
+    st = m.state()
+    st["model.norm.weight"][:] = 2.0
+    m.load_state(st)
+    expect(np.all(m.state()["model.norm.weight"] == 2.0), "load_state / state round trip")
+    tokens, segs = [1, 2, 3, 4, 5, 6], [0, 3]
+    logits = m.forward(tokens, segs)
+    expect(logits.shape == (6, 37) and np.isfinite(logits).all(), "forward")
+    mask = [0, 1, 1, 0, 1, 1]
+    stats, lp = m.train_micro(tokens, segs, mask, rsabi.loss_spec(rsabi.LOSS_SFT, 4.0))
+    ref = logits - np.log(np.exp(logits.astype(np.float64)).sum(-1, keepdims=True))
+    want = [ref[t - 1, tokens[t]] for t in range(6) if mask[t]]
+    expect(stats["loss_tokens"] == 4 and np.allclose(lp[np.array(mask, bool)], want, atol=1e-5), "train_micro token logprobs")
+    g = m.read(rsabi.GRADS)
+    expect(np.abs(g).sum() > 0, "grads accumulated")
+    r = m.step(lr=1e-2, max_grad_norm=1e-3)
+    expect(r["step"] == 1 and r["clipped"] == 1 and abs(r["grad_norm"] - math.sqrt((g.astype(np.float64) ** 2).sum())) < 1e-6 * r["grad_norm"],
+           f"step {r}")
+    expect(np.abs(m.read(rsabi.GRADS)).sum() == 0, "step zeroes grads")
+    out = m.generate([[1, 2, 3], [4, 5]], 5, temperature=1.0, seed=7, return_logits=True)
+    expect(list(out["lengths"]) == [5, 5] and all(len(t) == 5 for t in out["tokens"]), "generate lengths")
+    sl = out["step_logits"][0][0]
+    want_plp = sl[out["tokens"][0][0]] - np.log(np.exp(sl.astype(np.float64)).sum())
+    expect(abs(out["policy_logprobs"][0][0] - want_plp) < 1e-5, "generate policy logprob = log_softmax of step logits")
+    m.free()
+
+
+cuda = os.path.join(build, "librollstream_cuda.so")
+cpu = os.path.join(build, "librollstream_cpu.so")
+if os.path.exists(cuda):
+    cuda_without_device(cuda)
+else:
+    print(f"skip: {cuda} not built")
+if os.path.exists(cpu):
+    cpu_wrappers(cpu)
+else:
+    print(f"skip: {cpu} not built")
+print(f"{'FAILED' if failures else 'passed'}: {len(failures)} failure(s)")
+sys.exit(1 if failures else 0)
