@@ -2,7 +2,7 @@
 // `rollstream replay` reproduces the recorded losses from a checkpoint over the stored stream.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startRun, waitUntil } from "../helpers/run-fixture.js";
 import { StateKeys } from "../../streams/subjects.js";
@@ -13,36 +13,37 @@ import { replay } from "../../cli/commands/replay.js";
 test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay reproduces the losses", async () => {
   const run = await startRun("resume", {
     sft: { steps: 3, batchSize: 8 },
-    rl: { steps: 8, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 3, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
-    checkpoint: { interval: 2, keepLast: 3, keepVersions: 3 },
+    rl: { steps: 16, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 3, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
+    checkpoint: { interval: 4, keepLast: 3, keepVersions: 3 },
   });
   try {
     const events: MetricsEvent[] = [];
     const sub = run.nc.subscribe(run.topology.names.subjects.metrics("learner"));
     (async () => { for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data)); })();
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
-    // Kill between checkpoints (an odd step with the checkpoint of the step before it written), so the
-    // restored learner has steps to redo.
-    await waitUntil("a step past its checkpoint", async () => {
+    // Kill between checkpoints (3 of every 4 steps), so the restored learner has steps to redo.
+    await waitUntil("a step between checkpoints", async () => {
       const step = await run.state.learnerStep();
-      return step >= 3 && step % 2 === 1 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) === step - 1;
+      return step >= 2 && step % 4 !== 0 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) >= 0;
     }, 90_000, `${run.dir}/logs`);
     process.kill(run.launcher.pid("learner", 0)!, "SIGKILL");
     await new Promise((r) => setTimeout(r, 200));
     const stepsBeforeKill = new Set(events.filter((e) => e.kind === "step").map((e) => e.step!)).size;
-    const checkpointAtKill = await run.state.getNumber(StateKeys.checkpointLatest, -1);
     run.launcher.start({ name: "learner", replica: 1 });
-    await waitUntil("8 steps and the final checkpoint", async () =>
-      (await run.state.learnerStep()) >= 8 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) >= 8, 120_000, `${run.dir}/logs`);
+    await waitUntil("16 steps and the final checkpoint", async () =>
+      (await run.state.learnerStep()) >= 16 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) >= 16, 120_000, `${run.dir}/logs`);
     sub.unsubscribe();
 
     const byStep = new Map<number, number[]>();
     for (const e of events.filter((x) => x.kind === "step")) byStep.set(e.step!, [...(byStep.get(e.step!) ?? []), e.values.loss!]);
     const redone = [...byStep.entries()].filter(([, l]) => l.length > 1);
-    assert.ok(stepsBeforeKill >= 3);
-    assert.equal(redone.length, stepsBeforeKill - checkpointAtKill, "the restored learner redid exactly the steps after its checkpoint");
+    const restoredLine = readFileSync(join(run.dir, "logs", "learner-1.log"), "utf8").split("\n").find((l) => l.includes("restored from checkpoint"));
+    assert.ok(restoredLine, "the new learner restored a checkpoint");
+    const restoredStep = JSON.parse(restoredLine).step as number;
+    assert.ok(restoredStep < stepsBeforeKill, `restored step ${restoredStep}, killed after ${stepsBeforeKill}`);
+    assert.equal(redone.length, stepsBeforeKill - restoredStep, "the restored learner redid exactly the steps after its checkpoint");
     for (const [step, losses] of redone) assert.ok(losses.every((l) => l === losses[0]), `step ${step} recomputed with a different loss: ${losses}`);
-    assert.deepEqual([...byStep.keys()].sort((a, b) => a - b), [1, 2, 3, 4, 5, 6, 7, 8]);
+    assert.deepEqual([...byStep.keys()].sort((a, b) => a - b), Array.from({ length: 16 }, (_, i) => i + 1));
 
     // What `rollstream train` records, then replay from the oldest kept checkpoint.
     const runDir = join(run.dir, "resume");
