@@ -45,16 +45,23 @@ export function pullSlots(consumer: Consumer, opts: PullOptions): Observable<Slo
         let batch;
         try {
           batch = await consumer.fetch({ max_messages: want, expires: Math.max(1000, opts.expiresMs ?? 1000) });
-        } catch (e) {
+        } catch {
           if (stopped) break;
           // The server may be restarting; back off and try again rather than dying.
           await new Promise((r) => setTimeout(r, 500));
           continue;
         }
-        for await (const msg of batch) {
-          inFlight++;
-          let released = false;
-          subscriber.next({ msg, release: () => { if (!released) { released = true; release(); } } });
+        try {
+          for await (const msg of batch) {
+            inFlight++;
+            let released = false;
+            subscriber.next({ msg, release: () => { if (!released) { released = true; release(); } } });
+          }
+        } catch {
+          // The pull ended abnormally (server shutdown, leadership change). Messages it did not
+          // deliver stay on the server and are redelivered: pull again after a pause.
+          if (stopped) break;
+          await new Promise((r) => setTimeout(r, 500));
         }
       }
       subscriber.complete();

@@ -25,7 +25,8 @@ export interface TopologyOptions {
   /** Cap on the rollouts stream (kept for replay); oldest dropped past it. -1 = unlimited. */
   rolloutsMaxBytes?: number;
   eventsMaxBytes?: number;
-  /** How long inference may hold a task before redelivery (it sends progress heartbeats). */
+  /** How long inference (a task) or reward (a raw group) may hold a message without a progress
+   *  heartbeat before it is redelivered to another replica. */
   taskAckWaitMs?: number;
   maxDeliver?: number;
   /** Redelivery window for msg-id dedupe. */
@@ -85,7 +86,8 @@ function consumerConfigs(names: RunNames, o: Required<TopologyOptions>): Array<{
         ack_policy: AckPolicy.Explicit,
         deliver_policy: DeliverPolicy.All,
         filter_subject: names.subjects.rolloutsRaw,
-        ack_wait: ms(60_000),
+        // Scoring heartbeats like inference does, so a lost reward replica's groups come back as fast.
+        ack_wait: ms(o.taskAckWaitMs),
         max_deliver: o.maxDeliver,
         max_ack_pending: 1024,
       },

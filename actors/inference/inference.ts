@@ -71,7 +71,6 @@ export class InferenceActor implements Actor {
       durable: ctx.topology.names.consumers.inference,
       maxInFlight: config.actors.inference.maxTasksInFlight,
       what: "task",
-      heartbeatMs: Math.max(200, Math.min(10_000, Math.floor(config.nats.taskAckWaitMs / 3))),
     }, (m) => this.handleTask(m));
   }
 

@@ -99,7 +99,7 @@ export const NatsSchema = z.object({
   url: z.string().optional().describe("use this server; else NATS_URL; else start a local nats-server"),
   replicas: pos().default(1),
   rolloutsMaxBytes: int().default(-1),
-  taskAckWaitMs: pos().default(60_000).describe("a task held this long without progress is redelivered to another inference replica"),
+  taskAckWaitMs: pos().default(60_000).describe("a task (inference) or raw group (reward) held this long without a progress heartbeat is redelivered to another replica"),
 });
 
 export const ActorsSchema = z.object({

@@ -27,7 +27,8 @@ export async function runConsumerLoop(ctx: ActorContext, o: ConsumerLoopOptions,
         actor: ctx.actor,
         maxInFlight: o.maxInFlight,
         maxDeliver: o.maxDeliver ?? 10,
-        heartbeatMs: o.heartbeatMs ?? 10_000,
+        // Progress heartbeats well inside the consumers' ack wait.
+        heartbeatMs: o.heartbeatMs ?? Math.max(200, Math.min(10_000, Math.floor(ctx.config.nats.taskAckWaitMs / 3))),
         onError: (e, m) => ctx.log.warn({ seq: m.seq, delivery: m.info.deliveryCount, err: (e as Error).message }, `${o.what} failed`),
       }),
       tap((r) => {

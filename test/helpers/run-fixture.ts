@@ -43,7 +43,7 @@ export interface RunFixture {
   close(): Promise<void>;
 }
 
-export async function startRun(run: string, overrides: Record<string, unknown> = {}): Promise<RunFixture> {
+export async function startRun(run: string, overrides: Record<string, unknown> = {}, opts: { maxRestarts?: number } = {}): Promise<RunFixture> {
   const dir = mkdtempSync(join(tmpdir(), `rs-${run}-`));
   const raw = tinyConfig(run, dir, overrides);
   const configPath = join(dir, "run.yaml");
@@ -52,7 +52,7 @@ export async function startRun(run: string, overrides: Record<string, unknown> =
   const nats = await startTestNats();
   const nc = await connect({ servers: nats.url });
   const topology = await ensureTopology(nc, run, { taskAckWaitMs: config.nats.taskAckWaitMs });
-  const launcher = new ActorLauncher({ binPath: cliMain, configPath, natsUrl: nats.url, logDir: join(dir, "logs"), maxRestarts: 0 });
+  const launcher = new ActorLauncher({ binPath: cliMain, configPath, natsUrl: nats.url, logDir: join(dir, "logs"), maxRestarts: opts.maxRestarts ?? 0 });
   return {
     dir, configPath, config, nats, nc, js: jetstream(nc), topology, state: new RunState(topology.kv), launcher,
     async close() {
