@@ -5,13 +5,15 @@ import type { Command } from "commander";
 import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
 import { decode } from "@msgpack/msgpack";
 import { Kvm } from "@nats-io/kv";
-import { connectNats, natsUrlFor } from "../../actors/runtime/nats-connect.js";
+import { join } from "node:path";
+import { connectNats } from "../../actors/runtime/nats-connect.js";
+import { natsForRun } from "../run-nats.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
 import { runNames } from "../../streams/subjects.js";
 import { ContentType, Hdr, headerRecord } from "../../streams/headers.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 
-interface InspectOptions { run?: string; config?: string; subject?: string; last: string; nats?: string; json?: boolean; rows: string }
+interface InspectOptions { run?: string; config?: string; subject?: string; last: string; nats?: string; json?: boolean; rows: string; outDir?: string }
 
 export function registerInspectCommand(program: Command): void {
   program
@@ -23,7 +25,8 @@ export function registerInspectCommand(program: Command): void {
     .option("-n, --last <n>", "how many messages", "5")
     .option("--rows <n>", "rows shown per Arrow batch", "8")
     .option("--json", "print JSON instead of tables")
-    .option("--nats <url>", "NATS server")
+    .option("--nats <url>", "NATS server (default: NATS_URL; else the run's stored streams under <out-dir>/<run>/nats)")
+    .option("--out-dir <dir>", "where run folders live", "runs")
     .action(async (opts: InspectOptions) => {
       process.exitCode = await inspect(opts);
     });
@@ -32,17 +35,20 @@ export function registerInspectCommand(program: Command): void {
 async function inspect(opts: InspectOptions): Promise<number> {
   let run = opts.run;
   let configUrl: string | undefined;
+  let outDir = opts.outDir ?? "runs";
   if (opts.config) {
     const c = loadRunConfig(opts.config);
     run ??= c.run;
     configUrl = c.nats.url;
+    outDir = c.outDir;
   }
   if (!run) {
     process.stderr.write("inspect needs --run or --config\n");
     return 2;
   }
   const names = runNames(run);
-  const nc = await connectNats(natsUrlFor(configUrl, opts.nats), "rollstream-inspect");
+  const served = await natsForRun(join(outDir, run), configUrl, opts.nats);
+  const nc = await connectNats(served.url, "rollstream-inspect");
   try {
     const jsm = await jetstreamManager(nc);
     if (!opts.subject) {
@@ -95,6 +101,7 @@ async function inspect(opts: InspectOptions): Promise<number> {
     return 0;
   } finally {
     await nc.close();
+    await served.stop();
   }
 }
 

@@ -6,7 +6,8 @@ import { join, resolve } from "node:path";
 import type { Command } from "commander";
 import { jetstream, jetstreamManager } from "@nats-io/jetstream";
 import { loadRunConfig } from "../../actors/runtime/config.js";
-import { connectNats, natsUrlFor } from "../../actors/runtime/nats-connect.js";
+import { connectNats } from "../../actors/runtime/nats-connect.js";
+import { natsForRun } from "../run-nats.js";
 import { createPolicyModel } from "../../actors/runtime/model-factory.js";
 import { CheckpointDir } from "../../actors/checkpoint/disk-store.js";
 import { decodeTrainState } from "../../actors/learner/train-state.js";
@@ -17,13 +18,15 @@ import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { runNames } from "../../streams/subjects.js";
 import { MetricsEventSchema } from "../../streams/messages.js";
 
-interface ReplayOptions { config: string; checkpoint?: string; fromSeq?: string; steps: string; nats?: string; json?: boolean }
+interface ReplayOptions { config?: string; run?: string; outDir?: string; checkpoint?: string; fromSeq?: string; steps: string; nats?: string; json?: boolean }
 
 export function registerReplayCommand(program: Command): void {
   program
     .command("replay")
     .description("re-run learner steps from a checkpoint over the stored scored batches and compare the losses")
-    .requiredOption("-c, --config <file>", "the run's config")
+    .option("-c, --config <file>", "the run's config")
+    .option("--run <run>", "the run's name: its config is read from <out-dir>/<run>/config.yaml (train keeps a copy there)")
+    .option("--out-dir <dir>", "where run folders live", "runs")
     .option("--checkpoint <step>", "checkpoint step to start from (default: the oldest kept)")
     .option("--from-seq <seq>", "stream sequence to start reading scored batches from (default: the checkpoint's)")
     .option("--steps <n>", "steps to replay", "3")
@@ -37,7 +40,12 @@ export function registerReplayCommand(program: Command): void {
 export interface ReplayStep { step: number; loss: number; recordedLoss: number | null; gradNorm: number; samples: number; exact: boolean | null }
 
 export async function replay(opts: ReplayOptions): Promise<number> {
-  const config = loadRunConfig(opts.config);
+  const configPath = opts.config ?? (opts.run ? join(opts.outDir ?? "runs", opts.run, "config.yaml") : undefined);
+  if (!configPath) {
+    process.stderr.write("replay needs --config <file> or --run <run>\n");
+    return 2;
+  }
+  const config = loadRunConfig(configPath);
   const runDir = resolve(config.outDir, config.run);
   const dir = new CheckpointDir(join(runDir, "checkpoints"), config.run);
   const steps = dir.steps();
@@ -50,7 +58,8 @@ export async function replay(opts: ReplayOptions): Promise<number> {
   const model = createPolicyModel(config);
   const counters = decodeTrainState(model, state);
   const recorded = recordedLosses(join(runDir, "metrics.jsonl"));
-  const nc = await connectNats(natsUrlFor(config.nats.url, opts.nats), "rollstream-replay");
+  const served = await natsForRun(runDir, config.nats.url, opts.nats);
+  const nc = await connectNats(served.url, "rollstream-replay");
   const names = runNames(config.run);
   const reader = new StreamReader(jetstream(nc), await jetstreamManager(nc), {
     stream: names.streams.rollouts,
@@ -81,6 +90,7 @@ export async function replay(opts: ReplayOptions): Promise<number> {
   } finally {
     await reader.close();
     await nc.close();
+    await served.stop();
     model.dispose();
   }
   return mismatches === 0 ? 0 : 1;
