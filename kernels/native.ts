@@ -5,6 +5,7 @@ import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
+import type { ModelConfig } from "./model-config.js";
 
 export type Device = "cpu" | "cuda";
 export type DeviceRequest = "auto" | Device;
@@ -20,31 +21,25 @@ export interface NativeLossSpec {
   normalizer: number;
 }
 
+/** Sums over a micro-batch's loss tokens; loss is already divided by the normalizer. */
 export interface NativeLossStats {
   loss: number;
   lossTokens: number;
+  /** Loss tokens dropped by ratio masking (rl / ppo_clip). */
   maskedTokens: number;
+  /** Entropy of the full softmax, summed over loss tokens. */
   entropySum: number;
+  /** k3 = exp(d) - d - 1, d = logp - samplerLogp: an estimate of KL(sampler || learner), summed (0 for sft). */
   mismatchKlSum: number;
   logpSum: number;
+  /** exp(logp - samplerLogp) summed (0 for sft). */
   ratioSum: number;
+  /** Per predicted token (0 where lossMask is 0), when asked for. */
   tokenLogprobs?: Float32Array;
 }
 
-export interface NativeModelConfig {
-  vocabSize: number;
-  hiddenSize: number;
-  intermediateSize: number;
-  numLayers: number;
-  numHeads: number;
-  numKvHeads: number;
-  rmsNormEps: number;
-  ropeTheta: number;
-  tieWordEmbeddings: boolean;
-  maxPositionEmbeddings: number;
-  attentionBias: boolean;
-  threads: number;
-}
+/** The model config as the addon takes it: the shape plus the thread count. */
+export type NativeModelConfig = ModelConfig & { threads: number };
 
 export interface NativeTensorInfo {
   name: string;

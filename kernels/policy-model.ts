@@ -4,7 +4,7 @@
 import { validateModelConfig } from "./hf-config.js";
 import type { ModelConfig } from "./model-config.js";
 import { isPolicyLoss, toNativeLossSpec, type LossSpec } from "./loss-spec.js";
-import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeModel } from "./native.js";
+import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeLossStats, type NativeModel } from "./native.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { fromNativeGenerate, toNativeGenerate, type GenerateRequest, type GenerateResult } from "./generate-request.js";
 import { checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
@@ -24,22 +24,8 @@ export interface PackedMicroBatch {
   samplerLogprobs?: Float32Array;
 }
 
-/** Sums over this micro-batch's loss tokens; loss is already divided by the normalizer. */
-export interface MicroStats {
-  loss: number;
-  lossTokens: number;
-  /** Loss tokens dropped by ratio masking (rl / ppo_clip). */
-  maskedTokens: number;
-  /** Entropy of the full softmax, summed over loss tokens. */
-  entropySum: number;
-  /** k3 = exp(d) - d - 1, d = logp - samplerLogp: an estimate of KL(sampler || learner), summed (0 for sft). */
-  mismatchKlSum: number;
-  logpSum: number;
-  /** exp(logp - samplerLogp) summed (0 for sft). */
-  ratioSum: number;
-  /** Per predicted token (0 where lossMask is 0), when asked for. */
-  tokenLogprobs?: Float32Array;
-}
+/** What one micro-batch reports (see NativeLossStats). */
+export type MicroStats = NativeLossStats;
 
 export interface StepOptions {
   lr: number;

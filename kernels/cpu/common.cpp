@@ -2,17 +2,6 @@
 
 namespace rs {
 
-int32_t fail(rs_error* err, int32_t code, const char* fmt, ...) {
-  if (err) {
-    err->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(err->message, sizeof(err->message), fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 int default_threads() { return omp_get_num_procs() > 0 ? omp_get_num_procs() : 1; }
 
 // Per calling thread: the N-API addon calls stand-alone kernels from libuv worker threads, each of which

@@ -14,18 +14,13 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "../shared/errors.h"
+#include "../shared/exp1.h"
 
 namespace rs {
 
-// Fills err (when given) and returns the code, so validation reads `return fail(err, CODE, "...")`.
-int32_t fail(rs_error* err, int32_t code, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-inline int32_t ok(rs_error* err) {
-  if (err) {
-    err->code = RS_OK;
-    err->message[0] = 0;
-  }
-  return RS_OK;
-}
+using rs_shared::fail;
+using rs_shared::ok;
 
 int default_threads();
 // Threads for the stand-alone kernels on this calling thread (rs_set_num_threads); models set their own.
@@ -112,28 +107,7 @@ inline __m256 exp8(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
-inline float exp1(float x) {
-  // Same clamp as _mm256_max_ps / _mm256_min_ps (a NaN input becomes the lower bound), inlined (fmin/fmax
-  // would be library calls).
-  x = x > -88.3762626647949f ? x : -88.3762626647949f;
-  x = x < 88.3762626647949f ? x : 88.3762626647949f;
-  float fx = std::floor(std::fmaf(x, 1.44269504088896341f, 0.5f));
-  x = std::fmaf(-fx, 0.693359375f, x);
-  x = std::fmaf(-fx, -2.12194440e-4f, x);
-  float y = 1.9875691500E-4f;
-  y = std::fmaf(y, x, 1.3981999507E-3f);
-  y = std::fmaf(y, x, 8.3334519073E-3f);
-  y = std::fmaf(y, x, 4.1665795894E-2f);
-  y = std::fmaf(y, x, 1.6666665459E-1f);
-  y = std::fmaf(y, x, 5.0000001201E-1f);
-  float x2 = x * x;
-  y = std::fmaf(y, x2, x);
-  y = y + 1.0f;
-  int32_t bits = (static_cast<int32_t>(fx) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return y * scale;
-}
+using rs_shared::exp1;
 
 // Per-token segment bounds from sorted segment starts: token t attends [begin[t], t], and key j is read by
 // queries [j, end[j]).

@@ -5,19 +5,12 @@
 
 #include "common.h"
 #include "ops.h"
+#include "../shared/model_layout.h"
 
 namespace rs {
 
-struct Dims {
-  int V, D, I, L, H, KV, hd, QKV, maxPos;
-  float eps;
-  double theta;
-  bool tied, bias;
-};
-
-struct LayerOffsets {
-  int64_t ln1, wqkv, bqkv, wo, ln2, wgu, wdown;  // bqkv = -1 without attention bias
-};
+using rs_shared::Dims;
+using rs_shared::LayerOffsets;
 
 // Activations of one packed row of T tokens, kept for the backward; one allocation, grown on demand.
 struct Acts {

@@ -14,17 +14,6 @@ void raise(int32_t code, const char* fmt, ...) {
   throw Failure{code, buf};
 }
 
-int32_t fail(rs_error* err, int32_t code, const char* fmt, ...) {
-  if (err) {
-    err->code = code;
-    va_list ap;
-    va_start(ap, fmt);
-    std::vsnprintf(err->message, sizeof(err->message), fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
-
 void check_cuda(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return;
   cudaGetLastError();  // clear non-sticky errors so the next call starts clean

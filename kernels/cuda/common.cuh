@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../kernels.h"
+#include "../shared/errors.h"
 
 namespace rsc {
 
@@ -32,14 +33,8 @@ struct Failure {
 };
 
 [[noreturn]] void raise(int32_t code, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-int32_t fail(rs_error* err, int32_t code, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-inline int32_t ok(rs_error* err) {
-  if (err) {
-    err->code = RS_OK;
-    err->message[0] = 0;
-  }
-  return RS_OK;
-}
+using rs_shared::fail;
+using rs_shared::ok;
 
 // Throws Failure naming `what` when e != cudaSuccess (RS_ERR_OUT_OF_MEMORY for allocation failures).
 void check_cuda(cudaError_t e, const char* what);

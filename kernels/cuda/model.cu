@@ -43,31 +43,7 @@ __global__ void fill_kernel(float* __restrict__ p, int64_t n, float v) {
 unsigned capped(int64_t n) { return (unsigned)std::min<int64_t>(grid_for(n, 256), 65535LL * 16); }
 
 int32_t check_config(const rs_model_config* c, rs_error* err) {
-  if (!c) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: null");
-  struct {
-    const char* name;
-    int32_t v;
-  } pos[] = {{"vocabSize", c->vocab_size}, {"hiddenSize", c->hidden_size}, {"intermediateSize", c->intermediate_size},
-             {"numLayers", c->num_layers}, {"numHeads", c->num_heads}, {"numKvHeads", c->num_kv_heads},
-             {"maxPositionEmbeddings", c->max_position_embeddings}};
-  for (auto& p : pos)
-    if (p.v < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: %s must be a positive integer (got %d)", p.name, p.v);
-  if (c->hidden_size % c->num_heads)
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: hiddenSize %d is not divisible by numHeads %d", c->hidden_size, c->num_heads);
-  if ((c->hidden_size / c->num_heads) % 2)
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: head dim %d/%d = %d must be even for RoPE", c->hidden_size, c->num_heads,
-                c->hidden_size / c->num_heads);
-  if (c->num_heads % c->num_kv_heads)
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: numHeads %d is not divisible by numKvHeads %d", c->num_heads, c->num_kv_heads);
-  if (!(c->rms_norm_eps > 0) || !std::isfinite(c->rms_norm_eps))
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: rmsNormEps must be a positive finite number (got %g)", c->rms_norm_eps);
-  if (!(c->rope_theta > 0) || !std::isfinite(c->rope_theta))
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: ropeTheta must be a positive finite number (got %g)", c->rope_theta);
-  if (c->threads < 0 || c->threads > 4096)
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: threads must be in [0, 4096] (got %d)", c->threads);
-  const int64_t widest = std::max<int64_t>({(int64_t)c->vocab_size, 2LL * c->intermediate_size, 3LL * c->hidden_size});
-  if (widest > (1LL << 30)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: a dimension is too large");
-  if (c->max_position_embeddings > (1 << 24)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: maxPositionEmbeddings above 2^24");
+  if (const int32_t st = rs_shared::check_model_config(c, err)) return st;
   // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
   const int hd = c->hidden_size / c->num_heads;
   if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
@@ -75,49 +51,6 @@ int32_t check_config(const rs_model_config* c, rs_error* err) {
     return fail(err, RS_ERR_UNSUPPORTED, "model config: %d query heads per kv head is above the CUDA backend's 32",
                 c->num_heads / c->num_kv_heads);
   return RS_OK;
-}
-
-void build_layout(rs_model* m) {
-  Dims& d = m->d;
-  int64_t off = 0;
-  auto add = [&](const std::string& name, int64_t r, int64_t c, bool decay) {
-    rs_tensor_info t{};
-    std::snprintf(t.name, sizeof(t.name), "%s", name.c_str());
-    t.offset = off;
-    t.ndim = c > 0 ? 2 : 1;
-    t.shape[0] = r;
-    t.shape[1] = c > 0 ? c : 0;
-    t.size = c > 0 ? r * c : r;
-    t.weight_decay = decay ? 1 : 0;
-    m->tensors.push_back(t);
-    off += t.size;
-    return t.offset;
-  };
-  const int64_t hq = (int64_t)d.H * d.hd, hk = (int64_t)d.KV * d.hd;
-  m->off_embed = add("model.embed_tokens.weight", d.V, d.D, true);
-  for (int l = 0; l < d.L; l++) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LayerOffsets o{};
-    o.ln1 = add(p + "input_layernorm.weight", d.D, 0, false);
-    o.wqkv = add(p + "self_attn.q_proj.weight", hq, d.D, true);
-    add(p + "self_attn.k_proj.weight", hk, d.D, true);
-    add(p + "self_attn.v_proj.weight", hk, d.D, true);
-    o.bqkv = -1;
-    if (d.bias) {
-      o.bqkv = add(p + "self_attn.q_proj.bias", hq, 0, false);
-      add(p + "self_attn.k_proj.bias", hk, 0, false);
-      add(p + "self_attn.v_proj.bias", hk, 0, false);
-    }
-    o.wo = add(p + "self_attn.o_proj.weight", d.D, hq, true);
-    o.ln2 = add(p + "post_attention_layernorm.weight", d.D, 0, false);
-    o.wgu = add(p + "mlp.gate_proj.weight", d.I, d.D, true);
-    add(p + "mlp.up_proj.weight", d.I, d.D, true);
-    o.wdown = add(p + "mlp.down_proj.weight", d.D, d.I, true);
-    m->lo.push_back(o);
-  }
-  m->off_norm = add("model.norm.weight", d.D, 0, false);
-  m->off_head = d.tied ? m->off_embed : add("lm_head.weight", d.V, d.D, true);
-  m->n_params = off;
 }
 
 // Tears down what create made, ignoring errors (the context may already be broken).
@@ -261,22 +194,10 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
     require_device(0);
     m->device = 0;
     m->cfg = *cfg;
-    Dims& d = m->d;
-    d.V = cfg->vocab_size;
-    d.D = cfg->hidden_size;
-    d.I = cfg->intermediate_size;
-    d.L = cfg->num_layers;
-    d.H = cfg->num_heads;
-    d.KV = cfg->num_kv_heads;
-    d.hd = d.D / d.H;
-    d.QKV = (d.H + 2 * d.KV) * d.hd;
-    d.maxPos = cfg->max_position_embeddings;
-    d.eps = cfg->rms_norm_eps;
-    d.theta = cfg->rope_theta;
-    d.tied = cfg->tie_word_embeddings != 0;
-    d.bias = cfg->attention_bias != 0;
+    m->d = rs_shared::dims_of(*cfg);
+    const Dims& d = m->d;
     m->threads = cfg->threads > 0 ? cfg->threads : host_threads();
-    build_layout(m);
+    rs_shared::build_layout(m);
 
     check_cuda(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     m->gemm.stream = m->stream;

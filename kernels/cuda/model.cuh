@@ -19,19 +19,12 @@
 #include "gemm.cuh"
 #include "loss.cuh"
 #include "rmsnorm.cuh"
+#include "../shared/model_layout.h"
 
 namespace rsc {
 
-struct Dims {
-  int V, D, I, L, H, KV, hd, QKV, maxPos;
-  float eps;
-  double theta;
-  bool tied, bias;
-};
-
-struct LayerOffsets {
-  int64_t ln1, wqkv, bqkv, wo, ln2, wgu, wdown;  // bqkv = -1 without attention bias
-};
+using rs_shared::Dims;
+using rs_shared::LayerOffsets;
 
 struct Mirror {
   float* host = nullptr;  // allocated by the first getter call

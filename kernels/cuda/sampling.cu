@@ -4,6 +4,7 @@
 #include <cub/block/block_scan.cuh>
 
 #include "sampling.cuh"
+#include "../shared/exp1.h"
 
 namespace rsc {
 
@@ -124,27 +125,7 @@ __global__ void __launch_bounds__(kNT) sample_kernel(const float* __restrict__ l
   }
 }
 
-// Cephes-style expf of the CPU backend (scalar form), so host sampling matches it bit for bit.
-float exp1(float x) {
-  x = x > -88.3762626647949f ? x : -88.3762626647949f;
-  x = x < 88.3762626647949f ? x : 88.3762626647949f;
-  float fx = std::floor(std::fmaf(x, 1.44269504088896341f, 0.5f));
-  x = std::fmaf(-fx, 0.693359375f, x);
-  x = std::fmaf(-fx, -2.12194440e-4f, x);
-  float y = 1.9875691500E-4f;
-  y = std::fmaf(y, x, 1.3981999507E-3f);
-  y = std::fmaf(y, x, 8.3334519073E-3f);
-  y = std::fmaf(y, x, 4.1665795894E-2f);
-  y = std::fmaf(y, x, 1.6666665459E-1f);
-  y = std::fmaf(y, x, 5.0000001201E-1f);
-  float x2 = x * x;
-  y = std::fmaf(y, x2, x);
-  y = y + 1.0f;
-  int32_t bits = (static_cast<int32_t>(fx) + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, 4);
-  return y * scale;
-}
+using rs_shared::exp1;  // the CPU backend's expf, so host sampling matches it bit for bit
 
 double row_lse_host(const float* z, int V) {
   float m = -INFINITY;
