@@ -6,14 +6,16 @@
 //
 // Last line printed: one JSON object of the figures.
 import { mkdtempSync, rmSync } from "node:fs";
+import { spawn } from "node:child_process";
 import { createServer, connect as netConnect, type AddressInfo, type Socket } from "node:net";
-import { tmpdir } from "node:os";
+import { cpus, tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { isMainThread, parentPort, Worker, workerData } from "node:worker_threads";
-import { connect, headers, type NatsConnection } from "@nats-io/transport-node";
+import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { AckPolicy, DiscardPolicy, jetstream, jetstreamManager, RetentionPolicy, StorageType } from "@nats-io/jetstream";
 import { startNatsServer } from "../deploy/local/nats-server.js";
+import { alignPayload, ContentType, Hdr, makeHeaders, MSG_ID_HEADER } from "../streams/headers.js";
 import { decodeRolloutBatch, encodeRolloutBatch } from "../streams/arrow-codec.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutBatchMetaInput, type RolloutRow } from "../streams/rollout-schema.js";
 
@@ -30,6 +32,8 @@ export interface TransportBenchOptions {
   inFlightBytes?: number;
   /** Publishes awaiting their ack at once. Default 4. */
   publishWindow?: number;
+  /** Pad headers so payloads arrive 8-byte aligned, as the reward actor does (the other setting is measured too). Default true. */
+  align?: boolean;
   quick?: boolean;
   log?: (line: string) => void;
 }
@@ -39,7 +43,7 @@ const ROUTES = {
   codec: { stream: "RS_BENCH_ROLLOUTS", subject: "rs.bench.rollouts.scored" },
   bytesOnly: { stream: "RS_BENCH_BYTES", subject: "rs.bench.bytes" },
 } as const;
-type Route = keyof typeof ROUTES;
+const CORE_SUBJECT = "rs.bench.core";
 const MB = 1e6;
 
 /** Deterministic batch of rows with realistic shapes (not realistic values: the codec doesn't care). */
@@ -105,7 +109,23 @@ function misaligned(bytes: Uint8Array): Uint8Array {
   return big.subarray(3, 3 + bytes.byteLength);
 }
 
-async function tcpCopyMBps(payloads: Uint8Array[]): Promise<number> {
+// A byte pipe in its own process: what a broker that did nothing but forward bytes would cost.
+const RELAY_SOURCE = `
+const net = require("node:net");
+const target = Number(process.argv[1]);
+const srv = net.createServer((up) => { const down = net.connect(target, "127.0.0.1"); down.setNoDelay(true); up.pipe(down); });
+srv.listen(0, "127.0.0.1", () => process.send(srv.address().port));
+process.on("disconnect", () => process.exit(0));
+`;
+
+async function startRelay(targetPort: number): Promise<{ port: number; stop: () => void }> {
+  const child = spawn(process.execPath, ["-e", RELAY_SOURCE, String(targetPort)], { stdio: ["ignore", "inherit", "inherit", "ipc"] });
+  const port = await new Promise<number>((r, j) => child.once("message", (m) => r(Number(m))).once("exit", (c) => j(new Error(`tcp relay exited with ${c}`))));
+  return { port, stop: () => void child.kill() };
+}
+
+/** The same bytes over loopback TCP, written and read in this thread; `relay`: through a pipe process. */
+async function tcpCopyMBps(payloads: Uint8Array[], relay = false): Promise<number> {
   const total = payloads.reduce((s, p) => s + p.byteLength, 0);
   let received = 0;
   let serverSock: Socket | undefined;
@@ -119,8 +139,9 @@ async function tcpCopyMBps(payloads: Uint8Array[]): Promise<number> {
     });
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  const port = (server.address() as AddressInfo).port;
-  const client = netConnect(port, "127.0.0.1");
+  const sinkPort = (server.address() as AddressInfo).port;
+  const pipe = relay ? await startRelay(sinkPort) : undefined;
+  const client = netConnect(pipe?.port ?? sinkPort, "127.0.0.1");
   client.setNoDelay(true);
   await new Promise<void>((r, j) => client.once("connect", r).once("error", j));
   const t0 = performance.now();
@@ -131,6 +152,7 @@ async function tcpCopyMBps(payloads: Uint8Array[]): Promise<number> {
   const sec = (performance.now() - t0) / 1000;
   client.destroy();
   serverSock?.destroy();
+  pipe?.stop();
   await new Promise<void>((r) => server.close(() => r()));
   return total / MB / sec;
 }
@@ -144,8 +166,13 @@ interface ProducerJob {
   batches: number;
   shape: Shape;
   publishWindow: number;
-  /** false: payloads are encoded before the clock starts, to measure JetStream alone. */
-  codec: boolean;
+  /**
+   * codec: encode then JetStream-publish (the pipeline); bytes: JetStream-publish payloads encoded before
+   * the clock starts (JetStream alone); core: the same bytes as core NATS publishes (no persistence).
+   */
+  mode: "codec" | "bytes" | "core";
+  /** Pad the header block so payloads arrive 8-byte aligned (what the reward actor does). */
+  align: boolean;
 }
 
 type ProducerReport = { kind: "ready" } | { kind: "done"; encodeMs: number; publishedMs: number; bytes: number } | { kind: "error"; message: string };
@@ -157,9 +184,10 @@ async function producerMain(job: ProducerJob): Promise<void> {
   const source = batchSource(job.shape);
   const batches = Array.from({ length: job.batches }, (_, i) => source(i)); // built before the clock starts
   // Pre-encode (transport-only run), or warm the encoder's JIT so the timed run is steady-state.
-  const preEncoded = job.codec ? [] : batches.map((rows, i) => encodeRolloutBatch(rows, meta(i)));
-  if (job.codec) for (let k = 0; k < 3; k++) encodeRolloutBatch(batches[k % batches.length]!, meta(k));
-  const subject = ROUTES[job.codec ? "codec" : "bytesOnly"].subject;
+  const codec = job.mode === "codec";
+  const preEncoded = codec ? [] : batches.map((rows, i) => encodeRolloutBatch(rows, meta(i)));
+  if (codec) for (let k = 0; k < 3; k++) encodeRolloutBatch(batches[k % batches.length]!, meta(k));
+  const subject = job.mode === "core" ? CORE_SUBJECT : ROUTES[codec ? "codec" : "bytesOnly"].subject;
   port.postMessage({ kind: "ready" } satisfies ProducerReport);
   await new Promise<void>((r) => port.once("message", () => r()));
   const t0 = performance.now();
@@ -169,21 +197,27 @@ async function producerMain(job: ProducerJob): Promise<void> {
   for (let i = 0; i < job.batches; i++) {
     const te = performance.now();
     const rows = batches[i]!;
-    const data = job.codec ? encodeRolloutBatch(rows, meta(i)) : preEncoded[i]!;
+    const data = codec ? encodeRolloutBatch(rows, meta(i)) : preEncoded[i]!;
     encodeMs += performance.now() - te;
     bytes += data.byteLength;
-    const h = headers();
-    h.set("Content-Type", "application/vnd.apache.arrow.stream");
-    h.set("Rs-Run", "bench");
-    h.set("Rs-Rows", String(rows.length));
-    h.set("Rs-Schema", String(ROLLOUT_SCHEMA_VERSION));
-    const p = js.publish(subject, data, { msgID: `bench-${i}`, headers: h });
+    // The headers the reward actor sends, padded the same way (alignPayload) unless --no-align.
+    const h = makeHeaders({ contentType: ContentType.arrow, run: "bench", rows: rows.length, schema: ROLLOUT_SCHEMA_VERSION, kind: "rollouts.scored" });
+    h.set(MSG_ID_HEADER, `bench-${job.mode}-${job.align ? "a" : "u"}-${i}`); // distinct per pass: the stream de-duplicates
+    if (job.align) alignPayload(h);
+    if (job.mode === "core") {
+      // No acks in core NATS: a flush per window is the only backpressure (else the slow-consumer cap hits).
+      nc.publish(subject, data, { headers: h });
+      if ((i + 1) % job.publishWindow === 0) await nc.flush();
+      continue;
+    }
+    const p = js.publish(subject, data, { headers: h });
     inflight.add(p);
     const settle = () => void inflight.delete(p);
     p.then(settle, settle); // the rejection itself surfaces through Promise.race / Promise.all below
     if (inflight.size >= job.publishWindow) await Promise.race(inflight);
   }
   await Promise.all(inflight);
+  if (job.mode === "core") await nc.flush();
   const publishedMs = performance.now() - t0;
   await nc.drain();
   port.postMessage({ kind: "done", encodeMs, publishedMs, bytes } satisfies ProducerReport);
@@ -191,21 +225,20 @@ async function producerMain(job: ProducerJob): Promise<void> {
 
 // ---------------------------------------------------------------------------------------------------
 
+type Mode = ProducerJob["mode"];
+
 async function pipeline(
   nc: NatsConnection,
   url: string,
-  route: Route,
+  mode: Mode,
   batches: number,
   shape: Shape,
   msgBytes: number,
-  o: Required<Pick<TransportBenchOptions, "inFlightBytes" | "publishWindow">>,
+  o: { inFlightBytes: number; publishWindow: number; align: boolean },
 ) {
-  const codec = route === "codec";
-  const js = jetstream(nc);
-  const consumer = await js.consumers.get(ROUTES[route].stream, "bench-learner");
   const maxMessages = Math.max(1, Math.floor(o.inFlightBytes / msgBytes));
   const worker = new Worker(fileURLToPath(import.meta.url), {
-    workerData: { role: "rollstream-transport-producer", url, batches, shape, publishWindow: o.publishWindow, codec } satisfies ProducerJob,
+    workerData: { role: "rollstream-transport-producer", url, batches, shape, publishWindow: o.publishWindow, mode, align: o.align } satisfies ProducerJob,
   });
   const reports: ProducerReport[] = [];
   const waiters: ((r: ProducerReport) => void)[] = [];
@@ -219,7 +252,20 @@ async function pipeline(
   try {
     const ready = await nextReport();
     if (ready.kind !== "ready") throw new Error(`producer failed to start: ${JSON.stringify(ready)}`);
-    const messages = await consumer.consume({ max_messages: maxMessages, expires: 1000 });
+    // JetStream: a pull consumer with ~inFlightBytes in flight, acking each batch. Core: a plain subscription.
+    let messages: AsyncIterable<{ data: Uint8Array; headers?: { get(k: string): string } | undefined; ack?: () => void }>;
+    let stop: () => Promise<void>;
+    if (mode === "core") {
+      const sub = nc.subscribe(CORE_SUBJECT);
+      await nc.flush();
+      messages = sub;
+      stop = async () => sub.unsubscribe();
+    } else {
+      const consumer = await jetstream(nc).consumers.get(ROUTES[mode === "codec" ? "codec" : "bytesOnly"].stream, "bench-learner");
+      const pulled = await consumer.consume({ max_messages: maxMessages, expires: 1000 });
+      messages = pulled;
+      stop = () => pulled.close().then(() => undefined);
+    }
     let received = 0;
     let rows = 0;
     let bytes = 0;
@@ -229,27 +275,27 @@ async function pipeline(
     worker.postMessage("go");
     const producerDone = nextReport();
     // Never hang: stop consuming if the producer dies or the whole run takes unreasonably long.
-    void producerDone.then((r) => r.kind === "error" && messages.stop());
-    const watchdog = setTimeout(() => void messages.stop(), 120_000);
+    void producerDone.then((r) => (r.kind === "error" ? stop() : undefined));
+    const watchdog = setTimeout(() => void stop(), 120_000);
     for await (const m of messages) {
-      if (codec) {
+      if (mode === "codec") {
         const td = performance.now();
         rows += decodeRolloutBatch(m.data).rows.length;
         decodeMs += performance.now() - td;
       } else {
-        rows += Number(m.headers?.get("Rs-Rows"));
+        rows += Number(m.headers?.get(Hdr.rows));
       }
       bytes += m.data.byteLength;
       if (m.data.byteOffset % 8 !== 0) misalignedMsgs++;
-      m.ack();
+      m.ack?.();
       if (++received === batches) break;
     }
     const endToEndMs = performance.now() - t0;
     clearTimeout(watchdog);
-    await messages.close();
+    await stop();
     const done = await producerDone;
     if (done.kind !== "done") throw new Error(`producer failed: ${JSON.stringify(done)}`);
-    if (received !== batches || rows !== batches * shape.rows) throw new Error(`consumed ${received}/${batches} batches, ${rows} rows`);
+    if (received !== batches || rows !== batches * shape.rows) throw new Error(`${mode}: consumed ${received}/${batches} batches, ${rows} rows`);
     return { endToEndMs, bytes, decodeMs, maxMessages, misalignedFraction: misalignedMsgs / received, producer: done };
   } finally {
     await worker.terminate();
@@ -274,17 +320,20 @@ export async function runTransportBench(opts: TransportBenchOptions = {}): Promi
   const encodeMs = performance.now() - t;
   const totalBytes = payloads.reduce((s, p) => s + p.byteLength, 0);
   const msgBytes = Math.max(...payloads.map((p) => p.byteLength));
-  const views = payloads.map(misaligned);
-  for (let k = 0; k < 3; k++) decodeRolloutBatch(views[k % batches]!);
-  t = performance.now();
-  for (const v of views) decodeRolloutBatch(v);
-  const decodeMs = performance.now() - t;
+  const timeDecode = (inputs: Uint8Array[]) => {
+    for (let k = 0; k < 3; k++) decodeRolloutBatch(inputs[k % batches]!);
+    const t0 = performance.now();
+    for (const v of inputs) decodeRolloutBatch(v);
+    return performance.now() - t0;
+  };
+  const decodeMs = timeDecode(payloads.map(misaligned));
+  const decodeAlignedMs = timeDecode(payloads);
   rowsPerBatch.length = 0;
-  views.length = 0;
 
-  // 2. Baseline: the same bytes over a raw loopback TCP connection.
+  // 2. Baseline: the same bytes over a raw loopback TCP connection; and through a pipe process (a broker's floor).
   await tcpCopyMBps(payloads.slice(0, 2));
   const tcpMBps = await tcpCopyMBps(payloads);
+  const tcpRelayMBps = await tcpCopyMBps(payloads, true);
 
   // 3. The pipeline through a real nats-server (8 MB max payload, like deploy/local).
   const dir = mkdtempSync(join(tmpdir(), "rs-bench-transport-"));
@@ -300,53 +349,80 @@ export async function runTransportBench(opts: TransportBenchOptions = {}): Promi
         retention: RetentionPolicy.Limits,
         storage: opts.storage === "memory" ? StorageType.Memory : StorageType.File,
         discard: DiscardPolicy.Old,
-        max_bytes: Math.max(256 * 1024 * 1024, 2 * totalBytes),
+        max_bytes: Math.max(512 * 1024 * 1024, 3 * totalBytes),
       });
       await jsm.consumers.add(stream, { durable_name: "bench-learner", ack_policy: AckPolicy.Explicit, max_ack_pending: 1000 });
     }
-    const pipe = { inFlightBytes, publishWindow };
-    const bare = await pipeline(nc, server.url, "bytesOnly", batches, shape, msgBytes, pipe);
+    const align = opts.align ?? true;
+    const pipe = { inFlightBytes, publishWindow, align };
+    const core = await pipeline(nc, server.url, "core", batches, shape, msgBytes, pipe);
+    const bare = await pipeline(nc, server.url, "bytes", batches, shape, msgBytes, pipe);
     const p = await pipeline(nc, server.url, "codec", batches, shape, msgBytes, pipe);
+    // The same pipeline with the header padding off: what alignPayload buys, measured in this run.
+    const pOther = await pipeline(nc, server.url, "codec", batches, shape, msgBytes, { ...pipe, align: !align });
+    const [pAligned, pUnaligned] = align ? [p, pOther] : [pOther, p];
 
+    const mbps = (bytes: number, ms: number) => +(bytes / MB / (ms / 1000)).toFixed(1);
+    const ratio = (a: number, b: number) => +(a / b).toFixed(3);
     const figures = {
       batches,
       rowsPerBatch: shape.rows,
       tokensPerRow: tokens,
       batchMB: +(totalBytes / batches / MB).toFixed(3),
-      encodeMBps: +(totalBytes / MB / (encodeMs / 1000)).toFixed(1),
-      decodeMBps: +(totalBytes / MB / (decodeMs / 1000)).toFixed(1),
+      encodeMBps: mbps(totalBytes, encodeMs),
+      decodeMBps: mbps(totalBytes, decodeMs),
+      decodeAlignedMBps: mbps(totalBytes, decodeAlignedMs),
       encodeMsPerBatch: +(encodeMs / batches).toFixed(2),
       decodeMsPerBatch: +(decodeMs / batches).toFixed(2),
-      publishMBps: +(p.producer.bytes / MB / (p.producer.publishedMs / 1000)).toFixed(1),
-      endToEndMBps: +(p.bytes / MB / (p.endToEndMs / 1000)).toFixed(1),
-      jetstreamOnlyMBps: +(bare.bytes / MB / (bare.endToEndMs / 1000)).toFixed(1),
-      jetstreamOnlyPublishMBps: +(bare.producer.bytes / MB / (bare.producer.publishedMs / 1000)).toFixed(1),
+      decodeAlignedMsPerBatch: +(decodeAlignedMs / batches).toFixed(2),
+      publishMBps: mbps(p.producer.bytes, p.producer.publishedMs),
+      endToEndMBps: mbps(p.bytes, p.endToEndMs),
+      endToEndAlignedMBps: mbps(pAligned.bytes, pAligned.endToEndMs),
+      endToEndUnalignedMBps: mbps(pUnaligned.bytes, pUnaligned.endToEndMs),
+      jetstreamOnlyMBps: mbps(bare.bytes, bare.endToEndMs),
+      jetstreamOnlyPublishMBps: mbps(bare.producer.bytes, bare.producer.publishedMs),
+      coreNatsMBps: mbps(core.bytes, core.endToEndMs),
       endToEndBatchesPerSec: +(batches / (p.endToEndMs / 1000)).toFixed(1),
       endToEndSamplesPerSec: Math.round((batches * shape.rows) / (p.endToEndMs / 1000)),
       tcpLoopbackMBps: +tcpMBps.toFixed(1),
+      tcpRelayMBps: +tcpRelayMBps.toFixed(1),
       ratioEndToEndVsTcp: 0,
       ratioEncodeVsTcp: 0,
       ratioDecodeVsTcp: 0,
       ratioJetstreamOnlyVsTcp: 0,
+      ratioCoreNatsVsTcp: 0,
+      ratioTcpRelayVsTcp: 0,
       ratioEndToEndVsJetstreamOnly: 0,
+      ratioAlignedVsUnaligned: 0,
       pullMaxMessages: p.maxMessages,
-      misalignedFraction: +p.misalignedFraction.toFixed(3),
+      misalignedFraction: +pAligned.misalignedFraction.toFixed(3),
+      misalignedFractionUnpadded: +pUnaligned.misalignedFraction.toFixed(3),
       fileStorage: opts.storage === "memory" ? 0 : 1,
     };
-    figures.ratioEndToEndVsTcp = +(figures.endToEndMBps / figures.tcpLoopbackMBps).toFixed(3);
-    figures.ratioEncodeVsTcp = +(figures.encodeMBps / figures.tcpLoopbackMBps).toFixed(3);
-    figures.ratioDecodeVsTcp = +(figures.decodeMBps / figures.tcpLoopbackMBps).toFixed(3);
-    figures.ratioJetstreamOnlyVsTcp = +(figures.jetstreamOnlyMBps / figures.tcpLoopbackMBps).toFixed(3);
-    figures.ratioEndToEndVsJetstreamOnly = +(figures.endToEndMBps / figures.jetstreamOnlyMBps).toFixed(3);
+    figures.ratioEndToEndVsTcp = ratio(figures.endToEndMBps, figures.tcpLoopbackMBps);
+    figures.ratioEncodeVsTcp = ratio(figures.encodeMBps, figures.tcpLoopbackMBps);
+    figures.ratioDecodeVsTcp = ratio(figures.decodeAlignedMBps, figures.tcpLoopbackMBps);
+    figures.ratioJetstreamOnlyVsTcp = ratio(figures.jetstreamOnlyMBps, figures.tcpLoopbackMBps);
+    figures.ratioCoreNatsVsTcp = ratio(figures.coreNatsMBps, figures.tcpLoopbackMBps);
+    figures.ratioTcpRelayVsTcp = ratio(figures.tcpRelayMBps, figures.tcpLoopbackMBps);
+    figures.ratioEndToEndVsJetstreamOnly = ratio(figures.endToEndMBps, figures.jetstreamOnlyMBps);
+    figures.ratioAlignedVsUnaligned = ratio(figures.endToEndAlignedMBps, figures.endToEndUnalignedMBps);
 
-    log(`transport bench: ${batches} batches x ${shape.rows} samples x ${tokens} tokens (${shape.prompt} prompt + ${shape.completion} completion), ${figures.batchMB} MB/batch`);
+    const storage = opts.storage ?? "file";
+    log(`transport bench: ${batches} batches x ${shape.rows} samples x ${tokens} tokens (${shape.prompt} prompt + ${shape.completion} completion), ${figures.batchMB} MB/batch, ${cpus().length} CPUs`);
     log(`  encode alone      ${figures.encodeMBps} MB/s (${figures.encodeMsPerBatch} ms/batch)`);
-    log(`  decode alone      ${figures.decodeMBps} MB/s (${figures.decodeMsPerBatch} ms/batch, incl. the realign copy)`);
+    log(`  decode alone      ${figures.decodeAlignedMBps} MB/s aligned, in place (${figures.decodeAlignedMsPerBatch} ms/batch); ${figures.decodeMBps} MB/s misaligned, copied first (${figures.decodeMsPerBatch} ms/batch)`);
     log(`  publish (worker)  ${figures.publishMBps} MB/s (window ${publishWindow}, msg-id per batch)`);
-    log(`  end to end        ${figures.endToEndMBps} MB/s = ${figures.endToEndSamplesPerSec} samples/s (encode -> JetStream ${opts.storage ?? "file"} -> pull ${p.maxMessages} in flight -> decode)`);
+    log(`  end to end        ${figures.endToEndMBps} MB/s = ${figures.endToEndSamplesPerSec} samples/s (encode -> JetStream ${storage} -> pull ${p.maxMessages} in flight -> decode)`);
+    log(`    header padded   ${figures.endToEndAlignedMBps} MB/s (${figures.misalignedFraction} of payloads misaligned) vs unpadded ${figures.endToEndUnalignedMBps} MB/s (${figures.misalignedFractionUnpadded} misaligned): ${figures.ratioAlignedVsUnaligned}x`);
     log(`  JetStream alone   ${figures.jetstreamOnlyMBps} MB/s (same bytes pre-encoded, consumer acks without decoding; publish ${figures.jetstreamOnlyPublishMBps} MB/s)`);
+    log(`  core NATS         ${figures.coreNatsMBps} MB/s (same bytes, no persistence, no acks: the broker hop alone)`);
+    log(`  TCP via a pipe    ${figures.tcpRelayMBps} MB/s (through a process that only forwards bytes: any broker's floor)`);
     log(`  raw TCP loopback  ${figures.tcpLoopbackMBps} MB/s (baseline, same bytes, same run)`);
-    log(`  ratio end-to-end / TCP = ${figures.ratioEndToEndVsTcp} (target >= 0.5); JetStream alone / TCP = ${figures.ratioJetstreamOnlyVsTcp}; end-to-end / JetStream alone = ${figures.ratioEndToEndVsJetstreamOnly}`);
+    log(
+      `  ratio end-to-end / TCP = ${figures.ratioEndToEndVsTcp} (target >= 0.5); JetStream alone / TCP = ${figures.ratioJetstreamOnlyVsTcp}; ` +
+        `core NATS / TCP = ${figures.ratioCoreNatsVsTcp}; pipe / TCP = ${figures.ratioTcpRelayVsTcp}; end-to-end / JetStream alone = ${figures.ratioEndToEndVsJetstreamOnly}`,
+    );
     log(JSON.stringify(figures));
     return figures;
   } finally {
@@ -372,7 +448,8 @@ function parseArgs(argv: string[]): TransportBenchOptions {
     else if (a === "--tokens") o.tokens = num();
     else if (a === "--memory") o.storage = "memory";
     else if (a === "--quick") o.quick = true;
-    else throw new Error(`unknown argument ${a} (use --batches N --rows N --tokens N --memory --quick)`);
+    else if (a === "--no-align") o.align = false;
+    else throw new Error(`unknown argument ${a} (use --batches N --rows N --tokens N --memory --no-align --quick)`);
   }
   return o;
 }

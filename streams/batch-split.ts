@@ -108,8 +108,15 @@ export function planChunks(rows: readonly RolloutRow[], maxBytes: number, overhe
 /**
  * Encodes `rows` as as few messages as fit in maxBytes each, every one verified on its real size.
  * `encode` receives each chunk's rows and its chunk/chunks numbers (to put in its metadata).
+ * A row too large even alone throws RowTooLargeError, unless `allowOversizedRows`: then it becomes a
+ * chunk of its own, larger than maxBytes, for the caller to send by other means (publishPayload's blob).
  */
-export function encodeChunked(rows: readonly RolloutRow[], maxBytes: number, encode: ChunkEncoder): EncodedChunk[] {
+export function encodeChunked(
+  rows: readonly RolloutRow[],
+  maxBytes: number,
+  encode: ChunkEncoder,
+  opts: { allowOversizedRows?: boolean } = {},
+): EncodedChunk[] {
   checkMaxBytes(maxBytes);
   const empty = encode([], { chunk: 0, chunks: 1 }).byteLength;
   if (empty > maxBytes) {
@@ -122,12 +129,13 @@ export function encodeChunked(rows: readonly RolloutRow[], maxBytes: number, enc
       const part = rows.slice(r.start, r.end);
       return { chunk, chunks, start: r.start, end: r.end, rows: part, bytes: encode(part, { chunk, chunks }) };
     });
-    if (out.every((c) => c.bytes.byteLength <= maxBytes)) return out;
+    const fits = (c: EncodedChunk) => c.bytes.byteLength <= maxBytes || (opts.allowOversizedRows === true && c.end - c.start <= 1);
+    if (out.every(fits)) return out;
     // The estimate is an upper bound, so this only happens for a lone oversized row or an encoder that
     // adds more per-chunk bytes than the empty encode showed: halve the offenders and try again.
     const next: ChunkRange[] = [];
     for (const c of out) {
-      if (c.bytes.byteLength <= maxBytes) next.push({ start: c.start, end: c.end });
+      if (fits(c)) next.push({ start: c.start, end: c.end });
       else if (c.end - c.start <= 1) throw new RowTooLargeError(c.start, c.bytes.byteLength, maxBytes, true);
       else {
         const mid = c.start + ((c.end - c.start) >> 1);

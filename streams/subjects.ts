@@ -29,6 +29,8 @@ export interface RunNames {
   consumers: { inference: string; reward: string; checkpoint: string };
   kvBucket: string;
   objectBucket: string;
+  /** Payloads too large for one message (streams/large-payload.ts). */
+  blobBucket: string;
 }
 
 export function runNames(run: string): RunNames {
@@ -53,6 +55,7 @@ export function runNames(run: string): RunNames {
     consumers: { inference: "inference", reward: "reward", checkpoint: "checkpoint" },
     kvBucket: `rs-${run}-state`,
     objectBucket: `rs-${run}-weights`,
+    blobBucket: `rs-${run}-blobs`,
   };
 }
 

@@ -38,6 +38,8 @@ export interface Topology {
   jsm: JetStreamManager;
   kv: KV;
   objects: ObjectStore;
+  /** Payloads larger than max_payload, referenced from their stream messages (streams/large-payload.ts). */
+  blobs: ObjectStore;
 }
 
 const ms = (n: number) => n * 1_000_000; // JetStream durations are nanoseconds
@@ -147,7 +149,9 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
   }
   const kv = await new Kvm(nc).create(names.kvBucket, { history: 5, replicas: o.replicas });
   const objects = await new Objm(nc).create(names.objectBucket, { replicas: o.replicas });
-  return { names, jsm, kv, objects };
+  // Kept like the rollouts stream they belong to: a replay or inspect of an old message still finds its blob.
+  const blobs = await new Objm(nc).create(names.blobBucket, { replicas: o.replicas, max_bytes: o.rolloutsMaxBytes });
+  return { names, jsm, kv, objects, blobs };
 }
 
 /** Deletes every JetStream object of a run (used by tests and `rollstream train --fresh`). */
@@ -157,4 +161,5 @@ export async function deleteTopology(nc: NatsConnection, run: string): Promise<v
   for (const s of Object.values(names.streams)) await jsm.streams.delete(s).catch(() => false);
   await jsm.streams.delete(`KV_${names.kvBucket}`).catch(() => false);
   await jsm.streams.delete(`OBJ_${names.objectBucket}`).catch(() => false);
+  await jsm.streams.delete(`OBJ_${names.blobBucket}`).catch(() => false);
 }

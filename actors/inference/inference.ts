@@ -14,6 +14,7 @@ import { runConsumerLoop } from "../runtime/consumer-loop.js";
 import { decodeMsgpack, encodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RawRolloutGroupSchema, TaskSchema, type RawRollout, type Task } from "../../streams/messages.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
+import { publishPayload } from "../../streams/large-payload.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { PoisonMessageError } from "../../streams/dead-letter.js";
 import { connectSandbox } from "../runtime/sandbox-connect.js";
@@ -105,8 +106,11 @@ export class InferenceActor implements Actor {
       envMs: r.timings.envMs,
     }));
     const tokens = raw.reduce((s, r) => s + r.completionIds.length, 0);
-    await ctx.js.publish(ctx.topology.names.subjects.rolloutsRaw, encodeMsgpack(RawRolloutGroupSchema, { task, rollouts: raw, producer: ctx.instance }), {
-      msgID: `raw:${task.taskId}`,
+    // Long multi-turn groups can outgrow max_payload: publishPayload then carries them via the blob bucket.
+    const payload = encodeMsgpack(RawRolloutGroupSchema, { task, rollouts: raw, producer: ctx.instance });
+    await publishPayload(ctx.js, ctx.topology.blobs, ctx.topology.names.subjects.rolloutsRaw, payload, {
+      msgId: `raw:${task.taskId}`,
+      maxPayload: ctx.nc.info?.max_payload ?? 1024 * 1024,
       headers: makeHeaders({
         contentType: ContentType.msgpack,
         run: task.run,

@@ -15,7 +15,8 @@ import type { PolicyModel } from "../../kernels/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import type { RolloutRow } from "../../streams/rollout-schema.js";
 import { StreamReader } from "../../streams/stream-reader.js";
-import { deadLetter } from "../../streams/dead-letter.js";
+import { deadLetter, isPoison } from "../../streams/dead-letter.js";
+import { readPayload } from "../../streams/large-payload.js";
 import { encodeMsgpack, decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RestoreReplySchema, RestoreRequestSchema, StateAnnouncementSchema, WeightsAnnouncementSchema } from "../../streams/messages.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
@@ -99,7 +100,7 @@ export class LearnerActor implements Actor {
     const { ctx } = this;
     const { config, log } = ctx;
     const rl = config.rl;
-    const reader = new StreamReader(ctx.js, ctx.topology.jsm, {
+    const reader = new StreamReader(ctx.js, {
       stream: ctx.topology.names.streams.rollouts,
       subject: ctx.topology.names.subjects.rolloutsScored,
       fromSeq: this.counters.readerSeq,
@@ -148,8 +149,9 @@ export class LearnerActor implements Actor {
 
   private async decodeOrDeadLetter(msg: JsMsg): Promise<RolloutRow[]> {
     try {
-      return decodeRolloutBatch(msg.data).rows;
+      return decodeRolloutBatch(await readPayload(msg, this.ctx.topology.blobs)).rows;
     } catch (e) {
+      if (!isPoison(e)) throw e; // the object store was unreachable: fail, restart and re-read, never skip
       // The learner reads without acks, so a bad batch is copied to the DLQ and skipped.
       this.ctx.log.warn({ seq: msg.seq, err: (e as Error).message }, "undecodable scored batch dead-lettered");
       this.ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject").inc();

@@ -11,10 +11,11 @@ import { runConsumerLoop } from "../runtime/consumer-loop.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RawRolloutGroupSchema } from "../../streams/messages.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
+import { inlineLimit, publishPayload, readPayload } from "../../streams/large-payload.js";
 import { PoisonMessageError } from "../../streams/dead-letter.js";
 import { encodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
-import { splitRowsToFit } from "../../streams/batch-split.js";
+import { encodeChunked } from "../../streams/batch-split.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
 import type { RolloutResult } from "../../environments/api/index.js";
 import { groupAdvantages } from "./advantages.js";
@@ -40,7 +41,7 @@ export class RewardActor implements Actor {
 
   private async handleGroup(msg: JsMsg): Promise<void> {
     const { ctx } = this;
-    const group = decodeMsgpack(RawRolloutGroupSchema, msg.data, "raw rollout group");
+    const group = decodeMsgpack(RawRolloutGroupSchema, await readPayload(msg, ctx.topology.blobs), "raw rollout group");
     const task = group.task;
     if (task.run !== ctx.config.run) throw new PoisonMessageError(`group belongs to run ${task.run}, not ${ctx.config.run}`);
     const loaded = this.envs.get(task.envKey);
@@ -89,25 +90,34 @@ export class RewardActor implements Actor {
       step: task.step,
     }));
     const meta = { run: ctx.config.run, schemaVersion: ROLLOUT_SCHEMA_VERSION, producer: ctx.instance, createdAt: new Date().toISOString() };
-    const maxBytes = Math.max(64 * 1024, (ctx.nc.info?.max_payload ?? 1024 * 1024) - 64 * 1024);
-    const chunks = splitRowsToFit(rows, maxBytes);
-    for (let c = 0; c < chunks.length; c++) {
-      const part = chunks[c]!;
-      const data = encodeRolloutBatch(part, { ...meta, batchId: task.taskId, chunk: c, chunks: chunks.length });
-      await ctx.js.publish(ctx.topology.names.subjects.rolloutsScored, data, {
-        msgID: `scored:${task.taskId}:${c}`,
-        headers: makeHeaders({
-          contentType: ContentType.arrow,
-          run: task.run,
-          step: task.step,
-          env: task.env,
-          policyVersion: Math.min(...part.map((r) => r.policyVersionMin)),
-          rows: part.length,
-          tokens: part.reduce((s, r) => s + r.completionIds.length, 0),
-          schema: ROLLOUT_SCHEMA_VERSION,
-          chunk: `${c + 1}/${chunks.length}`,
-          kind: "rollouts.scored",
-        }),
+    const maxPayload = ctx.nc.info?.max_payload ?? 1024 * 1024;
+    // Complete Arrow batches that fit in a message each; a single row too large for any message is
+    // carried on its own through the blob bucket by publishPayload. Nothing is dropped.
+    const chunks = encodeChunked(
+      rows,
+      inlineLimit(maxPayload),
+      (part, { chunk, chunks }) => encodeRolloutBatch(part, { ...meta, batchId: task.taskId, chunk, chunks }),
+      { allowOversizedRows: true },
+    );
+    for (const c of chunks) {
+      const h = makeHeaders({
+        contentType: ContentType.arrow,
+        run: task.run,
+        step: task.step,
+        env: task.env,
+        policyVersion: Math.min(...c.rows.map((r) => r.policyVersionMin)),
+        rows: c.rows.length,
+        tokens: c.rows.reduce((s, r) => s + r.completionIds.length, 0),
+        schema: ROLLOUT_SCHEMA_VERSION,
+        chunk: `${c.chunk + 1}/${c.chunks}`,
+        kind: "rollouts.scored",
+      });
+      // align: the learner then decodes the batch in place instead of copying it first.
+      await publishPayload(ctx.js, ctx.topology.blobs, ctx.topology.names.subjects.rolloutsScored, c.bytes, {
+        headers: h,
+        msgId: `scored:${task.taskId}:${c.chunk}`,
+        maxPayload,
+        align: true,
       });
     }
     const mean = rewards.reduce((s, r) => s + r, 0) / rewards.length;

@@ -92,7 +92,7 @@ export const EvalSchema = z.object({
 export const CheckpointSchema = z.object({
   interval: pos().default(10).describe("full training state to disk every N learner steps"),
   keepLast: pos().default(3).describe("checkpoints kept on disk"),
-  keepVersions: pos().default(4).describe("weight versions kept in the object store"),
+  keepVersions: pos().default(4).describe("newest weight versions kept in the object store (v0, the policy RL starts from, is always kept)"),
 });
 
 export const NatsSchema = z.object({

@@ -34,7 +34,9 @@ export async function pruneWeights(store: ObjectStore, current: number, keep: nu
     const m = /^v(\d+)$/.exec(info.name);
     if (!m) continue;
     const v = Number(m[1]);
-    if (v <= current - keep) {
+    // v0 is the policy RL started from (the SFT result): the run's "after SFT" evaluation and any later
+    // comparison read it, so it is kept however far the run goes.
+    if (v > 0 && v <= current - keep) {
       await store.delete(info.name).catch(() => undefined);
       removed.push(v);
     }

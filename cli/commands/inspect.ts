@@ -3,6 +3,7 @@
 // CLI that knows our payloads.
 import type { Command } from "commander";
 import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { decode } from "@msgpack/msgpack";
 import { Kvm } from "@nats-io/kv";
 import { join } from "node:path";
@@ -12,6 +13,7 @@ import { loadRunConfig } from "../../actors/runtime/config.js";
 import { runNames } from "../../streams/subjects.js";
 import { ContentType, Hdr, headerRecord } from "../../streams/headers.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
+import { blobOf, lazyBlobBucket, readPayload } from "../../streams/large-payload.js";
 
 interface InspectOptions { run?: string; config?: string; subject?: string; last: string; nats?: string; json?: boolean; rows: string; outDir?: string }
 
@@ -97,7 +99,7 @@ async function inspect(opts: InspectOptions): Promise<number> {
       if (m && m.subject === opts.subject) msgs.push(m);
       seq--;
     }
-    for (const m of msgs.reverse()) printMessage(m, opts);
+    for (const m of msgs.reverse()) await printMessage(nc, m, opts);
     return 0;
   } finally {
     await nc.close();
@@ -105,14 +107,24 @@ async function inspect(opts: InspectOptions): Promise<number> {
   }
 }
 
-function printMessage(m: StoredMsg, opts: InspectOptions): void {
+/** The payload, fetched from the run's blob bucket when the message is a pointer (streams/large-payload.ts). */
+async function payloadOf(nc: NatsConnection, m: StoredMsg): Promise<Uint8Array> {
+  const blob = blobOf({ headers: m.header });
+  if (blob === undefined) return m.data;
+  const bucket = runNames(m.header?.get(Hdr.run) ?? "").blobBucket;
+  console.log(`  (payload in blob ${blob} of bucket ${bucket})`);
+  return readPayload({ data: m.data, headers: m.header }, lazyBlobBucket(nc, bucket));
+}
+
+async function printMessage(nc: NatsConnection, m: StoredMsg, opts: InspectOptions): Promise<void> {
   const headers = headerRecord(m.header);
   console.log(`--- ${m.subject} seq ${m.seq} at ${m.time.toISOString()} (${m.data.length} bytes)`);
   for (const [k, v] of Object.entries(headers)) console.log(`  ${k}: ${v}`);
   const ct = headers[Hdr.contentType];
   try {
+    const data = await payloadOf(nc, m);
     if (ct === ContentType.arrow) {
-      const { meta, rows } = decodeRolloutBatch(m.data);
+      const { meta, rows } = decodeRolloutBatch(data);
       console.log(`  arrow batch: ${rows.length} rows, meta ${JSON.stringify(meta)}`);
       const shown = rows.slice(0, Number(opts.rows)).map((r) => ({
         task: r.taskId, env: r.env, prompt: r.promptIds.length, completion: r.completionIds.length,
@@ -122,7 +134,7 @@ function printMessage(m: StoredMsg, opts: InspectOptions): void {
       if (opts.json) console.log(JSON.stringify(shown, null, 2));
       else console.table(shown);
     } else {
-      const value = decode(m.data);
+      const value = decode(data);
       console.log(JSON.stringify(value, (_k, v) => (v instanceof Uint8Array ? `<${v.length} bytes>` : v), opts.json ? 2 : undefined).slice(0, 4000));
     }
   } catch (e) {

@@ -4,7 +4,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { jetstream, jetstreamManager } from "@nats-io/jetstream";
+import { jetstream } from "@nats-io/jetstream";
 import { loadRunConfig } from "../../actors/runtime/config.js";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { natsForRun } from "../run-nats.js";
@@ -15,6 +15,7 @@ import { collectBatch } from "../../actors/learner/collect.js";
 import { runTrainStep } from "../../actors/learner/train-step.js";
 import { StreamReader } from "../../streams/stream-reader.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
+import { lazyBlobBucket, readPayload } from "../../streams/large-payload.js";
 import { runNames } from "../../streams/subjects.js";
 import { MetricsEventSchema } from "../../streams/messages.js";
 
@@ -61,7 +62,8 @@ export async function replay(opts: ReplayOptions): Promise<number> {
   const served = await natsForRun(runDir, config.nats.url, opts.nats);
   const nc = await connectNats(served.url, "rollstream-replay");
   const names = runNames(config.run);
-  const reader = new StreamReader(jetstream(nc), await jetstreamManager(nc), {
+  const blobs = lazyBlobBucket(nc, names.blobBucket);
+  const reader = new StreamReader(jetstream(nc), {
     stream: names.streams.rollouts,
     subject: names.subjects.rolloutsScored,
     fromSeq: opts.fromSeq !== undefined ? Number(opts.fromSeq) : counters.readerSeq,
@@ -73,7 +75,7 @@ export async function replay(opts: ReplayOptions): Promise<number> {
       const version = counters.step;
       const batch = await collectBatch(reader, version, config.rl, async (m) => {
         // The learner dead-lettered such a batch and trained without it; replay does the same, loudly.
-        try { return decodeRolloutBatch(m.data).rows; } catch (e) { console.log(`seq ${m.seq}: skipped undecodable batch (${(e as Error).message})`); return []; }
+        try { return decodeRolloutBatch(await readPayload(m, blobs)).rows; } catch (e) { console.log(`seq ${m.seq}: skipped undecodable batch (${(e as Error).message})`); return []; }
       }, undefined, 1000, 3000);
       if (!batch) {
         console.log(`stream exhausted after ${i} steps`);

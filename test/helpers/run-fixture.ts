@@ -43,13 +43,17 @@ export interface RunFixture {
   close(): Promise<void>;
 }
 
-export async function startRun(run: string, overrides: Record<string, unknown> = {}, opts: { maxRestarts?: number } = {}): Promise<RunFixture> {
+export async function startRun(
+  run: string,
+  overrides: Record<string, unknown> = {},
+  opts: { maxRestarts?: number; maxPayloadBytes?: number } = {},
+): Promise<RunFixture> {
   const dir = mkdtempSync(join(tmpdir(), `rs-${run}-`));
   const raw = tinyConfig(run, dir, overrides);
   const configPath = join(dir, "run.yaml");
   writeFileSync(configPath, stringify(raw));
   const config = parseRunConfig(raw);
-  const nats = await startTestNats();
+  const nats = await startTestNats({ maxPayloadBytes: opts.maxPayloadBytes });
   const nc = await connect({ servers: nats.url });
   const topology = await ensureTopology(nc, run, { taskAckWaitMs: config.nats.taskAckWaitMs });
   const launcher = new ActorLauncher({ binPath: cliMain, configPath, natsUrl: nats.url, logDir: join(dir, "logs"), maxRestarts: opts.maxRestarts ?? 0 });

@@ -28,7 +28,8 @@ test("train: Ctrl-C drains the actors and stops its nats-server; rerunning resum
   const cfgPath = join(dir, "run.yaml");
   writeFileSync(cfgPath, stringify(tinyConfig("cli", dir, {
     sft: { steps: 4, batchSize: 8 },
-    rl: { steps: 24, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
+    // Enough steps that Ctrl-C lands mid-run: a tiny model steps in milliseconds.
+    rl: { steps: 80, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
     checkpoint: { interval: 4, keepLast: 2, keepVersions: 2 },
   })));
   // The embedded mode: no NATS_URL, so train starts its own server.
@@ -59,7 +60,7 @@ test("train: Ctrl-C drains the actors and stops its nats-server; rerunning resum
     const learnerLog = readFileSync(join(dir, "cli", "logs", "learner-0.log"), "utf8");
     assert.match(learnerLog, /restored from checkpoint/);
     const evals = JSON.parse(readFileSync(join(dir, "cli", "eval.json"), "utf8"));
-    assert.equal(evals.rl.version, 24);
+    assert.equal(evals.rl.version, 80);
     assert.equal(typeof evals.sft.passAt1, "number");
     // A third run sees the run is done and says so.
     const third = spawnSync(process.execPath, [cliMain, "train", cfgPath], { env, encoding: "utf8", timeout: 60_000 });
