@@ -1,5 +1,6 @@
 // Tokenizers behind one interface, so the byte-level tokenizer used for models trained from scratch and a
-// HF tokenizer.json BPE (later) are interchangeable for the inference and learner actors.
+// Hugging Face tokenizer folder (hf-tokenizer.ts) are interchangeable for the inference and learner actors.
+import { HfTokenizer } from "./hf-tokenizer.js";
 
 export type ChatRole = "system" | "user" | "assistant" | "tool";
 
@@ -122,7 +123,7 @@ export function loadTokenizer(spec: TokenizerSpec): Tokenizer {
     case "byte":
       return new ByteTokenizer();
     case "hf":
-      throw new Error(`HF tokenizer.json tokenizers are not supported yet (asked to load ${spec.path}); use {kind: "byte"}`);
+      return HfTokenizer.fromDir(spec.path);
     default:
       throw new Error(`unknown tokenizer kind ${JSON.stringify((spec as { kind?: unknown } | undefined)?.kind)} (expected "byte" or "hf")`);
   }

@@ -117,7 +117,12 @@ export const RunConfigSchema = z.object({
   outDir: z.string().default("runs").describe("run folders live in <outDir>/<run>"),
   seed: int().nonnegative().default(0),
   model: ModelSectionSchema.default(ModelSectionSchema.parse({})),
-  tokenizer: z.object({ kind: z.enum(["byte"]).default("byte") }).default({ kind: "byte" }),
+  tokenizer: z
+    .object({
+      kind: z.enum(["byte", "hf"]).default("byte").describe("byte: 256 bytes + specials (models from scratch); hf: a Hugging Face tokenizer folder"),
+      path: z.string().optional().describe("hf: folder with tokenizer.json (+ tokenizer_config.json, generation_config.json); default model.path"),
+    })
+    .default({ kind: "byte" }),
   environments: z.array(EnvironmentEntrySchema).min(1),
   sft: SftSchema.optional(),
   rl: RlSchema.default(RlSchema.parse({})),
@@ -135,6 +140,9 @@ export const RunConfigSchema = z.object({
   }
   if (c.model.numHeads % c.model.numKvHeads !== 0) {
     ctx.addIssue({ code: "custom", path: ["model", "numKvHeads"], message: `must divide numHeads (${c.model.numHeads})` });
+  }
+  if (c.tokenizer.kind === "hf" && !c.tokenizer.path && !c.model.path) {
+    ctx.addIssue({ code: "custom", path: ["tokenizer", "path"], message: "kind hf needs tokenizer.path or model.path (the folder with tokenizer.json)" });
   }
   if (c.rl.loss.maskLow >= c.rl.loss.maskHigh) {
     ctx.addIssue({ code: "custom", path: ["rl", "loss", "maskLow"], message: "must be below maskHigh" });

@@ -26,7 +26,9 @@ export function modelConfigOf(config: RunConfig): ModelConfig {
 }
 
 export function createTokenizer(config: RunConfig): Tokenizer {
-  return loadTokenizer({ kind: config.tokenizer.kind });
+  const t = config.tokenizer;
+  if (t.kind === "hf") return loadTokenizer({ kind: "hf", path: t.path ?? config.model.path! }); // the config guarantees one
+  return loadTokenizer({ kind: "byte" });
 }
 
 /** Random init from `model.seed`, or the checkpoint at `model.path`. */
@@ -35,6 +37,11 @@ export function createPolicyModel(config: RunConfig, opts: { threads?: number } 
   const tok = createTokenizer(config);
   if (tok.vocabSize > cfg.vocabSize) {
     throw new Error(`model.vocabSize ${cfg.vocabSize} is smaller than the tokenizer's vocabulary (${tok.vocabSize})`);
+  }
+  // The sampler draws from every logit: a fresh model with rows past the tokenizer's vocabulary would
+  // sample ids nothing can decode. (A trained checkpoint padded past it, like Qwen's, has learned never to.)
+  if (config.tokenizer.kind === "hf" && !config.model.path && cfg.vocabSize !== tok.vocabSize) {
+    throw new Error(`model.vocabSize ${cfg.vocabSize} must equal the HF tokenizer's vocabulary (${tok.vocabSize}) for a model trained from scratch`);
   }
   const model = PolicyModel.create(cfg, { seed: config.model.seed, threads: opts.threads ?? config.model.threads, device: config.model.device });
   if (config.model.path) model.loadSafetensors(new Uint8Array(readFileSync(join(config.model.path, "model.safetensors"))));
