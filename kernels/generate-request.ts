@@ -26,6 +26,11 @@ export interface GenerateRequest {
   stopSequences?: Int32Array[];
   /** Tests: also return the raw logits each token was sampled from ([tokens, vocab]). */
   returnLogits?: boolean;
+  /**
+   * Only ids below this are candidates (the distribution, its normaliser and both logprobs cover
+   * [0, vocabLimit)): for a checkpoint whose embedding is padded past its tokenizer. Default: the whole vocab.
+   */
+  vocabLimit?: number;
 }
 
 export interface GenerateResult {
@@ -111,7 +116,8 @@ export function toNativeGenerate(req: GenerateRequest, vocab: number, maxPositio
   });
   const returnLogits = req.returnLogits ?? false;
   if (typeof returnLogits !== "boolean") throw new TypeError("generate: returnLogits must be a boolean");
-  return { flat, offsets, seeds, config: { maxNewTokens, temperature, topP, topK, seed, eos, stopFlat, stopOffsets, returnLogits } };
+  const vocabLimit = req.vocabLimit === undefined ? 0 : expectInt("generate: vocabLimit", req.vocabLimit, 1, vocab);
+  return { flat, offsets, seeds, config: { maxNewTokens, temperature, topP, topK, seed, eos, stopFlat, stopOffsets, returnLogits, vocabLimit } };
 }
 
 export function fromNativeGenerate(out: NativeGenerateOutput, n: number, maxNewTokens: number, vocab: number): GenerateResult[] {

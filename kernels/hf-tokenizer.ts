@@ -3,7 +3,7 @@
 // Tokenization is @huggingface/tokenizers (the Hub's own JS port: BPE, WordPiece, Unigram, byte-level and
 // Metaspace pre-tokenizers); chat templates are rendered with @huggingface/jinja, as transformers does.
 import { existsSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import { Tokenizer as HubTokenizer } from "@huggingface/tokenizers";
 import { Template } from "@huggingface/jinja";
 import type { ChatMessage, Tokenizer } from "./tokenizer.js";
@@ -63,8 +63,12 @@ export class HfTokenizer implements Tokenizer {
   private readonly addedContents: string[];
   private readonly addedAll: Set<string>;
 
-  /** `dir` holds tokenizer.json (required), tokenizer_config.json and generation_config.json (optional). */
-  static fromDir(dir: string): HfTokenizer {
+  /**
+   * `path`: a folder holding tokenizer.json (required), tokenizer_config.json and generation_config.json
+   * (optional), or the tokenizer.json file itself (its folder is then searched for the others).
+   */
+  static fromDir(path: string): HfTokenizer {
+    const dir = basename(path) === "tokenizer.json" ? dirname(path) : path;
     const tokenizerJson = readJson(join(dir, "tokenizer.json"), "tokenizer.json", true)!;
     const config = (readJson(join(dir, "tokenizer_config.json"), "tokenizer_config.json", false) ?? {}) as TokenizerConfigJson;
     const generation = readJson(join(dir, "generation_config.json"), "generation_config.json", false);

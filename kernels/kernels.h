@@ -287,6 +287,9 @@ typedef struct rs_generate_config {
   const int32_t* stop_offsets; /* n_stop + 1 offsets into stop_flat */
   int32_t n_stop;
   int32_t return_logits; /* 1: fill out->step_logits (tests) */
+  int32_t vocab_limit;   /* > 0: only ids < vocab_limit can be drawn (logits past it are -inf before sampling,
+                            so logprobs and policy_logprobs are normalised over [0, vocab_limit)): for a
+                            checkpoint whose embedding is padded past its tokenizer. 0 = the whole vocab. */
 } rs_generate_config;
 
 /* Caller-allocated outputs, one slot of max_new_tokens per prompt (prompt i's tokens at

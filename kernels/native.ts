@@ -59,6 +59,8 @@ export interface NativeGenerateConfig {
   stopFlat: Int32Array;
   stopOffsets: Int32Array;
   returnLogits: boolean;
+  /** > 0: only ids below it can be drawn; 0 = the whole vocabulary. */
+  vocabLimit: number;
 }
 
 export interface NativeGenerateOutput {

@@ -38,8 +38,9 @@ export function createPolicyModel(config: RunConfig, opts: { threads?: number } 
   if (tok.vocabSize > cfg.vocabSize) {
     throw new Error(`model.vocabSize ${cfg.vocabSize} is smaller than the tokenizer's vocabulary (${tok.vocabSize})`);
   }
-  // The sampler draws from every logit: a fresh model with rows past the tokenizer's vocabulary would
-  // sample ids nothing can decode. (A trained checkpoint padded past it, like Qwen's, has learned never to.)
+  // Inference never samples ids past the tokenizer (vocabLimit), but the learner's log-probabilities are
+  // over the whole vocabulary: for a checkpoint padded past its tokenizer (Qwen's) the padded rows carry
+  // no mass and the two agree; for a fresh model they would carry 1/V each, biasing every importance ratio.
   if (config.tokenizer.kind === "hf" && !config.model.path && cfg.vocabSize !== tok.vocabSize) {
     throw new Error(`model.vocabSize ${cfg.vocabSize} must equal the HF tokenizer's vocabulary (${tok.vocabSize}) for a model trained from scratch`);
   }

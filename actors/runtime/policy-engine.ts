@@ -105,6 +105,8 @@ export class PolicyEngine {
         seeds: batch.map((p) => p.seed),
         eosTokenId: this.tokenizer.stopTokenIds(),
         stopSequences: stopSequences.length ? stopSequences : undefined,
+        // A checkpoint's embedding may be padded past its tokenizer (Qwen's is): never draw an id it cannot decode.
+        vocabLimit: this.tokenizer.vocabSize < this.model.config.vocabSize ? this.tokenizer.vocabSize : undefined,
       });
       results.forEach((r, i) => {
         const tokenIds = Array.from(r.tokens);

@@ -261,7 +261,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
 
   // generate(flat: Int32Array, offsets: Float64Array[n+1], seeds: BigUint64Array|null, cfg) -> Promise<outputs>
   // cfg: {maxNewTokens, temperature, topP, topK, seed: bigint, eos: Int32Array, stopFlat: Int32Array,
-  //       stopOffsets: Int32Array, returnLogits: boolean}
+  //       stopOffsets: Int32Array, returnLogits: boolean, vocabLimit: number}
   Napi::Value Generate(const Napi::CallbackInfo& info) {
     Args a(info, "generate");
     rs_model* m = live(a);
@@ -287,6 +287,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     bool lossless = true;
     cfg->seed = sv.As<Napi::BigInt>().Uint64Value(&lossless);
     cfg->return_logits = field_bool(a, c, "returnLogits") ? 1 : 0;
+    cfg->vocab_limit = (int32_t)a.int_in(field_num(a, c, "vocabLimit"), "vocabLimit", 0, kMax);
     auto read_i32 = [&](const char* key) {
       Napi::Value v = c.Get(key);
       if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array) a.type_error(std::string(key) + " must be an Int32Array");

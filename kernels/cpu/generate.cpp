@@ -54,6 +54,9 @@ class Generator {
   // Samples one token for each of the given sequences from their logits rows [n, V] and applies stop rules.
   void sample(const std::vector<Seq*>& seqs, const float* logits) {
     const int n = (int)seqs.size(), V = d_.V;
+    // Ids past vocab_limit are not candidates at all (not merely unlikely): the distribution, its
+    // normaliser and both logprobs cover [0, limit) only.
+    const int limit = c_.vocab_limit > 0 ? c_.vocab_limit : V;
 #pragma omp parallel num_threads(m_->threads)
     {
       SampleScratch scratch;
@@ -62,7 +65,7 @@ class Generator {
         Seq& s = *seqs[i];
         const float* z = logits + (int64_t)i * V;
         float slp, plp;
-        const int32_t tok = sample_token(z, V, sp_, uniform01(s.key, (uint64_t)s.n_new), &slp, &plp, scratch);
+        const int32_t tok = sample_token(z, limit, sp_, uniform01(s.key, (uint64_t)s.n_new), &slp, &plp, scratch);
         const int64_t slot = (int64_t)s.index * c_.max_new_tokens + s.n_new;
         o_.tokens[slot] = tok;
         if (o_.logprobs) o_.logprobs[slot] = slp;

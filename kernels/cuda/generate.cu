@@ -48,7 +48,9 @@ class Generator {
  public:
   Generator(rs_model* m, const rs_generate_config& c, rs_generate_output& o) : m_(m), d_(m->d), c_(c), o_(o) {
     sp_ = SampleParams{c.temperature, c.top_p, c.top_k};
-    host_sampling_ = sample_needs_host(sp_, d_.V);
+    // A vocab limit samples on the host (the CPU backend's exact twin) over the first vocab_limit ids.
+    limit_ = c.vocab_limit > 0 ? c.vocab_limit : d_.V;
+    host_sampling_ = sample_needs_host(sp_, d_.V) || limit_ < d_.V;
   }
 
   void alloc_pool(int64_t rows) {
@@ -86,7 +88,7 @@ class Generator {
           std::vector<int32_t> idx;
           std::vector<float> p;
           for (int i = w; i < n; i += nt)
-            tok_[i] = sample_token_host(hlogits_.data() + (size_t)i * V, V, sp_, u[i], &slp_[i], &plp_[i], idx, p);
+            tok_[i] = sample_token_host(hlogits_.data() + (size_t)i * V, limit_, sp_, u[i], &slp_[i], &plp_[i], idx, p);
         } catch (...) {
           failed[w] = 1;
         }
@@ -231,6 +233,7 @@ class Generator {
 
   rs_model* m_;
   const Dims& d_;
+  int limit_ = 0;  // ids [0, limit_) are candidates
   const rs_generate_config& c_;
   rs_generate_output& o_;
   SampleParams sp_;

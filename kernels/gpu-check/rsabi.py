@@ -55,7 +55,8 @@ MODEL = C.c_void_p
 class GenerateConfig(C.Structure):
     _fields_ = [("max_new_tokens", C.c_int32), ("temperature", C.c_float), ("top_p", C.c_float), ("top_k", C.c_int32),
                 ("seed", C.c_uint64), ("eos_ids", I32P), ("n_eos", C.c_int32), ("stop_flat", I32P), ("stop_offsets", I32P),
-                ("n_stop", C.c_int32), ("return_logits", C.c_int32)]
+                ("n_stop", C.c_int32), ("return_logits", C.c_int32),
+                ("vocab_limit", C.c_int32)]
 
 
 class GenerateOutput(C.Structure):
@@ -267,7 +268,7 @@ class Model:
         self.lib.rs_model_zero_grad(self.h)
 
     def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, seed=0, seeds=None, eos=(), stops=(),
-                 return_logits=False):
+                 return_logits=False, vocab_limit=0):
         n = len(prompts)
         flat = i32(np.concatenate([np.asarray(p, dtype=np.int32) for p in prompts]))
         off = np.zeros(n + 1, dtype=np.int64)
@@ -276,7 +277,7 @@ class Model:
         stop_flat = i32(np.concatenate([np.asarray(s, dtype=np.int32) for s in stops])) if len(stops) else None
         stop_off = i32(np.concatenate([[0], np.cumsum([len(s) for s in stops])])) if len(stops) else None
         cfg = GenerateConfig(max_new_tokens, temperature, top_p, top_k, seed, ptr(eos_a, I32P), len(eos), ptr(stop_flat, I32P),
-                             ptr(stop_off, I32P), len(stops), 1 if return_logits else 0)
+                             ptr(stop_off, I32P), len(stops), 1 if return_logits else 0, vocab_limit)
         m = max(1, max_new_tokens)
         toks = np.zeros((n, m), dtype=np.int32)
         lps = np.zeros((n, m), dtype=np.float32)

@@ -30,6 +30,8 @@ inline int32_t check_generate_request(const Dims& d, const int32_t* flat, const 
     return fail(err, RS_ERR_INVALID_ARGUMENT, "generate: temperature must be a finite number >= 0 (got %g)", c->temperature);
   if (!(c->top_p > 0 && c->top_p <= 1)) return fail(err, RS_ERR_INVALID_ARGUMENT, "generate: topP must be in (0, 1] (got %g)", c->top_p);
   if (c->top_k < 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "generate: topK must be >= 0 (got %d)", c->top_k);
+  if (c->vocab_limit < 0 || c->vocab_limit > V)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "generate: vocabLimit must be in [0, %d] (got %d)", V, c->vocab_limit);
   if (c->n_eos < 0 || (c->n_eos > 0 && !c->eos_ids)) return fail(err, RS_ERR_INVALID_ARGUMENT, "generate: bad eos ids");
   for (int32_t i = 0; i < c->n_eos; i++)
     if (c->eos_ids[i] < 0 || c->eos_ids[i] >= V)

@@ -107,6 +107,37 @@ test("temperature, top-k and top-p: sampled tokens stay in the kept set; logprob
   model.dispose();
 });
 
+test("vocabLimit: ids past it are never drawn; logprobs are normalised over [0, vocabLimit); the same stream below it", async () => {
+  const model = makeModel();
+  const V = cfg.vocabSize;
+  const limit = Math.floor(V * 0.6);
+  // High temperature spreads the mass, so without the limit ids past it do come up (the test can fail).
+  const free = await model.generate({ prompts, maxNewTokens: 20, temperature: 2, seed: 4 });
+  assert.ok(free.some((r) => [...r.tokens].some((t) => t >= limit)), "unlimited sampling reaches the tail");
+  const res = await model.generate({ prompts, maxNewTokens: 20, temperature: 2, seed: 4, returnLogits: true, vocabLimit: limit });
+  for (const r of res) {
+    for (let k = 0; k < r.tokens.length; k++) {
+      assert.ok(r.tokens[k] < limit, `token ${r.tokens[k]} >= vocabLimit ${limit}`);
+      const z = r.stepLogits!.subarray(k * V, k * V + limit);
+      const lsm = logSoftmax(z, 0, limit);
+      assert.ok(Math.abs(r.policyLogprobs[k] - lsm[r.tokens[k]]) < 1e-5, "policy logprob over the allowed ids");
+      const zt = Float32Array.from(z, (x) => x / 2);
+      assert.ok(Math.abs(r.logprobs[k] - logSoftmax(zt, 0, limit)[r.tokens[k]]) < 1e-4, "sampled logprob over the allowed ids");
+    }
+  }
+  const [greedy] = await model.generate({ prompts: [prompts[0]], maxNewTokens: 6, temperature: 0, returnLogits: true, vocabLimit: limit });
+  for (let k = 0; k < greedy.tokens.length; k++) {
+    const row = greedy.stepLogits!.subarray(k * V, k * V + limit);
+    assert.equal(greedy.tokens[k], row.indexOf(Math.max(...row)), "greedy takes the argmax of the allowed ids");
+  }
+  // vocabLimit = vocab changes nothing.
+  const same = await model.generate({ prompts, maxNewTokens: 20, temperature: 2, seed: 4, vocabLimit: V });
+  assert.deepEqual(same.map((r) => [...r.tokens]), free.map((r) => [...r.tokens]));
+  await assert.rejects(model.generate({ prompts, maxNewTokens: 2, vocabLimit: V + 1 }), /vocabLimit/);
+  await assert.rejects(model.generate({ prompts, maxNewTokens: 2, vocabLimit: 0 }), /vocabLimit/);
+  model.dispose();
+});
+
 test("stop rules: eos (kept in the output), stop sequences, length, context", async () => {
   const model = makeModel();
   const [greedy] = await model.generate({ prompts: [prompts[0]], maxNewTokens: 6, temperature: 0 });

@@ -66,6 +66,8 @@ test("decode tolerates invalid UTF-8 and rejects ids outside the vocab", () => {
 
 test("loadTokenizer", () => {
   assert.equal(loadTokenizer({ kind: "byte" }).vocabSize, 288);
-  assert.throws(() => loadTokenizer({ kind: "hf", path: "/m/tokenizer.json" }), /not supported yet.*\/m\/tokenizer\.json/);
+  // A folder or the tokenizer.json in it: both name the same tokenizer (hf-tokenizer.test.ts loads real ones).
+  assert.throws(() => loadTokenizer({ kind: "hf", path: "/m/tokenizer.json" }), /tokenizer\.json not found at \/m\/tokenizer\.json$/);
+  assert.throws(() => loadTokenizer({ kind: "hf", path: "/m" }), /tokenizer\.json not found at \/m\/tokenizer\.json$/);
   assert.throws(() => loadTokenizer({ kind: "sp" } as unknown as { kind: "byte" }), /unknown tokenizer kind "sp"/);
 });
