@@ -1,20 +1,17 @@
 // Token sampling for generation: temperature, top-k, top-p, with a counter-based RNG so a sequence's draws
 // depend only on its own key and step (not on the batch it runs in or the thread that samples it).
+// The RNG and the candidate selection are kernels/shared/sample_token.h, shared with the CUDA backend.
 #pragma once
 #include <cstdint>
 #include <vector>
 
+#include "../shared/sample_token.h"
+
 namespace rs {
 
-uint64_t mix64(uint64_t a, uint64_t b);
-// Uniform in [0, 1) from (key, step).
-double uniform01(uint64_t key, uint64_t step);
-
-struct SampleParams {
-  float temperature;  // <= 0: greedy
-  float top_p;        // (0, 1]
-  int top_k;          // 0: off
-};
+using rs_shared::mix64;
+using rs_shared::SampleParams;
+using rs_shared::uniform01;
 
 struct SampleScratch {
   std::vector<int32_t> idx;

@@ -8,18 +8,13 @@
 #include <vector>
 
 #include "common.cuh"
+#include "../shared/sample_token.h"
 
 namespace rsc {
 
-uint64_t mix64(uint64_t a, uint64_t b);
-// Uniform in [0, 1) from (key, step).
-double uniform01(uint64_t key, uint64_t step);
-
-struct SampleParams {
-  float temperature;  // <= 0: greedy
-  float top_p;        // (0, 1]
-  int top_k;          // 0: off
-};
+using rs_shared::mix64;
+using rs_shared::SampleParams;
+using rs_shared::uniform01;
 
 // Whether these parameters need the host path (top-k below V or top-p below 1 with a temperature).
 bool sample_needs_host(const SampleParams& sp, int V);
@@ -28,7 +23,7 @@ bool sample_needs_host(const SampleParams& sp, int V);
 void sample_rows_gpu(cudaStream_t s, const float* logits, int n, int V, const SampleParams& sp, const double* u, int32_t* tok, float* slp,
                      float* plp);
 
-// Host path for one row (the CPU backend's sample_token, scalar).
+// Host path for one row: kernels/shared/sample_token.h, the very code the CPU backend runs.
 int32_t sample_token_host(const float* z, int V, const SampleParams& sp, double u, float* sample_logp, float* policy_logp,
                           std::vector<int32_t>& idx, std::vector<float>& p);
 

@@ -76,34 +76,54 @@ test("greedy decode (temperature 0) picks the argmax, reports logprob 0 under it
   model.dispose();
 });
 
-test("temperature, top-k and top-p: sampled tokens stay in the kept set; logprobs are the renormalised distribution's", async () => {
-  const model = makeModel();
-  const V = cfg.vocabSize;
-  for (const [temperature, topK, topP] of [[0.7, 5, 1], [1.3, 0, 0.6], [0.9, 8, 0.8]] as const) {
-    const res = await model.generate({ prompts, maxNewTokens: 10, temperature, topK, topP, seed: 9, returnLogits: true });
-    for (const r of res) {
-      for (let k = 0; k < r.tokens.length; k++) {
-        const z = r.stepLogits!.subarray(k * V, (k + 1) * V);
-        const order = Array.from({ length: V }, (_, i) => i).sort((a, b) => z[b] - z[a] || a - b);
-        let kept = topK > 0 ? order.slice(0, topK) : order;
-        const w = kept.map((i) => Math.exp((z[i] - z[order[0]]) / temperature));
-        const Z = w.reduce((a, b) => a + b, 0);
-        if (topP < 1) {
-          let cum = 0, n = 0;
-          while (n < kept.length) {
-            cum += w[n++];
-            if (cum >= topP * Z) break;
-          }
-          kept = kept.slice(0, n);
+/** Every sampled token lies in the kept set recomputed here in float64, with the renormalised logprob. */
+function checkKeptSet(res: GenerateResult[], V: number, temperature: number, topK: number, topP: number): number {
+  let widest = 0;
+  for (const r of res) {
+    for (let k = 0; k < r.tokens.length; k++) {
+      const z = r.stepLogits!.subarray(k * V, (k + 1) * V);
+      const order = Array.from({ length: V }, (_, i) => i).sort((a, b) => z[b] - z[a] || a - b);
+      let kept = topK > 0 ? order.slice(0, topK) : order;
+      const w = kept.map((i) => Math.exp((z[i] - z[order[0]]) / temperature));
+      const Z = w.reduce((a, b) => a + b, 0);
+      if (topP < 1) {
+        let cum = 0, n = 0;
+        while (n < kept.length) {
+          cum += w[n++];
+          if (cum >= topP * Z) break;
         }
-        const pos = kept.indexOf(r.tokens[k]);
-        assert.ok(pos >= 0, `token ${r.tokens[k]} outside the kept set (T=${temperature}, k=${topK}, p=${topP})`);
-        const Zk = kept.reduce((a, i) => a + Math.exp((z[i] - z[order[0]]) / temperature), 0);
-        const want = (z[r.tokens[k]] - z[order[0]]) / temperature - Math.log(Zk);
-        assert.ok(Math.abs(r.logprobs[k] - want) < 1e-4, `sampled logprob ${r.logprobs[k]} vs ${want}`);
+        kept = kept.slice(0, n);
       }
+      widest = Math.max(widest, kept.length);
+      const pos = kept.indexOf(r.tokens[k]);
+      assert.ok(pos >= 0, `token ${r.tokens[k]} outside the kept set (T=${temperature}, k=${topK}, p=${topP})`);
+      const Zk = kept.reduce((a, i) => a + Math.exp((z[i] - z[order[0]]) / temperature), 0);
+      const want = (z[r.tokens[k]] - z[order[0]]) / temperature - Math.log(Zk);
+      assert.ok(Math.abs(r.logprobs[k] - want) < 1e-4, `sampled logprob ${r.logprobs[k]} vs ${want}`);
     }
   }
+  return widest;
+}
+
+test("temperature, top-k and top-p: sampled tokens stay in the kept set; logprobs are the renormalised distribution's", async () => {
+  const model = makeModel();
+  for (const [temperature, topK, topP] of [[0.7, 5, 1], [1.3, 0, 0.6], [0.9, 8, 0.8]] as const) {
+    const res = await model.generate({ prompts, maxNewTokens: 10, temperature, topK, topP, seed: 9, returnLogits: true });
+    checkKeptSet(res, cfg.vocabSize, temperature, topK, topP);
+  }
+  model.dispose();
+});
+
+test("top-p over a large vocabulary (the ranked window grows past its first 256 ids) keeps exactly the nucleus", async () => {
+  const big = tinyConfig({ vocabSize: 3001, maxPositionEmbeddings: 40 });
+  const model = PolicyModel.create(big, { seed: 3, threads: 2 });
+  model.setParams(flatParams(model, randomWeights(big, 5)));
+  let widest = 0;
+  for (const [temperature, topP] of [[1, 0.9], [2.5, 0.95], [0.8, 0.3]] as const) {
+    const res = await model.generate({ prompts, maxNewTokens: 6, temperature, topP, seed: 2, returnLogits: true });
+    widest = Math.max(widest, checkKeptSet(res, big.vocabSize, temperature, 0, topP));
+  }
+  assert.ok(widest > 256, `some nucleus needed more than the first window (widest ${widest})`);
   model.dispose();
 });
 
