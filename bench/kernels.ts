@@ -99,6 +99,34 @@ async function decodeTokensPerSec(threads: number): Promise<number> {
   return res.reduce((a, r) => a + r.tokens.length, 0) / dt;
 }
 
+/** A real chat vocabulary (Qwen2's embedding rows) on a one-layer model, so sampling dominates a decode step. */
+const SAMPLING_VOCAB = 151_936;
+
+/**
+ * Decode tokens/s at a 152k vocabulary with plain temperature sampling and with top-p 0.9, in the same run.
+ * The weights are scaled so the next-token distribution is peaked like a trained model's (logit std ~4)
+ * rather than the near-uniform one of a fresh init, where any nucleus is most of the vocabulary.
+ */
+async function samplingTokensPerSec(threads: number): Promise<{ temperature: number; topP: number }> {
+  const cfg = { ...DEMO_CONFIG, vocabSize: SAMPLING_VOCAB, hiddenSize: 64, intermediateSize: 128, numLayers: 1, numHeads: 2, numKvHeads: 1 };
+  const model = PolicyModel.create(cfg, { seed: 1, threads });
+  const params = model.getParams();
+  for (let i = 0; i < params.length; i++) params[i]! *= 5;
+  model.setParams(params);
+  const prompts = Array.from({ length: 16 }, (_, i) => Int32Array.from([1 + i, 2 + i, 3]));
+  const rate = async (topP: number) => {
+    const t0 = performance.now();
+    const res = await model.generate({ prompts, maxNewTokens: 16, temperature: 1, topP, seed: 7 });
+    return res.reduce((a, r) => a + r.tokens.length, 0) / ((performance.now() - t0) / 1000);
+  };
+  await rate(1);
+  await rate(0.9);
+  // Interleaved, twice each: this machine's speed drifts.
+  const t = [await rate(1), await rate(0.9), await rate(1), await rate(0.9)];
+  model.dispose();
+  return { temperature: (t[0]! + t[2]!) / 2, topP: (t[1]! + t[3]!) / 2 };
+}
+
 export async function runKernelsBench(opts: { threads?: number; tokens?: number; seconds?: number } = {}): Promise<Record<string, number>> {
   const info = backendInfo("cpu");
   const threads = opts.threads ?? info.threads;
@@ -128,6 +156,7 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
   const trainOwn = await trainTokensPerSec(threads, opts.seconds ?? 3);
   kernels.setBlas(blasWasOn);
   const decode = await decodeTokensPerSec(threads);
+  const sampling = await samplingTokensPerSec(threads);
   const result: Record<string, number> = {
     threads,
     tokens,
@@ -139,6 +168,10 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
     train_tokens_per_s: train,
     train_tokens_per_s_own_sgemm: trainOwn,
     decode_tokens_per_s_batch32: decode,
+    sampling_vocab: SAMPLING_VOCAB,
+    sampling_tokens_per_s_temperature: sampling.temperature,
+    sampling_tokens_per_s_top_p_0_9: sampling.topP,
+    top_p_vs_temperature: sampling.topP / sampling.temperature,
   };
   for (const r of rows) console.log(r);
   console.log(`total: own ${result.own_gflops.toFixed(1)} GF/s, dispatch ${result.dispatch_gflops.toFixed(1)} GF/s, OpenBLAS ${result.blas_gflops.toFixed(1)} GF/s ` +
@@ -146,6 +179,10 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
   console.log(`train: ${train.toFixed(0)} tokens/s with BLAS dispatch, ${trainOwn.toFixed(0)} tokens/s on our sgemm (${(trainOwn / train).toFixed(2)}x) ` +
     `(2048-token packed rows of ${2048 / CTX} x ${CTX}, rl loss, accumulate + AdamW step)`);
   console.log(`decode: ${decode.toFixed(0)} tokens/s (batch 32, ${CTX - 24} new tokens each)`);
+  console.log(
+    `sampling at a ${SAMPLING_VOCAB}-id vocabulary (batch 16, 1-layer model): temperature ${sampling.temperature.toFixed(0)} tokens/s, ` +
+      `top-p 0.9 ${sampling.topP.toFixed(0)} tokens/s (${(sampling.topP / sampling.temperature).toFixed(2)}x)`,
+  );
   console.log(JSON.stringify(result));
   return result;
 }
