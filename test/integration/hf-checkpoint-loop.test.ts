@@ -1,0 +1,72 @@
+// Fine-tuning a Hugging Face-format checkpoint as a user would: a folder with config.json (Qwen2),
+// model.safetensors and the tokenizer files, named by `model.path` alone. The embedding is padded past the
+// tokenizer's vocabulary (as Qwen's is): inference must never draw the padded ids.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { writeTokenizerDir } from "../helpers/hf-tokenizer-dir.js";
+import { StateKeys } from "../../streams/subjects.js";
+import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
+import { getWeights } from "../../actors/runtime/weights.js";
+import { PolicyModel } from "../../kernels/index.js";
+import { toHfConfig } from "../../kernels/hf-config.js";
+import type { ModelConfig } from "../../kernels/model-config.js";
+
+test("a run started from an HF checkpoint folder loads its weights and tokenizer and trains on them", async () => {
+  const { dir } = writeTokenizerDir(); // 268 ids
+  const cfg: ModelConfig = {
+    vocabSize: 288, // padded past the tokenizer
+    hiddenSize: 32,
+    intermediateSize: 64,
+    numLayers: 1,
+    numHeads: 2,
+    numKvHeads: 1,
+    rmsNormEps: 1e-6,
+    ropeTheta: 1_000_000,
+    tieWordEmbeddings: true,
+    maxPositionEmbeddings: 96,
+    attentionBias: true,
+  };
+  const original = PolicyModel.create(cfg, { seed: 9, threads: 1 });
+  const params = original.getParams();
+  for (let i = 0; i < params.length; i++) params[i]! *= 3; // a checkpoint that is not our own init
+  original.setParams(params);
+  writeFileSync(join(dir, "config.json"), JSON.stringify(toHfConfig(cfg, "qwen2")));
+  writeFileSync(join(dir, "model.safetensors"), original.toSafetensors());
+  original.dispose();
+
+  const run = await startRun("hfckpt", {
+    model: { path: dir, threads: 1 },
+    tokenizer: { kind: "hf" }, // its path defaults to model.path
+    rl: { steps: 2, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 2, topP: 1, topK: 0, maxTokens: 8 } },
+  });
+  try {
+    for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
+    await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
+
+    // v0, the policy RL started from (no SFT stage), is the checkpoint's weights exactly.
+    const v0 = PolicyModel.create(cfg, { seed: 1, threads: 1 });
+    v0.loadSafetensors(await getWeights(run.topology.objects, 0));
+    assert.deepEqual(v0.getParams(), params);
+    v0.dispose();
+
+    const { jsm, names } = run.topology;
+    const info = await jsm.streams.info(names.streams.rollouts);
+    let tokens = 0;
+    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+      const m = await jsm.streams.getMessage(names.streams.rollouts, { seq });
+      if (!m || m.subject !== names.subjects.rolloutsScored) continue;
+      for (const r of decodeRolloutBatch(m.data).rows) {
+        tokens += r.completionIds.length;
+        assert.ok([...r.completionIds].every((id) => id < 268), `a padded id was sampled: ${[...r.completionIds]}`);
+      }
+    }
+    assert.ok(tokens >= 16, `${tokens} completion tokens checked`);
+    assert.equal(await run.state.learnerStep(), 2);
+  } finally {
+    await run.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
