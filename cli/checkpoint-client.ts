@@ -1,6 +1,6 @@
 // A ModelClient over one of our checkpoints, for `rollstream eval`. Accepts either an HF-style folder
-// (config.json + model.safetensors) or a run checkpoint folder (runs/<run>/checkpoints/step-N, whose
-// run config sits two levels up as config.yaml).
+// (config.json + model.safetensors, and tokenizer.json when it has its own tokenizer) or a run checkpoint
+// folder (runs/<run>/checkpoints/step-N, whose run config sits two levels up as config.yaml).
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { PolicyModel } from "../kernels/index.js";
@@ -19,7 +19,13 @@ export async function makeCheckpointClient(path: string, opts: { threads?: numbe
     const cfg = fromHfConfig(JSON.parse(readFileSync(join(p, "config.json"), "utf8")));
     const model = PolicyModel.create(cfg, { threads: opts.threads });
     model.loadSafetensors(new Uint8Array(readFileSync(join(p, "model.safetensors"))));
-    return new PolicyEngine(model, loadTokenizer({ kind: "byte" }), 0, { seed: opts.seed }).client(opts.seed);
+    // The folder's own tokenizer when it has one (every Hub checkpoint does); else ours, for models from scratch.
+    const tokenizer = existsSync(join(p, "tokenizer.json")) ? loadTokenizer({ kind: "hf", path: p }) : loadTokenizer({ kind: "byte" });
+    if (tokenizer.vocabSize > cfg.vocabSize) {
+      model.dispose();
+      throw new Error(`${p}: the tokenizer has ${tokenizer.vocabSize} ids but the model only ${cfg.vocabSize} embedding rows`);
+    }
+    return new PolicyEngine(model, tokenizer, 0, { seed: opts.seed }).client(opts.seed);
   }
   const manifestPath = join(p, "manifest.json");
   if (existsSync(manifestPath)) {

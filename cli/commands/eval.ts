@@ -82,7 +82,7 @@ export function registerEvalCommand(program: Command, deps: EvalCommandDeps): vo
     .option("--top-k <k>", "top-k (0 = off)", int(0), 0)
     .option("--max-tokens <n>", "new tokens per model turn", int(1), 256)
     .option("--stop <s>", "stop string (repeatable)", collect)
-    .option("--checkpoint <path>", "our model: an HF folder (config.json + model.safetensors) or a run checkpoint")
+    .option("--checkpoint <path>", "our model: an HF folder (config.json + model.safetensors; its tokenizer.json if present) or a run checkpoint")
     .option("--base-url <url>", "an OpenAI-compatible server (/v1/completions)")
     .option("--model <name>", "model name for --base-url")
     .option("--api-key <key>", "API key for --base-url (default: OPENAI_API_KEY)")

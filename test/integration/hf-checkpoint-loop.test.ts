@@ -3,9 +3,10 @@
 // tokenizer's vocabulary (as Qwen's is): inference must never draw the padded ids.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { rmSync, writeFileSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, startRun, waitUntil } from "../helpers/run-fixture.js";
 import { writeTokenizerDir } from "../helpers/hf-tokenizer-dir.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
@@ -13,8 +14,11 @@ import { getWeights } from "../../actors/runtime/weights.js";
 import { PolicyModel } from "../../kernels/index.js";
 import { toHfConfig } from "../../kernels/hf-config.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
+import { HfTokenizer } from "../../kernels/hf-tokenizer.js";
+import { makeCheckpointClient } from "../../cli/checkpoint-client.js";
 
-test("a run started from an HF checkpoint folder loads its weights and tokenizer and trains on them", async () => {
+/** An HF checkpoint folder: the test tokenizer (268 ids), a Qwen2 config.json and model.safetensors. */
+function writeCheckpointDir(): { dir: string; cfg: ModelConfig; params: Float32Array } {
   const { dir } = writeTokenizerDir(); // 268 ids
   const cfg: ModelConfig = {
     vocabSize: 288, // padded past the tokenizer
@@ -36,7 +40,11 @@ test("a run started from an HF checkpoint folder loads its weights and tokenizer
   writeFileSync(join(dir, "config.json"), JSON.stringify(toHfConfig(cfg, "qwen2")));
   writeFileSync(join(dir, "model.safetensors"), original.toSafetensors());
   original.dispose();
+  return { dir, cfg, params };
+}
 
+test("a run started from an HF checkpoint folder loads its weights and tokenizer and trains on them", async () => {
+  const { dir, cfg, params } = writeCheckpointDir();
   const run = await startRun("hfckpt", {
     model: { path: dir, threads: 1 },
     tokenizer: { kind: "hf" }, // its path defaults to model.path
@@ -67,6 +75,25 @@ test("a run started from an HF checkpoint folder loads its weights and tokenizer
     assert.equal(await run.state.learnerStep(), 2);
   } finally {
     await run.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("rollstream eval --checkpoint on an HF folder uses the folder's tokenizer and never emits a padded id", async () => {
+  const { dir } = writeCheckpointDir();
+  try {
+    const client = await makeCheckpointClient(dir, { threads: 1, seed: 3 });
+    assert.equal(client.tokenizer.vocabSize, 268);
+    const prompt = HfTokenizer.fromDir(dir).applyChatTemplate([{ role: "user", content: "hello world" }], { addGenerationPrompt: true });
+    const gens = await Promise.all(Array.from({ length: 8 }, () => client.generate(prompt, { temperature: 2, topP: 1, topK: 0, maxTokens: 16 })));
+    assert.ok(gens.every((g) => g.tokenIds.every((id) => id < 268)));
+    const out = join(dir, "eval-out");
+    const r = spawnSync(process.execPath, [cliMain, "eval", "arithmetic", "--checkpoint", dir, "-n", "3", "-r", "2", "--max-tokens", "8", "--threads", "1", "-o", out], { encoding: "utf8", timeout: 60_000 });
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    assert.match(r.stdout, /pass@1/);
+    const rows = readFileSync(join(out, "results.jsonl"), "utf8").trim().split("\n");
+    assert.equal(rows.length, 6);
+  } finally {
     rmSync(dir, { recursive: true, force: true });
   }
 });
