@@ -30,17 +30,31 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     run.launcher.start({ name: "reward", replica: 0 });
     run.launcher.start({ name: "inference", replica: 0 });
     await waitUntil("a few raw rollout groups", async () => (await countOn(names.subjects.rolloutsRaw)) >= 3, 60_000, `${run.dir}/logs`);
-    // Kill while the actor holds tasks it has not acked yet, so they must be redelivered.
-    await waitUntil("tasks in flight", async () => {
-      const ci = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
-      return ci.num_ack_pending > 0;
-    }, 30_000, `${run.dir}/logs`);
-    const pid = run.launcher.pid("inference", 0)!;
-    process.kill(pid, "SIGKILL");
-    await new Promise((r) => setTimeout(r, 300));
+    // Kill while the actor holds tasks it has not acked yet, so they must be redelivered. A task can be
+    // acked between our look and the kill, so look again once the process is gone (the server keeps a dead
+    // consumer's deliveries pending until ack_wait) and, if it held none after all, restart and kill again.
+    const pendingTasks = async () => (await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference)).num_ack_pending;
+    let replica = 0;
+    let heldAtKill = 0;
+    for (let attempt = 0; attempt < 5 && heldAtKill === 0; attempt++) {
+      if (attempt > 0) run.launcher.start({ name: "inference", replica: ++replica });
+      await waitUntil("tasks in flight", async () => (await pendingTasks()) > 0, 30_000, `${run.dir}/logs`);
+      const pid = run.launcher.pid("inference", replica)!;
+      process.kill(pid, "SIGKILL");
+      await waitUntil("the killed actor is gone", () => {
+        try {
+          process.kill(pid, 0);
+          return false;
+        } catch {
+          return true;
+        }
+      }, 10_000);
+      heldAtKill = await pendingTasks();
+    }
+    assert.ok(heldAtKill > 0, "the killed actor held unacked tasks");
     const rawAtKill = await countOn(names.subjects.rolloutsRaw);
     assert.ok(rawAtKill < tasks, "the run finished before the kill; make it longer");
-    run.launcher.start({ name: "inference", replica: 1 });
+    run.launcher.start({ name: "inference", replica: replica + 1 });
     await waitUntil("every task scored", async () => (await countOn(names.subjects.rolloutsScored)) >= tasks, 90_000, `${run.dir}/logs`);
     await new Promise((r) => setTimeout(r, 2500)); // a late duplicate would show up here
     await waitUntil("every task acked", async () => {
@@ -61,7 +75,10 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     assert.equal(taskIds.size, tasks, "every task id exactly once");
     const ti = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
     assert.equal(ti.num_pending + ti.num_ack_pending, 0, "no task left behind");
-    assert.ok(ti.delivered.consumer_seq > tasks, `tasks held by the killed actor were redelivered (${ti.delivered.consumer_seq} deliveries for ${tasks} tasks)`);
+    assert.ok(
+      ti.delivered.consumer_seq >= tasks + heldAtKill,
+      `the ${heldAtKill} tasks held by the killed actor were redelivered (${ti.delivered.consumer_seq} deliveries for ${tasks} tasks)`,
+    );
     assert.equal((await run.topology.jsm.streams.info(names.streams.tasks)).state.messages, 0, "work queue drained");
   } finally {
     await run.close();
