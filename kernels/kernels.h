@@ -229,6 +229,10 @@ RS_API int64_t rs_model_num_params(const rs_model* model);
 RS_API int32_t rs_model_num_tensors(const rs_model* model);
 RS_API int32_t rs_model_tensor_info(const rs_model* model, int32_t index, rs_tensor_info* out, rs_error* err);
 RS_API int32_t rs_model_threads(const rs_model* model);
+/* Threads for this model's later calls (CPU: the OpenMP team of its kernels; CUDA: host-side sampling);
+ * 0 = all cores. A learner that shares the machine with inference during RL runs on fewer threads than
+ * during SFT. Our own kernels give the same bits on any thread count (BLAS libraries may not). */
+RS_API int32_t rs_model_set_threads(rs_model* model, int32_t threads, rs_error* err);
 /* The model's flat buffers (num_params floats each), owned by the model; read or write them directly.
  * A pointer reflects the buffer as of the call that returned it: on the CUDA backend the data lives on
  * the GPU and this host copy is refreshed on each call, so call the getter again after any model call

@@ -79,6 +79,7 @@ export type BufferKind = (typeof BufferKind)[keyof typeof BufferKind];
 export interface NativeModel {
   numParams(): number;
   threads(): number;
+  setThreads(threads: number): void;
   tensors(): NativeTensorInfo[];
   read(kind: BufferKind, out: Float32Array): void;
   write(kind: BufferKind, src: Float32Array): void;

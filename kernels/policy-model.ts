@@ -112,6 +112,11 @@ export class PolicyModel {
     return this.idle("threads").threads();
   }
 
+  /** Threads for later calls; 0 = all cores. Our own kernels give the same bits on any thread count. */
+  setThreads(threads: number): void {
+    this.idle("setThreads").setThreads(expectInt("setThreads: threads", threads, 0, 4096));
+  }
+
   /** HF-named tensors in the flat layout order (see kernels/kernels.h). */
   tensors(): TensorEntry[] {
     return this.entries.map((e) => ({ ...e, shape: [...e.shape] }));

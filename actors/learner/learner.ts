@@ -100,6 +100,13 @@ export class LearnerActor implements Actor {
     const { ctx } = this;
     const { config, log } = ctx;
     const rl = config.rl;
+    // SFT had the machine to itself; during RL inference runs next to us, and an oversubscribed OpenMP
+    // team waits on descheduled peers at every barrier.
+    const rlThreads = config.actors.learner.rlThreads;
+    if (rlThreads !== undefined && rlThreads !== this.model.threads) {
+      this.model.setThreads(rlThreads);
+      log.info({ threads: rlThreads }, "learner threads for RL");
+    }
     const reader = new StreamReader(ctx.js, {
       stream: ctx.topology.names.streams.rollouts,
       subject: ctx.topology.names.subjects.rolloutsScored,

@@ -109,6 +109,11 @@ export const ActorsSchema = z.object({
     threads: pos().optional(),
   }).default({ replicas: 1, maxTasksInFlight: 4 }),
   reward: z.object({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
+  learner: z
+    .object({
+      rlThreads: pos().optional().describe("learner kernel threads during RL, when inference shares the machine (SFT uses model.threads); default model.threads"),
+    })
+    .default({}),
   metricsPort: int().nonnegative().default(0).describe("first Prometheus port; each actor takes the next; 0 = off"),
 });
 

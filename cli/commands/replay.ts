@@ -56,7 +56,8 @@ export async function replay(opts: ReplayOptions): Promise<number> {
   }
   const start = opts.checkpoint !== undefined ? Number(opts.checkpoint) : Math.min(...steps);
   const { state } = dir.read(start);
-  const model = createPolicyModel(config);
+  // The threads the run's RL steps ran on (BLAS may round differently on other thread counts).
+  const model = createPolicyModel(config, { threads: config.actors.learner.rlThreads ?? config.model.threads });
   const counters = decodeTrainState(model, state);
   const recorded = recordedLosses(join(runDir, "metrics.jsonl"));
   const served = await natsForRun(runDir, config.nats.url, opts.nats);

@@ -51,6 +51,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   static Napi::Function Define(Napi::Env env) {
     return DefineClass(env, "KernelsModel",
                        {InstanceMethod("numParams", &ModelWrap::NumParams), InstanceMethod("threads", &ModelWrap::Threads),
+                        InstanceMethod("setThreads", &ModelWrap::SetThreads),
                         InstanceMethod("tensors", &ModelWrap::Tensors), InstanceMethod("read", &ModelWrap::Read),
                         InstanceMethod("write", &ModelWrap::Write), InstanceMethod("stepCount", &ModelWrap::StepCount),
                         InstanceMethod("setStepCount", &ModelWrap::SetStepCount), InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
@@ -97,6 +98,14 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Threads(const Napi::CallbackInfo& info) {
     Args a(info, "threads");
     return Napi::Number::New(info.Env(), be_->rs_model_threads(live(a)));
+  }
+  Napi::Value SetThreads(const Napi::CallbackInfo& info) {
+    Args a(info, "setThreads");
+    rs_model* m = live(a);
+    const int32_t n = (int32_t)a.int_in(a.num(0, "threads"), "threads", 0, 4096);
+    rs_error e{};
+    check_status(info.Env(), "setThreads", be_->rs_model_set_threads(m, n, &e), e);
+    return info.Env().Undefined();
   }
   Napi::Value Tensors(const Napi::CallbackInfo& info) {
     Args a(info, "tensors");

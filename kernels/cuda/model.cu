@@ -248,6 +248,12 @@ void rs_model_free(rs_model* m) { destroy(m); }
 int64_t rs_model_num_params(const rs_model* m) { return m ? m->n_params : 0; }
 int32_t rs_model_num_tensors(const rs_model* m) { return m ? (int32_t)m->tensors.size() : 0; }
 int32_t rs_model_threads(const rs_model* m) { return m ? m->threads : 0; }
+int32_t rs_model_set_threads(rs_model* m, int32_t threads, rs_error* err) {
+  if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "set_threads: null model");
+  if (threads < 0 || threads > 4096) return fail(err, RS_ERR_INVALID_ARGUMENT, "set_threads: threads must be in [0, 4096] (got %d)", threads);
+  m->threads = threads > 0 ? threads : host_threads();
+  return RS_OK;
+}
 
 int32_t rs_model_tensor_info(const rs_model* m, int32_t index, rs_tensor_info* out, rs_error* err) {
   if (!m || !out) return fail(err, RS_ERR_INVALID_ARGUMENT, "tensor_info: null argument");

@@ -100,6 +100,7 @@ SIGNATURES = {
     "rs_model_num_tensors": (C.c_int32, [MODEL]),
     "rs_model_tensor_info": (C.c_int32, [MODEL, C.c_int32, C.POINTER(TensorInfo), ERRP]),
     "rs_model_threads": (C.c_int32, [MODEL]),
+    "rs_model_set_threads": (C.c_int32, [MODEL, C.c_int32, ERRP]),
     "rs_model_params": (F32P, [MODEL]),
     "rs_model_grads": (F32P, [MODEL]),
     "rs_model_adam_m": (F32P, [MODEL]),

@@ -66,6 +66,15 @@ test("train: Ctrl-C drains the actors and stops its nats-server; rerunning resum
     const third = spawnSync(process.execPath, [cliMain, "train", cfgPath], { env, encoding: "utf8", timeout: 60_000 });
     assert.equal(third.status, 0, third.stdout + third.stderr);
     assert.match(third.stdout, /already finished/);
+    // With no server named (no --nats, no NATS_URL), inspect and replay serve the run's own stored
+    // streams, even when some other server answers at the default URL (as on a machine running one).
+    const inspect = spawnSync(process.execPath, [cliMain, "inspect", "--config", cfgPath], { env, encoding: "utf8", timeout: 60_000 });
+    assert.equal(inspect.status, 0, inspect.stdout + inspect.stderr);
+    assert.match(inspect.stderr, /serving the run's stored streams/);
+    assert.match(inspect.stdout, /stream RS_CLI_ROLLOUTS: \d+ msgs/);
+    const replay = spawnSync(process.execPath, [cliMain, "replay", "--config", cfgPath, "--steps", "1"], { env, encoding: "utf8", timeout: 60_000 });
+    assert.equal(replay.status, 0, replay.stdout + replay.stderr);
+    assert.match(replay.stdout, /bit-exact/);
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

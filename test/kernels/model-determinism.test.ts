@@ -15,10 +15,15 @@ function batch(seed: number) {
   return { tokens, segmentStarts, lossMask, advantages: Float32Array.from(tokens, () => r() - 0.5), samplerLogprobs: Float32Array.from(tokens, () => -3.5 - r() * 0.3) };
 }
 
-async function train(threads: number): Promise<{ params: Float32Array; losses: number[]; gen: unknown }> {
+async function train(threads: number, switchTo?: number): Promise<{ params: Float32Array; losses: number[]; gen: unknown }> {
   const model = PolicyModel.create(cfg, { seed: 77, threads });
   const losses: number[] = [];
   for (let step = 0; step < 4; step++) {
+    // The learner's SFT -> RL switch: fewer threads half way through (actors.learner.rlThreads).
+    if (step === 2 && switchTo !== undefined) {
+      model.setThreads(switchTo);
+      assert.equal(model.threads, switchTo);
+    }
     for (let micro = 0; micro < 2; micro++) losses.push((await model.accumulate(batch(step * 2 + micro), { name: "rl" }, 74)).loss);
     await model.step({ lr: 1e-2, weightDecay: 0.1 });
   }
@@ -44,6 +49,9 @@ test("our kernels give the same bits on 1 and 2 threads, and with the AVX2 or AV
     assert.deepEqual(two.losses, one.losses);
     assert.deepEqual(two.params, one.params);
     assert.deepEqual(two.gen, one.gen);
+    const switched = await train(2, 1);
+    assert.deepEqual(switched.params, two.params, "changing threads mid-run changes no bit");
+    assert.deepEqual(switched.gen, two.gen);
     kernels.setAvx512(false);
     const narrow = await train(2);
     assert.deepEqual(narrow.params, two.params);
@@ -51,6 +59,22 @@ test("our kernels give the same bits on 1 and 2 threads, and with the AVX2 or AV
   } finally {
     kernels.setBlas(wasBlas);
     kernels.setAvx512(true);
+  }
+});
+
+test("setThreads: 0 means all cores; out-of-range counts are refused", () => {
+  const model = PolicyModel.create(cfg, { seed: 1, threads: 1 });
+  try {
+    const probe = PolicyModel.create(cfg, { seed: 1 });
+    const all = probe.threads;
+    probe.dispose();
+    model.setThreads(0);
+    assert.equal(model.threads, all);
+    assert.throws(() => model.setThreads(-1), /threads/);
+    assert.throws(() => model.setThreads(1.5), /threads/);
+    assert.throws(() => model.setThreads(5000), /threads/);
+  } finally {
+    model.dispose();
   }
 });
 
