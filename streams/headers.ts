@@ -65,18 +65,18 @@ export function headerRecord(h: MsgHdrs | undefined): Record<string, string> {
  */
 export function alignPayload(h: MsgHdrs): number {
   h.delete(Hdr.pad);
-  const base = encodedLength(h);
+  const base = headerBlockBytes(h);
   // The pad line adds "\r\n" + "Rs-Pad" + ": " + value = 10 + value.length bytes; the value is never empty.
   const k = (8 - ((base + 10) % 8)) % 8 || 8;
   h.set(Hdr.pad, "0".repeat(k));
-  const total = encodedLength(h);
+  const total = headerBlockBytes(h);
   if (total % 8 !== 0) throw new Error(`alignPayload: header block is ${total} bytes, not a multiple of 8 (nats header encoding changed?)`);
   return total;
 }
 
 /** Bytes of the header block on the wire (the client's own encoding: its toString is the wire text). */
-function encodedLength(h: MsgHdrs): number {
+export function headerBlockBytes(h: MsgHdrs): number {
   const text = String(h);
-  if (!text.startsWith("NATS/1.0")) throw new Error("alignPayload: cannot see the encoded header block (nats client changed?)");
+  if (!text.startsWith("NATS/1.0")) throw new Error("headers: cannot see the encoded header block (nats client changed?)");
   return Buffer.byteLength(text, "utf8");
 }

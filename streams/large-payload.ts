@@ -8,13 +8,12 @@
 //
 // Blob names are content-addressed (`<msg-id>.<sha256 prefix>`): a retried publish whose pointer the
 // stream de-duplicates cannot overwrite the bytes the first pointer refers to.
-import { Buffer } from "node:buffer";
 import { createHash } from "node:crypto";
 import type { JetStreamClient, PubAck } from "@nats-io/jetstream";
 import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { PoisonMessageError } from "./dead-letter.js";
-import { alignPayload, Hdr, MSG_ID_HEADER } from "./headers.js";
+import { alignPayload, Hdr, headerBlockBytes, MSG_ID_HEADER } from "./headers.js";
 
 /**
  * Room an inline message keeps free so that deadLetter (streams/dead-letter.ts), which re-publishes it
@@ -49,9 +48,6 @@ export function inlineLimit(maxPayload: number): number {
   return Math.max(0, maxPayload - HEADER_ALLOWANCE_BYTES);
 }
 
-function headerBytes(h: MsgHdrs): number {
-  return Buffer.byteLength(String(h), "utf8");
-}
 
 function sha256Hex(data: Uint8Array): string {
   return createHash("sha256").update(data).digest("hex");
@@ -71,7 +67,7 @@ export async function publishPayload(
 ): Promise<PublishedPayload> {
   o.headers.set(MSG_ID_HEADER, o.msgId);
   if (o.align) alignPayload(o.headers);
-  if (headerBytes(o.headers) + data.byteLength + DEAD_LETTER_HEADROOM_BYTES <= o.maxPayload) return { ack: await js.publish(subject, data, { headers: o.headers }) };
+  if (headerBlockBytes(o.headers) + data.byteLength + DEAD_LETTER_HEADROOM_BYTES <= o.maxPayload) return { ack: await js.publish(subject, data, { headers: o.headers }) };
   const sha256 = sha256Hex(data);
   const blob = `${o.msgId}.${sha256.slice(0, 16)}`;
   await blobs.putBlob({ name: blob, description: `payload of ${subject} msg-id ${o.msgId}` }, data);

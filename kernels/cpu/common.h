@@ -16,6 +16,7 @@
 #include "../kernels.h"
 #include "../shared/errors.h"
 #include "../shared/exp1.h"
+#include "../shared/train_checks.h"
 
 namespace rs {
 
@@ -113,7 +114,7 @@ using rs_shared::exp1;
 // queries [j, end[j]).
 void segment_bounds(const int32_t* seg_starts, int32_t S, int32_t T, int32_t* begin, int32_t* end);
 
-// Shared validation: seg_starts sorted, first 0, all < T.
-int32_t check_segments(const int32_t* seg_starts, int32_t S, int32_t T, rs_error* err);
+// Shared validation (kernels/shared/train_checks.h): seg_starts sorted, first 0, all < T.
+using rs_shared::check_segments;
 
 }  // namespace rs

@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "../shared/generate_check.h"
+#include "../shared/generate_loop.h"
 #include "model.h"
 #include "sampling.h"
 
@@ -237,24 +238,7 @@ int32_t rs_model_generate(rs_model* m, const int32_t* flat, const int64_t* off, 
                      return mx;
                    }())),
                    d.hd, d.theta);
-    // Prefill in packs of up to ~4K tokens (one prompt may exceed that on its own).
-    constexpr int kPack = 4096;
-    for (size_t i = 0; i < todo.size();) {
-      std::vector<Seq*> pack;
-      int T = 0;
-      while (i < todo.size() && (pack.empty() || T + todo[i]->P <= kPack)) {
-        T += todo[i]->P;
-        pack.push_back(todo[i++]);
-      }
-      gen.prefill(pack, flat, off);
-    }
-    for (;;) {
-      std::vector<Seq*> act;
-      for (Seq* s : todo)
-        if (!s->done) act.push_back(s);
-      if (act.empty()) break;
-      gen.decode(act);
-    }
+    rs_shared::prefill_then_decode(gen, todo, flat, off);
   } catch (const std::bad_alloc&) {
     return fail(err, RS_ERR_OUT_OF_MEMORY, "generate: out of memory");
   }

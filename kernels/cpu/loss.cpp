@@ -81,24 +81,6 @@ double row_lse(const float* z, int V, double* entropy) {
   return l;
 }
 
-int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err) {
-  if (!spec) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: null spec");
-  if (spec->kind < RS_LOSS_RL || spec->kind > RS_LOSS_PPO_CLIP) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: unknown kind %d", spec->kind);
-  if (!(spec->normalizer > 0) || !std::isfinite(spec->normalizer))
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: normalizer must be a positive finite number (got %g)", spec->normalizer);
-  if (spec->kind != RS_LOSS_SFT) {
-    if (!(spec->mask_low >= 0) || !(spec->mask_high > spec->mask_low))
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: need 0 <= maskLow < maskHigh (got %g, %g)", spec->mask_low, spec->mask_high);
-    if (!(spec->kl_coef >= 0) || !std::isfinite(spec->kl_coef))
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: klCoef must be a finite number >= 0 (got %g)", spec->kl_coef);
-  }
-  if (spec->kind == RS_LOSS_PPO_CLIP) {
-    if (!(spec->clip_eps >= 0 && spec->clip_eps < 1)) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: ppo_clip eps must be in [0, 1) (got %g)", spec->clip_eps);
-    if (!(spec->clip_eps_high >= 0) || !std::isfinite(spec->clip_eps_high))
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: ppo_clip epsHigh must be a finite number >= 0 (got %g)", spec->clip_eps_high);
-  }
-  return RS_OK;
-}
 
 void loss_rows(const float* logits, int N, int V, const int32_t* targets, const uint8_t* mask, const float* adv,
                const float* sampler_logp, const rs_loss_spec& spec, float* dlogits, float* token_logp, rs_loss_stats* stats,

@@ -74,21 +74,6 @@ bool Acts::ensure(const Dims& d, int T) {
   return true;
 }
 
-int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
-  if (T < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: need at least one token (got %d)", T);
-  if (!tokens) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: null tokens");
-  for (int32_t t = 0; t < T; t++)
-    if (tokens[t] < 0 || tokens[t] >= m->d.V)
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: token id %d at index %d is outside the vocab [0, %d)", tokens[t], t, m->d.V);
-  if (int32_t s = check_segments(seg, S, T, err)) return s;
-  for (int32_t s = 0; s < S; s++) {
-    const int32_t len = (s + 1 < S ? seg[s + 1] : T) - seg[s];
-    if (len > m->d.maxPos)
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: segment %d (start %d) has %d tokens, past maxPositionEmbeddings %d", s, seg[s], len,
-                  m->d.maxPos);
-  }
-  return RS_OK;
-}
 
 void prepare_positions(rs_model* m, const int32_t* seg, int32_t S, int32_t T) {
   Acts& a = m->acts;

@@ -49,7 +49,9 @@ struct rs_model {
 namespace rs {
 
 // Checks a packed row: T >= 1, ids in the vocab, segments sorted, every position < maxPos.
-int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err);
+inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
+  return rs_shared::check_batch(m->d, tokens, T, seg, S, err);
+}
 // Fills acts.seg_begin / seg_end / pos and the rope table for this row (acts must be sized).
 void prepare_positions(rs_model* m, const int32_t* seg, int32_t S, int32_t T);
 

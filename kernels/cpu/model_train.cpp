@@ -105,16 +105,7 @@ int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, cons
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null model");
   if (int32_t s = check_batch(m, tokens, T, seg, S, err)) return s;
   if (int32_t s = check_loss_spec(spec, err)) return s;
-  if (!mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null lossMask or stats");
-  const bool policy = spec->kind != RS_LOSS_SFT;
-  if (policy && (!adv || !slp)) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: advantages and samplerLogprobs are required for this loss");
-  for (int32_t s = 0; s < S; s++)
-    if (mask[seg[s]]) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask is set at token %d, a segment start (nothing predicts it)", seg[s]);
-  for (int32_t t = 0; t < T; t++) {
-    if (mask[t] > 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask[%d] = %d; must be 0 or 1", t, mask[t]);
-    if (mask[t] && policy && (!std::isfinite(adv[t]) || !std::isfinite(slp[t])))
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "train: advantage or samplerLogprob at token %d is not finite", t);
-  }
+  if (int32_t s = rs_shared::check_train_micro(spec, mask, adv, slp, stats, seg, S, T, err)) return s;
   *stats = rs_loss_stats{};
   if (token_logp) std::fill(token_logp, token_logp + T, 0.f);
   // No loss token, no gradient: skip the work (the grads stay exactly as they were).

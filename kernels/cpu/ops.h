@@ -76,7 +76,7 @@ void swiglu_fwd_rows(const float* gu, int rows, int I, float* h, int nt);
 void swiglu_bwd_rows(const float* dh, const float* gu, int rows, int I, float* dgu, int nt);
 
 // ---- loss
-int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err);
+using rs_shared::check_loss_spec;  // kernels/shared/train_checks.h
 // The fused loss over N rows of logits (see rs_loss_fwd_bwd); stats are ADDED to *stats in row order.
 void loss_rows(const float* logits, int N, int V, const int32_t* targets, const uint8_t* mask, const float* adv,
                const float* sampler_logp, const rs_loss_spec& spec, float* dlogits, float* token_logp, rs_loss_stats* stats,

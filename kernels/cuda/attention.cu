@@ -449,25 +449,11 @@ using namespace rsc;
 
 namespace {
 
-int32_t check_segments(const int32_t* seg_starts, int32_t S, int32_t T, rs_error* err) {
-  if (!seg_starts || S < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: need at least one (got %d)", S);
-  if (S > T) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: %d segments for %d tokens", S, T);
-  if (seg_starts[0] != 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: the first must be 0 (got %d)", seg_starts[0]);
-  for (int32_t s = 1; s < S; s++) {
-    if (seg_starts[s] <= seg_starts[s - 1])
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: must be strictly increasing (index %d: %d after %d)", s, seg_starts[s],
-                  seg_starts[s - 1]);
-    if (seg_starts[s] >= T)
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: index %d = %d is not below the token count %d", s, seg_starts[s], T);
-  }
-  return RS_OK;
-}
-
 int32_t check_attn(const char* what, int32_t T, int32_t H, int32_t KV, int32_t hd, const int32_t* seg, int32_t S, rs_error* err) {
   if (T < 1 || H < 1 || KV < 1 || hd < 1)
     return fail(err, RS_ERR_INVALID_ARGUMENT, "%s: sizes must be positive (T=%d H=%d KV=%d hd=%d)", what, T, H, KV, hd);
   if (H % KV) return fail(err, RS_ERR_INVALID_ARGUMENT, "%s: heads %d not divisible by kv heads %d", what, H, KV);
-  return check_segments(seg, S, T, err);
+  return rs_shared::check_segments(seg, S, T, err);
 }
 
 // Device copies of the stand-alone inputs and the tile list.

@@ -22,6 +22,7 @@
 
 #include "../kernels.h"
 #include "../shared/errors.h"
+#include "../shared/train_checks.h"
 
 namespace rsc {
 

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "../shared/generate_check.h"
+#include "../shared/generate_loop.h"
 #include "model.cuh"
 #include "sampling.cuh"
 
@@ -290,24 +291,7 @@ int32_t rs_model_generate(rs_model* m, const int32_t* flat, const int64_t* off, 
     if (rows > INT32_MAX) raise(RS_ERR_UNSUPPORTED, "generate: %lld KV-cache rows is too many for one call", (long long)rows);
     gen.alloc_pool(rows);
     m->rope.ensure(std::min(d.maxPos, std::max(64, max_cap)), d.hd, d.theta, m->stream);
-    // Prefill in packs of up to ~4K tokens (one prompt may exceed that on its own), as the CPU backend.
-    constexpr int kPack = 4096;
-    for (size_t i = 0; i < todo.size();) {
-      std::vector<Seq*> pack;
-      int T = 0;
-      while (i < todo.size() && (pack.empty() || T + todo[i]->P <= kPack)) {
-        T += todo[i]->P;
-        pack.push_back(todo[i++]);
-      }
-      gen.prefill(pack, flat, off);
-    }
-    for (;;) {
-      std::vector<Seq*> act;
-      for (Seq* s : todo)
-        if (!s->done) act.push_back(s);
-      if (act.empty()) break;
-      gen.decode(act);
-    }
+    rs_shared::prefill_then_decode(gen, todo, flat, off);
     sync_stream(m->stream, "generate");
   });
 }

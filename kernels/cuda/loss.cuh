@@ -10,7 +10,7 @@ namespace rsc {
 
 constexpr int kLossRowOut = 8;  // doubles per row: loss, entropy, k3, logp, ratio, used, masked, pad
 
-int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err);
+using rs_shared::check_loss_spec;  // kernels/shared/train_checks.h
 
 // Over N rows of logits [N, V] (device). targets / mask / adv / slp: device arrays of N (adv, slp may be null
 // for SFT). dlogits may equal logits (in place) or be null; token_logp (device, N) may be null. row_out:

@@ -129,28 +129,6 @@ void model_enter(rs_model* m) {
   }
 }
 
-int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
-  if (T < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: need at least one token (got %d)", T);
-  if (!tokens) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: null tokens");
-  for (int32_t t = 0; t < T; t++)
-    if (tokens[t] < 0 || tokens[t] >= m->d.V)
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: token id %d at index %d is outside the vocab [0, %d)", tokens[t], t, m->d.V);
-  if (!seg || S < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: need at least one (got %d)", S);
-  if (S > T) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: %d segments for %d tokens", S, T);
-  if (seg[0] != 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: the first must be 0 (got %d)", seg[0]);
-  for (int32_t s = 1; s < S; s++) {
-    if (seg[s] <= seg[s - 1])
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: must be strictly increasing (index %d: %d after %d)", s, seg[s], seg[s - 1]);
-    if (seg[s] >= T) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: index %d = %d is not below the token count %d", s, seg[s], T);
-  }
-  for (int32_t s = 0; s < S; s++) {
-    const int32_t len = (s + 1 < S ? seg[s + 1] : T) - seg[s];
-    if (len > m->d.maxPos)
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: segment %d (start %d) has %d tokens, past maxPositionEmbeddings %d", s, seg[s], len,
-                  m->d.maxPos);
-  }
-  return RS_OK;
-}
 
 void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S) {
   m->acts.ensure(m->d, T);

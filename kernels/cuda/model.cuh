@@ -106,7 +106,9 @@ void model_enter(rs_model* m);
 inline void model_touched(rs_model* m, int k) { m->mirror[k].valid = false; }
 
 // Checks a packed row: T >= 1, ids in the vocab, segments sorted, every segment within maxPos.
-int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err);
+inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
+  return rs_shared::check_batch(m->d, tokens, T, seg, S, err);
+}
 // Sizes the arena, uploads tokens and positions, builds the attention tiles, extends the rope table.
 void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S);
 // Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).

@@ -9,13 +9,7 @@ extern "C" {
 
 int32_t rs_model_step(rs_model* m, const rs_optim_config* o, rs_step_result* out, rs_error* err) {
   if (!m || !o || !out) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: null argument");
-  if (!(o->lr >= 0) || !std::isfinite(o->lr)) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: lr must be a finite number >= 0 (got %g)", o->lr);
-  if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "step: beta1 and beta2 must be in [0, 1) (got %g, %g)", o->beta1, o->beta2);
-  if (!(o->eps > 0) || !std::isfinite(o->eps)) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: eps must be a positive finite number (got %g)", o->eps);
-  if (!(o->weight_decay >= 0) || !std::isfinite(o->weight_decay))
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "step: weightDecay must be a finite number >= 0 (got %g)", o->weight_decay);
-  if (std::isnan(o->max_grad_norm)) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: maxGradNorm is NaN");
+  if (int32_t s = rs_shared::check_optim_config(o, err)) return s;
   return guard(err, "step", [&] {
     model_enter(m);
     cudaStream_t s = m->stream;

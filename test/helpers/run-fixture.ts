@@ -6,7 +6,7 @@ import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { stringify } from "yaml";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
-import { jetstream, type JetStreamClient } from "@nats-io/jetstream";
+import { jetstream, type JetStreamClient, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import { startTestNats, type TestNats } from "./nats.js";
 import { ActorLauncher } from "../../deploy/local/launcher.js";
 import { parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
@@ -80,4 +80,15 @@ export async function waitUntil(what: string, cond: () => Promise<boolean> | boo
     for (const f of readdirSync(logDir)) logs += `\n== ${f}\n${readFileSync(join(logDir, f), "utf8").slice(-3000)}`;
   }
   throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}${logs}`);
+}
+
+/** Every message `stream` holds, in sequence order; only those on `subject` when given. */
+export async function storedMessages(jsm: JetStreamManager, stream: string, subject?: string): Promise<StoredMsg[]> {
+  const info = await jsm.streams.info(stream);
+  const out: StoredMsg[] = [];
+  for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
+    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    if (m && (subject === undefined || m.subject === subject)) out.push(m);
+  }
+  return out;
 }

@@ -4,7 +4,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
-import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 
@@ -34,10 +34,7 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
     assert.deepEqual(objects, ["v0", "v3", "v4"]);
     // Scored batches carry each environment's name@version and valid masks.
     const envs = new Set<string>();
-    const info = await run.topology.jsm.streams.info(run.topology.names.streams.rollouts);
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
-      const m = await run.topology.jsm.streams.getMessage(run.topology.names.streams.rollouts, { seq }).catch(() => null);
-      if (!m || m.subject !== run.topology.names.subjects.rolloutsScored) continue;
+    for (const m of await storedMessages(run.topology.jsm, run.topology.names.streams.rollouts, run.topology.names.subjects.rolloutsScored)) {
       const { rows } = decodeRolloutBatch(m.data);
       for (const r of rows) envs.add(r.env);
       assert.ok(rows.every((r) => r.completionMask.length === r.completionIds.length));

@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { cliMain, startRun, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { writeTokenizerDir } from "../helpers/hf-tokenizer-dir.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
@@ -61,11 +61,8 @@ test("a run started from an HF checkpoint folder loads its weights and tokenizer
     v0.dispose();
 
     const { jsm, names } = run.topology;
-    const info = await jsm.streams.info(names.streams.rollouts);
     let tokens = 0;
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
-      const m = await jsm.streams.getMessage(names.streams.rollouts, { seq });
-      if (!m || m.subject !== names.subjects.rolloutsScored) continue;
+    for (const m of await storedMessages(jsm, names.streams.rollouts, names.subjects.rolloutsScored)) {
       for (const r of decodeRolloutBatch(m.data).rows) {
         tokens += r.completionIds.length;
         assert.ok([...r.completionIds].every((id) => id < 268), `a padded id was sampled: ${[...r.completionIds]}`);

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
-import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { writeTokenizerDir } from "../helpers/hf-tokenizer-dir.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
@@ -23,11 +23,8 @@ test("a run with tokenizer kind hf trains end to end on the tokenizer's chat for
     await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
     const tok = HfTokenizer.fromDir(dir);
     const { jsm, names } = run.topology;
-    const info = await jsm.streams.info(names.streams.rollouts);
     let rows = 0;
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
-      const m = await jsm.streams.getMessage(names.streams.rollouts, { seq });
-      if (!m || m.subject !== names.subjects.rolloutsScored) continue;
+    for (const m of await storedMessages(jsm, names.streams.rollouts, names.subjects.rolloutsScored)) {
       for (const r of decodeRolloutBatch(m.data).rows) {
         rows++;
         const prompt = tok.decode(r.promptIds);

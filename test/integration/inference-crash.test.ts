@@ -1,7 +1,7 @@
 // SIGKILL of the inference actor mid-run, then a restart: no task is lost and none is counted twice.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { PolicyModel } from "../../kernels/index.js";
 import { putWeights } from "../../actors/runtime/weights.js";
@@ -64,10 +64,7 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     assert.equal(await countOn(names.subjects.rolloutsRaw), tasks, "raw groups: one per task");
     assert.equal(await countOn(names.subjects.rolloutsScored), tasks, "scored batches: one per task");
     const taskIds = new Set<string>();
-    const info = await run.topology.jsm.streams.info(names.streams.rollouts);
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
-      const m = await run.topology.jsm.streams.getMessage(names.streams.rollouts, { seq }).catch(() => null);
-      if (!m || m.subject !== names.subjects.rolloutsScored) continue;
+    for (const m of await storedMessages(run.topology.jsm, names.streams.rollouts, names.subjects.rolloutsScored)) {
       const { rows } = decodeRolloutBatch(m.data);
       assert.equal(rows.length, 4);
       taskIds.add(rows[0]!.taskId);

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { startRun, waitUntil, cliMain } from "../helpers/run-fixture.js";
+import { cliMain, startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { Hdr } from "../../streams/headers.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
@@ -29,13 +29,11 @@ test("groups larger than max_payload go via the blob bucket and batches are chun
     assert.equal(await run.state.learnerStep(), 2);
 
     const { jsm, names, blobs } = run.topology;
-    const info = await jsm.streams.info(names.streams.rollouts);
     let pointers = 0;
     let rawGroups = 0;
     const scoredRows = new Map<string, number>();
     const chunksOf = new Map<string, Set<string>>();
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
-      const m = (await jsm.streams.getMessage(names.streams.rollouts, { seq }))!;
+    for (const m of await storedMessages(jsm, names.streams.rollouts)) {
       const msg = { data: m.data, headers: m.header };
       if (m.subject === names.subjects.rolloutsRaw) {
         rawGroups++;

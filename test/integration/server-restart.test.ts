@@ -3,7 +3,7 @@
 // scored twice.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
 import { StateKeys } from "../../streams/subjects.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
@@ -26,11 +26,8 @@ test("the run survives a nats-server restart and finishes without double-countin
     await waitUntil("all 30 steps after the restart", async () => (await run.state.learnerStep().catch(() => 0)) >= 30, 150_000, `${run.dir}/logs`);
     await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus).catch(() => null)) === "done", 30_000, `${run.dir}/logs`);
     const names = run.topology.names;
-    const info = await run.topology.jsm.streams.info(names.streams.rollouts);
     const seen = new Map<string, number>();
-    for (let seq = info.state.first_seq; seq <= info.state.last_seq; seq++) {
-      const m = await run.topology.jsm.streams.getMessage(names.streams.rollouts, { seq }).catch(() => null);
-      if (!m || m.subject !== names.subjects.rolloutsScored) continue;
+    for (const m of await storedMessages(run.topology.jsm, names.streams.rollouts, names.subjects.rolloutsScored)) {
       const id = decodeRolloutBatch(m.data).rows[0]!.taskId;
       seen.set(id, (seen.get(id) ?? 0) + 1);
     }

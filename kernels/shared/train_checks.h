@@ -1,0 +1,91 @@
+// Validation of training inputs (packed batches, loss specs, optimizer configs), shared by both backends
+// so they accept and reject exactly the same calls with the same messages.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "errors.h"
+#include "model_layout.h"
+
+namespace rs_shared {
+
+// Segment starts of a packed row of T tokens: 0 first, strictly increasing, all below T.
+inline int32_t check_segments(const int32_t* seg_starts, int32_t S, int32_t T, rs_error* err) {
+  if (!seg_starts || S < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: need at least one (got %d)", S);
+  if (S > T) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: %d segments for %d tokens", S, T);
+  if (seg_starts[0] != 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: the first must be 0 (got %d)", seg_starts[0]);
+  for (int32_t s = 1; s < S; s++) {
+    if (seg_starts[s] <= seg_starts[s - 1])
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: must be strictly increasing (index %d: %d after %d)", s, seg_starts[s],
+                  seg_starts[s - 1]);
+    if (seg_starts[s] >= T)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "segment starts: index %d = %d is not below the token count %d", s, seg_starts[s], T);
+  }
+  return RS_OK;
+}
+
+// A packed batch for a model of dimensions d: token ids in the vocab, segments no longer than maxPos.
+inline int32_t check_batch(const Dims& d, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
+  if (T < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: need at least one token (got %d)", T);
+  if (!tokens) return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: null tokens");
+  for (int32_t t = 0; t < T; t++)
+    if (tokens[t] < 0 || tokens[t] >= d.V)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: token id %d at index %d is outside the vocab [0, %d)", tokens[t], t, d.V);
+  if (int32_t s = check_segments(seg, S, T, err)) return s;
+  for (int32_t s = 0; s < S; s++) {
+    const int32_t len = (s + 1 < S ? seg[s + 1] : T) - seg[s];
+    if (len > d.maxPos)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "batch: segment %d (start %d) has %d tokens, past maxPositionEmbeddings %d", s, seg[s], len,
+                  d.maxPos);
+  }
+  return RS_OK;
+}
+
+inline int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err) {
+  if (!spec) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: null spec");
+  if (spec->kind < RS_LOSS_RL || spec->kind > RS_LOSS_PPO_CLIP) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: unknown kind %d", spec->kind);
+  if (!(spec->normalizer > 0) || !std::isfinite(spec->normalizer))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: normalizer must be a positive finite number (got %g)", spec->normalizer);
+  if (spec->kind != RS_LOSS_SFT) {
+    if (!(spec->mask_low >= 0) || !(spec->mask_high > spec->mask_low))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: need 0 <= maskLow < maskHigh (got %g, %g)", spec->mask_low, spec->mask_high);
+    if (!(spec->kl_coef >= 0) || !std::isfinite(spec->kl_coef))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: klCoef must be a finite number >= 0 (got %g)", spec->kl_coef);
+  }
+  if (spec->kind == RS_LOSS_PPO_CLIP) {
+    if (!(spec->clip_eps >= 0 && spec->clip_eps < 1))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: ppo_clip eps must be in [0, 1) (got %g)", spec->clip_eps);
+    if (!(spec->clip_eps_high >= 0) || !std::isfinite(spec->clip_eps_high))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: ppo_clip epsHigh must be a finite number >= 0 (got %g)", spec->clip_eps_high);
+  }
+  return RS_OK;
+}
+
+// The per-token inputs of rs_model_train_micro, once the batch and the loss spec passed their checks.
+inline int32_t check_train_micro(const rs_loss_spec* spec, const uint8_t* mask, const float* adv, const float* slp, const rs_loss_stats* stats,
+                                 const int32_t* seg, int32_t S, int32_t T, rs_error* err) {
+  if (!mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null lossMask or stats");
+  const bool policy = spec->kind != RS_LOSS_SFT;
+  if (policy && (!adv || !slp)) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: advantages and samplerLogprobs are required for this loss");
+  for (int32_t s = 0; s < S; s++)
+    if (mask[seg[s]]) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask is set at token %d, a segment start (nothing predicts it)", seg[s]);
+  for (int32_t t = 0; t < T; t++) {
+    if (mask[t] > 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask[%d] = %d; must be 0 or 1", t, mask[t]);
+    if (mask[t] && policy && (!std::isfinite(adv[t]) || !std::isfinite(slp[t])))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "train: advantage or samplerLogprob at token %d is not finite", t);
+  }
+  return RS_OK;
+}
+
+inline int32_t check_optim_config(const rs_optim_config* o, rs_error* err) {
+  if (!(o->lr >= 0) || !std::isfinite(o->lr)) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: lr must be a finite number >= 0 (got %g)", o->lr);
+  if (!(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "step: beta1 and beta2 must be in [0, 1) (got %g, %g)", o->beta1, o->beta2);
+  if (!(o->eps > 0) || !std::isfinite(o->eps)) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: eps must be a positive finite number (got %g)", o->eps);
+  if (!(o->weight_decay >= 0) || !std::isfinite(o->weight_decay))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "step: weightDecay must be a finite number >= 0 (got %g)", o->weight_decay);
+  if (std::isnan(o->max_grad_norm)) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: maxGradNorm is NaN");
+  return RS_OK;
+}
+
+}  // namespace rs_shared
