@@ -9,8 +9,8 @@ import { loadTokenizer } from "../kernels/tokenizer.js";
 import { loadRunConfig } from "../actors/runtime/config.js";
 import { createPolicyModel, createTokenizer } from "../actors/runtime/model-factory.js";
 import { PolicyEngine } from "../actors/runtime/policy-engine.js";
-import { decodeTrainState } from "../actors/learner/train-state.js";
-import { CheckpointDir } from "../actors/checkpoint/disk-store.js";
+import { decodeTrainState } from "../kernels/train-state.js";
+import { CheckpointDir } from "../actors/runtime/checkpoint-dir.js";
 import type { ModelClient } from "../environments/api/index.js";
 
 export async function makeCheckpointClient(path: string, opts: { threads?: number; seed?: number } = {}): Promise<ModelClient> {

@@ -8,8 +8,6 @@ export type { GenerateRequest, GenerateResult, StopReason } from "./generate-req
 export { lossSpecSchema, LOSS_DEFAULTS, toNativeLossSpec } from "./loss-spec.js";
 export type { LossSpec, LossName } from "./loss-spec.js";
 export { kernels } from "./layer-kernels.js";
-export { lrAt, lrScheduleSchema } from "./lr-schedule.js";
-export type { LrSchedule } from "./lr-schedule.js";
 export type { AttentionDims, SgemmArgs, GemmImpl } from "./layer-kernels.js";
 export type { ModelConfig } from "./model-config.js";
 export type { Device, DeviceRequest } from "./native.js";

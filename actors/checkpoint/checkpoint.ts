@@ -13,7 +13,7 @@ import { decodeMsgpack, encodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RestoreReplySchema, RestoreRequestSchema, StateAnnouncementSchema, WeightsAnnouncementSchema } from "../../streams/messages.js";
 import { PoisonMessageError } from "../../streams/dead-letter.js";
 import { StateKeys } from "../../streams/subjects.js";
-import { CheckpointDir } from "./disk-store.js";
+import { CheckpointDir } from "../runtime/checkpoint-dir.js";
 
 @injectable()
 export class CheckpointActor implements Actor {

@@ -21,10 +21,10 @@ import { encodeMsgpack, decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RestoreReplySchema, RestoreRequestSchema, StateAnnouncementSchema, WeightsAnnouncementSchema } from "../../streams/messages.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { StateKeys, stateObjectName } from "../../streams/subjects.js";
-import type { TrainSample } from "./packing.js";
+import type { TrainSample } from "../../kernels/packing.js";
 import { sftBatch } from "./sft-data.js";
-import { decodeTrainState, encodeTrainState, type TrainCounters } from "./train-state.js";
-import { runTrainStep, type LossConfig, type StepReport } from "./train-step.js";
+import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
+import { runTrainStep, type LossConfig, type StepReport } from "../../kernels/train-step.js";
 import { collectBatch } from "./collect.js";
 
 @injectable()

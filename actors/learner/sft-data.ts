@@ -3,7 +3,7 @@
 import type { Tokenizer } from "../../kernels/tokenizer.js";
 import type { LoadedEnvironment } from "../runtime/environments.js";
 import { hash32, pickEnvironment } from "../runtime/environments.js";
-import type { TrainSample } from "./packing.js";
+import type { TrainSample } from "../../kernels/packing.js";
 
 export function sftBatch(envs: LoadedEnvironment[], tokenizer: Tokenizer, seed: number, step: number, batchSize: number): TrainSample[] {
   const capable = envs.filter((e) => typeof e.env.sftTarget === "function");

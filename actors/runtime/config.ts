@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { OptimizerSchema } from "../../kernels/optimizer.js";
 
 const int = () => z.number().int();
 const pos = () => z.number().int().positive();
@@ -34,17 +35,6 @@ export const SamplingConfigSchema = z.object({
   maxTokens: pos().default(16),
 });
 
-export const OptimizerSchema = z.object({
-  lr: z.number().positive().default(1e-3),
-  minLr: z.number().nonnegative().default(0).describe("floor of the cosine schedule"),
-  schedule: z.enum(["constant", "cosine"]).default("constant"),
-  warmupSteps: int().nonnegative().default(0),
-  beta1: z.number().min(0).lt(1).default(0.9),
-  beta2: z.number().min(0).lt(1).default(0.95),
-  eps: z.number().positive().default(1e-8),
-  weightDecay: z.number().nonnegative().default(0.0),
-  maxGradNorm: z.number().positive().default(1.0),
-});
 
 export const LossSchema = z.object({
   name: z.enum(["rl", "ppo_clip"]).default("rl"),
@@ -155,7 +145,7 @@ export const RunConfigSchema = z.object({
 });
 
 export type RunConfig = z.infer<typeof RunConfigSchema>;
-export type OptimizerConfig = z.infer<typeof OptimizerSchema>;
+export type { OptimizerConfig } from "../../kernels/optimizer.js";
 
 export class ConfigError extends Error {
   constructor(readonly source: string, readonly problems: string[]) {
@@ -188,11 +178,3 @@ export function loadRunConfig(path: string): RunConfig {
   return parseRunConfig(raw, path);
 }
 
-/** The learning rate at an optimizer step (0-based) for a schedule. */
-export function learningRate(o: OptimizerConfig, step: number, totalSteps: number): number {
-  if (o.warmupSteps > 0 && step < o.warmupSteps) return (o.lr * (step + 1)) / o.warmupSteps;
-  if (o.schedule === "constant") return o.lr;
-  const span = Math.max(1, totalSteps - o.warmupSteps);
-  const t = Math.min(1, Math.max(0, (step - o.warmupSteps) / span));
-  return o.minLr + 0.5 * (o.lr - o.minLr) * (1 + Math.cos(Math.PI * t));
-}

@@ -2,7 +2,7 @@
 // drain on SIGTERM/SIGINT and meaningful exit codes (0 done, 1 error, 2 bad config, 3 NATS, 130 interrupted).
 import "reflect-metadata";
 import { hostname } from "node:os";
-import { join, resolve } from "node:path";
+import { resolve } from "node:path";
 import { mkdirSync } from "node:fs";
 import { container as rootContainer, type InjectionToken } from "tsyringe";
 import { jetstream } from "@nats-io/jetstream";
@@ -118,8 +118,4 @@ export async function runActorProcess(actor: string, cls: ActorClass, opts: RunA
     await ctx.nc.drain().catch(() => undefined);
   }
   return code;
-}
-
-export function runDirOf(config: RunConfig): string {
-  return resolve(join(config.outDir, config.run));
 }

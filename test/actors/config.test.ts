@@ -3,7 +3,8 @@ import assert from "node:assert/strict";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { ConfigError, learningRate, loadRunConfig, parseRunConfig } from "../../actors/runtime/config.js";
+import { ConfigError, loadRunConfig, parseRunConfig } from "../../actors/runtime/config.js";
+import { learningRate } from "../../kernels/optimizer.js";
 
 test("a minimal config gets every default", () => {
   const c = parseRunConfig({ run: "r", environments: [{ id: "arithmetic" }] });

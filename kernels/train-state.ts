@@ -1,7 +1,7 @@
 // The learner's full training state as one safetensors blob: weights under their HF names, AdamW
 // moments, and the counters that make a restored run continue exactly (step, stream position, ...).
-import { readSafetensors, readSafetensorsMetadata, writeSafetensors } from "../../kernels/safetensors.js";
-import type { PolicyModel } from "../../kernels/index.js";
+import { readSafetensors, readSafetensorsMetadata, writeSafetensors } from "./safetensors.js";
+import type { PolicyModel } from "./index.js";
 
 export interface TrainCounters {
   /** RL optimizer steps done (= current policy version). */

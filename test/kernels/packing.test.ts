@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { packSamples } from "../../actors/learner/packing.js";
+import { packSamples } from "../../kernels/packing.js";
 import { groupAdvantages } from "../../actors/reward/advantages.js";
 
 const sample = (p: number[], c: number[], mask: number[], adv = 0.5) => ({

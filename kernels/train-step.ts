@@ -1,7 +1,7 @@
 // One optimizer step over packed micro-batches: gradients accumulate across micro-batches with the
 // loss normalised by the loss tokens of the whole step, then clip + AdamW.
-import type { LossSpec, PolicyModel } from "../../kernels/index.js";
-import { learningRate, type OptimizerConfig } from "../runtime/config.js";
+import type { LossSpec, PolicyModel } from "./index.js";
+import { learningRate, type OptimizerConfig } from "./optimizer.js";
 import { packSamples, type PackResult, type TrainSample } from "./packing.js";
 
 export type LossConfig =
