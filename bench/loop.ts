@@ -11,7 +11,7 @@ import { train } from "../cli/commands/train.js";
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
 async function secondsPerStep(base: Record<string, unknown>, asyncLevel: number, steps: number, dir: string): Promise<number> {
-  const cfg = structuredClone(base) as Record<string, any>;
+  const cfg = structuredClone(base) as { run?: string; outDir?: string; rl?: Record<string, unknown>; sft?: Record<string, unknown> };
   cfg.run = `loopbench-a${asyncLevel}`;
   cfg.outDir = dir;
   cfg.rl = { ...cfg.rl, steps, maxAsyncLevel: asyncLevel };

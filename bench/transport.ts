@@ -67,21 +67,32 @@ export function syntheticRolloutRows(rows: number, promptTokens: number, complet
       groupId: `task-${seed}-${g}`,
       env: "gsm8k@1",
       exampleId: `gsm8k/${(seed * 1000 + g) % 7473}`,
+      exampleIndex: (seed * 1000 + g) % 7473,
       promptIds,
       completionIds,
       completionMask,
       samplerLogprobs,
+      turnOffsets: Int32Array.of(0),
       policyVersionMin: 7,
       policyVersionMax: 8,
       reward: (next() & 1) === 0 ? 1 : 0,
       advantage: (next() / 4294967296) * 2 - 1,
       rewardComponents: { correct: next() & 1, format: 1 },
+      metrics: { answer_length: next() % 400 },
       isTruncated: (next() & 31) === 0,
       stopReason: (next() & 31) === 0 ? "length" : "stop",
       numTurns: 1,
       generateMs: 1500 + (next() % 1000),
+      envMs: next() % 5,
       scoreMs: 3 + (next() % 20),
       step: 42,
+      // A short single-turn transcript (the codec's cost of text grows with its bytes, not its shape).
+      messages: [
+        { role: "user", content: `Natalia sold clips to ${next() % 100} of her friends in April, and then half as many in May. How many clips did she sell?` },
+        { role: "assistant", content: `She sold ${next() % 100} clips in May, so ${next() % 200} in total. <answer>${next() % 200}</answer>` },
+      ],
+      stateJson: `{"answer":"${next() % 200}"}`,
+      errors: [],
     };
   });
 }
@@ -315,7 +326,7 @@ export async function runTransportBench(opts: TransportBenchOptions = {}): Promi
   const source = batchSource(shape);
   const rowsPerBatch = Array.from({ length: batches }, (_, i) => source(i));
   for (let k = 0; k < 3; k++) encodeRolloutBatch(rowsPerBatch[k % batches]!, meta(k)); // warm the JIT before timing
-  let t = performance.now();
+  const t = performance.now();
   const payloads = rowsPerBatch.map((rows, i) => encodeRolloutBatch(rows, meta(i)));
   const encodeMs = performance.now() - t;
   const totalBytes = payloads.reduce((s, p) => s + p.byteLength, 0);

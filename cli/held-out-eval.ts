@@ -4,15 +4,9 @@ import type { RunConfig } from "../actors/runtime/config.js";
 import { loadRunEnvironments } from "../actors/runtime/environments.js";
 import { createPolicyModel, createTokenizer } from "../actors/runtime/model-factory.js";
 import { PolicyEngine } from "../actors/runtime/policy-engine.js";
+import type { HeldOutResult } from "../streams/index.js";
 
-export interface HeldOutResult {
-  version: number;
-  n: number;
-  passAt1: number;
-  rewardMean: number;
-  byEnv: Record<string, { n: number; passAt1: number }>;
-  seconds: number;
-}
+export type { HeldOutResult };
 
 export async function heldOutEval(config: RunConfig, weights: Uint8Array, version: number, opts: { threads?: number } = {}): Promise<HeldOutResult> {
   const t0 = Date.now();

@@ -3,7 +3,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { errorMessage } from "./api/dataset.js";
 import type { Environment, LoadEnvironment } from "./api/environment.js";
-import { compareVersions, maxSatisfying, parseRange, parseVersion } from "./semver.js";
+import semver from "semver";
 
 /**
  * Finds environment modules by name and semver range and loads them. An environment module is a package
@@ -58,11 +58,7 @@ export function parseEnvSpec(spec: string): { name: string; range: string } {
   const name = at > 0 ? s.slice(0, at) : s;
   const range = at > 0 ? s.slice(at + 1).trim() || "*" : "*";
   if (!/^(@[a-z0-9][\w.-]*\/)?[a-z0-9][\w.-]*$/i.test(name)) throw new Error(`invalid environment spec "${spec}": expected name or name@version-range`);
-  try {
-    parseRange(range);
-  } catch (err) {
-    throw new Error(`invalid environment spec "${spec}": ${errorMessage(err)}`);
-  }
+  if (semver.validRange(range) === null) throw new Error(`invalid environment spec "${spec}": invalid version range "${range}"`);
   return { name, range };
 }
 
@@ -176,9 +172,7 @@ const SOURCE_RANK: Record<EnvironmentSource, number> = { project: 0, path: 1, np
 function sortInfos(list: EnvironmentInfo[]): EnvironmentInfo[] {
   return list.sort((a, b) => {
     if (a.name !== b.name) return a.name < b.name ? -1 : 1;
-    const va = parseVersion(a.version);
-    const vb = parseVersion(b.version);
-    const d = va && vb ? compareVersions(vb, va) : 0;
+    const d = semver.valid(a.version) && semver.valid(b.version) ? semver.rcompare(a.version, b.version) : 0;
     return d !== 0 ? d : SOURCE_RANK[a.source] - SOURCE_RANK[b.source];
   });
 }
@@ -207,7 +201,7 @@ export async function findEnvironment(spec: string, opts: RegistryOptions = {}):
     const where = [join(loc.projectRoot, "environments"), ...loc.searchPaths, ...loc.nodeModules.map((nm) => join(nm, name))];
     throw new Error(`environment "${name}" not found (searched ${where.join(", ")})`);
   }
-  const best = maxSatisfying(candidates.map((c) => c.version), range);
+  const best = semver.maxSatisfying(candidates.map((c) => c.version), range);
   if (best === null) {
     const found = candidates.map((c) => `${c.name}@${c.version} (${c.source}, ${c.packageDir})`).join(", ");
     throw new Error(`environment "${name}": no version matches "${range}"; found ${found}`);

@@ -142,7 +142,9 @@ RS_API int32_t rs_swiglu_bwd(const float* dh, const float* gate, const float* up
 
 /* ------------------------------------------------------------------------------------------- losses */
 
-enum rs_loss_kind { RS_LOSS_RL = 0, RS_LOSS_SFT = 1, RS_LOSS_PPO_CLIP = 2 };
+/* The one C definition of the loss kinds; the per-token math of each is in shared/loss_token.h. Keep
+ * RS_LOSS_KIND_COUNT last: the checks accept kinds in [0, RS_LOSS_KIND_COUNT). */
+enum rs_loss_kind { RS_LOSS_RL = 0, RS_LOSS_SFT = 1, RS_LOSS_PPO_CLIP = 2, RS_LOSS_KIND_COUNT };
 
 /* Every loss sums over rows with mask != 0 and divides by `normalizer`. With d = logp - sampler_logp and
  * ratio = exp(d):
@@ -150,7 +152,8 @@ enum rs_loss_kind { RS_LOSS_RL = 0, RS_LOSS_SFT = 1, RS_LOSS_PPO_CLIP = 2 };
  *             loss = -ratio * A + kl_coef * k3,  k3 = exp(d) - d - 1  (KL(sampler || learner) estimator).
  *   SFT:      loss = -logp (advantages, sampler logprobs and ratio masking unused).
  *   PPO_CLIP: loss = -min(ratio * A, clip(ratio, 1 - clip_eps, 1 + clip_eps_high) * A) + kl_coef * k3,
- *             with the same optional ratio masking (defaults off: mask_low 0, mask_high +inf). */
+ *             with the same optional ratio masking (mask_low 0, mask_high +inf = off; the defaults of every
+ *             loss parameter live in kernels/loss-spec.ts). */
 typedef struct rs_loss_spec {
   int32_t kind;
   float mask_low;

@@ -3,6 +3,7 @@
 // "accumulate" outputs start from zeros here). Shapes are row-major; Linear weights are HF [out, in].
 import { toNativeLossSpec, type LossSpec } from "./loss-spec.js";
 import { resolveBackend, type NativeBackend } from "./native.js";
+import { OptimizerSchema } from "./optimizer.js";
 import type { MicroStats } from "./policy-model.js";
 import { checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
 
@@ -266,7 +267,8 @@ export const kernels = {
   ): void {
     expectArray("adamw: p", p, F);
     for (const [n, a] of [["g", g], ["m", m], ["v", v]] as const) expectArray(`adamw: ${n}`, a, F, p.length);
-    be().adamw(p, g, m, v, o.lr, o.beta1 ?? 0.9, o.beta2 ?? 0.999, o.eps ?? 1e-8, o.weightDecay ?? 0, expectInt("adamw: step", o.step, 1), o.gradScale ?? 1);
+    const d = OptimizerSchema.parse({});  // the one copy of the AdamW defaults
+    be().adamw(p, g, m, v, o.lr, o.beta1 ?? d.beta1, o.beta2 ?? d.beta2, o.eps ?? d.eps, o.weightDecay ?? d.weightDecay, expectInt("adamw: step", o.step, 1), o.gradScale ?? 1);
   },
 };
 

@@ -1,89 +1,110 @@
-// The named losses the learner can train with, their parameters and defaults (DESIGN.md section 4), and
-// the flat form the native kernels take. Every loss sums over the kept loss tokens and divides by the
-// caller's normalizer (the number of loss tokens in the whole optimizer batch), so micro-batches add up.
+// THE loss schema: the named losses the learner can train with, one name and one default per parameter
+// (DESIGN.md section 4). The run config embeds it as rl.loss; the kernels take its parsed form flattened by
+// toNativeLossSpec. The per-token math of each loss is kernels/shared/loss_token.h. Every loss sums over
+// the kept loss tokens and divides by the caller's normalizer (the loss tokens of the whole optimizer
+// batch), so micro-batches add up.
 //
 // With d = logp - samplerLogp and ratio = exp(d):
 //   rl        loss = -ratio * A (+ klCoef * k3); tokens whose ratio is outside [maskLow, maskHigh]
 //             (default [0.125, 8]) are masked: no gradient, counted in maskedTokens.
 //   sft       loss = -logp (cross-entropy on the mask tokens; advantages and sampler logprobs unused).
-//   ppo_clip  loss = -min(ratio * A, clip(ratio, 1 - eps, 1 + epsHigh) * A) (+ klCoef * k3); eps 0.2,
-//             epsHigh = eps; optional ratio masking (off by default).
+//   ppo_clip  loss = -min(ratio * A, clip(ratio, 1 - clipEps, 1 + clipEpsHigh) * A) (+ klCoef * k3);
+//             clipEps 0.2, clipEpsHigh = clipEps; ratio masking is off by default ([0, Infinity]).
 //   k3 = exp(d) - d - 1 >= 0 estimates KL(sampler || learner) from the sampled tokens; its gradient is
 //   klCoef * (ratio - 1). It is also reported (summed over all loss tokens) as mismatchKlSum.
+//
+// Adding a loss: a kind in kernels.h and its case in shared/loss_token.h, an entry in LOSS_KIND and a
+// schema in the union below (parameters from NativeParams only), and a test.
 import { z } from "zod";
 import type { NativeLossSpec } from "./native.js";
 
-const nonNeg = z.number().finite().nonnegative();
-// Infinity is allowed (and means "no upper mask").
-const maskHighSchema = z.number().positive().or(z.literal(Infinity));
+/** The kind integers of kernels.h `rs_loss_kind` (the one TypeScript copy). */
+export const LOSS_KIND = { rl: 0, sft: 1, ppo_clip: 2 } as const;
 
-const rlSchema = z.strictObject({
-  name: z.literal("rl"),
-  maskLow: nonNeg.optional(),
-  maskHigh: maskHighSchema.optional(),
-  klCoef: nonNeg.optional(),
+const maskLow = (d: number) => z.number().finite().nonnegative().default(d).describe("tokens whose importance ratio is below this are masked");
+// YAML has no Infinity literal but `.inf` (the yaml package reads it as Infinity); a large number works too.
+// (zod's z.number() alone rejects Infinity.)
+const maskHigh = (d: number) =>
+  z.number().positive().or(z.literal(Infinity)).default(d).describe("tokens whose importance ratio is above this are masked; .inf in YAML = no upper mask");
+const klCoef = () => z.number().finite().nonnegative().default(0).describe("weight of the k3 KL penalty against the sampler");
+
+// maskLow < maskHigh, reported on maskLow (the config shows it as rl.loss.maskLow).
+function masksOrdered(s: { maskLow: number; maskHigh: number }, ctx: z.RefinementCtx): void {
+  if (!(s.maskLow < s.maskHigh)) ctx.addIssue({ code: "custom", path: ["maskLow"], message: `must be below maskHigh (${s.maskHigh})` });
+}
+
+const rlSchema = z
+  .strictObject({
+    name: z.literal("rl").describe("ratio-masked policy gradient (DESIGN.md section 4)"),
+    maskLow: maskLow(0.125),
+    maskHigh: maskHigh(8),
+    klCoef: klCoef(),
+  })
+  .superRefine(masksOrdered);
+
+const sftSchema = z.strictObject({
+  name: z.literal("sft").describe("cross-entropy on the loss tokens"),
 });
-const sftSchema = z.strictObject({ name: z.literal("sft") });
-const ppoSchema = z.strictObject({
-  name: z.literal("ppo_clip"),
-  eps: z.number().min(0).lt(1).optional(),
-  epsHigh: nonNeg.optional(),
-  maskLow: nonNeg.optional(),
-  maskHigh: maskHighSchema.optional(),
-  klCoef: nonNeg.optional(),
-});
 
-export const lossSpecSchema = z.discriminatedUnion("name", [rlSchema, sftSchema, ppoSchema]);
-export type LossSpec = z.infer<typeof lossSpecSchema>;
-export type LossName = LossSpec["name"];
+const ppoClipSchema = z
+  .strictObject({
+    name: z.literal("ppo_clip").describe("PPO clipped surrogate"),
+    clipEps: z.number().min(0).lt(1).default(0.2).describe("ratio clipped below at 1 - clipEps"),
+    clipEpsHigh: z.number().finite().nonnegative().optional().describe("ratio clipped above at 1 + clipEpsHigh; default clipEps"),
+    maskLow: maskLow(0),
+    maskHigh: maskHigh(Infinity),
+    klCoef: klCoef(),
+  })
+  .superRefine(masksOrdered)
+  .transform((s) => ({ ...s, clipEpsHigh: s.clipEpsHigh ?? s.clipEps }));
 
+const lossUnion = z.discriminatedUnion("name", [rlSchema, sftSchema, ppoClipSchema]);
+
+/** A loss spec: `name` (default "rl") plus that loss's parameters; unknown keys are rejected. */
+export const lossSpecSchema = z
+  .preprocess((v) => (typeof v === "object" && v !== null && !Array.isArray(v) && !("name" in v) ? { name: "rl", ...v } : v), lossUnion)
+  .describe("loss: rl (default), ppo_clip or sft, with that loss's parameters");
+
+/** What a caller may write: parameters left out take the schema's defaults. */
+export type LossSpec = z.input<typeof lossUnion>;
+/** After parsing: every parameter of the named loss present. */
+export type ParsedLossSpec = z.output<typeof lossUnion>;
+export type LossName = ParsedLossSpec["name"];
+
+/** Each loss's defaults, read from the schema (for display; the schema applies them itself). */
 export const LOSS_DEFAULTS = {
-  rl: { maskLow: 0.125, maskHigh: 8, klCoef: 0 },
-  ppo_clip: { eps: 0.2, maskLow: 0, maskHigh: Infinity, klCoef: 0 },
+  rl: lossUnion.parse({ name: "rl" }),
+  sft: lossUnion.parse({ name: "sft" }),
+  ppo_clip: lossUnion.parse({ name: "ppo_clip" }),
 } as const;
 
-/** True when the loss reads advantages and sampler logprobs. */
-export function isPolicyLoss(spec: LossSpec): boolean {
+/** True when the loss reads advantages and sampler logprobs (mirrors loss_uses_policy in loss_token.h). */
+export function isPolicyLoss(spec: { name: LossName }): boolean {
   return spec.name !== "sft";
 }
 
-/** Validates a LossSpec and the normalizer; returns the flat native form. Throws naming the bad field. */
-export function toNativeLossSpec(spec: unknown, normalizer: number): NativeLossSpec {
+/** Parses a loss spec (filling defaults); throws naming the bad field. */
+export function parseLossSpec(spec: unknown): ParsedLossSpec {
   const r = lossSpecSchema.safeParse(spec);
   if (!r.success) {
-    const issues = r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`).join("; ");
+    const issues = r.error.issues
+      .map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`)
+      .join("; ");
     throw new Error(`invalid loss spec ${JSON.stringify(spec)}: ${issues}`);
   }
+  return r.data;
+}
+
+type NativeParams = Omit<NativeLossSpec, "kind" | "normalizer">;
+// A loss leaves out the parameters it does not read; they go to the kernels as these (never read there).
+const UNUSED: NativeParams = { maskLow: 0, maskHigh: Infinity, clipEps: 0, clipEpsHigh: 0, klCoef: 0 };
+
+/** Validates a loss spec and the normalizer; returns the flat native form. Throws naming the bad field. */
+export function toNativeLossSpec(spec: unknown, normalizer: number): NativeLossSpec {
+  const s = parseLossSpec(spec);
   if (typeof normalizer !== "number" || !(normalizer > 0) || !Number.isFinite(normalizer)) {
     throw new Error(`loss normalizer must be a positive finite number (got ${normalizer})`);
   }
-  const s = r.data;
-  const base = { kind: 0, maskLow: 0, maskHigh: Infinity, clipEps: 0, clipEpsHigh: 0, klCoef: 0, normalizer };
-  let out: NativeLossSpec;
-  switch (s.name) {
-    case "sft":
-      out = { ...base, kind: 1 };
-      break;
-    case "rl": {
-      const d = LOSS_DEFAULTS.rl;
-      out = { ...base, kind: 0, maskLow: s.maskLow ?? d.maskLow, maskHigh: s.maskHigh ?? d.maskHigh, klCoef: s.klCoef ?? d.klCoef };
-      break;
-    }
-    case "ppo_clip": {
-      const d = LOSS_DEFAULTS.ppo_clip;
-      const eps = s.eps ?? d.eps;
-      out = {
-        ...base,
-        kind: 2,
-        clipEps: eps,
-        clipEpsHigh: s.epsHigh ?? eps,
-        maskLow: s.maskLow ?? d.maskLow,
-        maskHigh: s.maskHigh ?? d.maskHigh,
-        klCoef: s.klCoef ?? d.klCoef,
-      };
-      break;
-    }
-  }
-  if (!(out.maskHigh > out.maskLow)) throw new Error(`invalid loss spec: maskHigh ${out.maskHigh} must exceed maskLow ${out.maskLow}`);
-  return out;
+  const { name, ...params } = s;
+  return { ...UNUSED, ...(params as Partial<NativeParams>), kind: LOSS_KIND[name], normalizer };
 }

@@ -4,6 +4,7 @@
 import { validateModelConfig } from "./hf-config.js";
 import type { ModelConfig } from "./model-config.js";
 import { isPolicyLoss, toNativeLossSpec, type LossSpec } from "./loss-spec.js";
+import { OptimizerSchema } from "./optimizer.js";
 import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeLossStats, type NativeModel } from "./native.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { fromNativeGenerate, toNativeGenerate, type GenerateRequest, type GenerateResult } from "./generate-request.js";
@@ -27,16 +28,20 @@ export interface PackedMicroBatch {
 /** What one micro-batch reports (see NativeLossStats). */
 export type MicroStats = NativeLossStats;
 
+/** AdamW settings; those left out take OptimizerSchema's defaults (kernels/optimizer.ts, the only copy). */
 export interface StepOptions {
   lr: number;
   beta1?: number;
   beta2?: number;
   eps?: number;
-  /** Decoupled weight decay on matrices (embeddings and projections), never on norms or biases. Default 0. */
+  /** Decoupled weight decay on matrices (embeddings and projections), never on norms or biases. */
   weightDecay?: number;
-  /** Global-norm clip; default 1. <= 0 or Infinity: no clipping. */
+  /** Global-norm clip. <= 0 or Infinity: no clipping. */
   maxGradNorm?: number;
 }
+
+// Read once from the schema (lr is always the caller's).
+const STEP_DEFAULTS = OptimizerSchema.parse({});
 
 export interface StepResult {
   /** Global gradient norm before clipping. */
@@ -210,11 +215,11 @@ export class PolicyModel {
     return this.run("step", () => {
       if (typeof opt !== "object" || opt === null) throw new TypeError("step: options must be an object with at least lr");
       const lr = expectFinite("step: lr", opt.lr);
-      const beta1 = expectFinite("step: beta1", opt.beta1 ?? 0.9);
-      const beta2 = expectFinite("step: beta2", opt.beta2 ?? 0.999);
-      const eps = expectFinite("step: eps", opt.eps ?? 1e-8);
-      const weightDecay = expectFinite("step: weightDecay", opt.weightDecay ?? 0);
-      const maxGradNorm = opt.maxGradNorm ?? 1;
+      const beta1 = expectFinite("step: beta1", opt.beta1 ?? STEP_DEFAULTS.beta1);
+      const beta2 = expectFinite("step: beta2", opt.beta2 ?? STEP_DEFAULTS.beta2);
+      const eps = expectFinite("step: eps", opt.eps ?? STEP_DEFAULTS.eps);
+      const weightDecay = expectFinite("step: weightDecay", opt.weightDecay ?? STEP_DEFAULTS.weightDecay);
+      const maxGradNorm = opt.maxGradNorm ?? STEP_DEFAULTS.maxGradNorm;
       if (typeof maxGradNorm !== "number" || Number.isNaN(maxGradNorm)) throw new TypeError(`step: maxGradNorm must be a number (got ${maxGradNorm})`);
       if (lr < 0) throw new RangeError(`step: lr must be >= 0 (got ${lr})`);
       if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) throw new RangeError(`step: beta1 and beta2 must be in [0, 1) (got ${beta1}, ${beta2})`);

@@ -1,12 +1,9 @@
 // One optimizer step over packed micro-batches: gradients accumulate across micro-batches with the
 // loss normalised by the loss tokens of the whole step, then clip + AdamW.
-import type { LossSpec, PolicyModel } from "./index.js";
+import type { ParsedLossSpec } from "./loss-spec.js";
+import type { PolicyModel } from "./policy-model.js";
 import { learningRate, type OptimizerConfig } from "./optimizer.js";
 import { packSamples, type PackResult, type TrainSample } from "./packing.js";
-
-export type LossConfig =
-  | { name: "sft" }
-  | { name: "rl" | "ppo_clip"; maskLow: number; maskHigh: number; clipEps: number; klCoef: number };
 
 export interface StepReport {
   loss: number;
@@ -22,18 +19,13 @@ export interface StepReport {
   optimizerStep: number;
 }
 
-export async function trainOnSamples(model: PolicyModel, packed: PackResult, loss: LossConfig, opt: OptimizerConfig): Promise<StepReport> {
+export async function trainOnSamples(model: PolicyModel, packed: PackResult, loss: ParsedLossSpec, opt: OptimizerConfig): Promise<StepReport> {
   const t0 = performance.now();
   model.zeroGrad();
   const normalizer = Math.max(1, packed.lossTokens);
   let lossSum = 0, entropy = 0, kl = 0, masked = 0, lossTokens = 0;
-  const spec: LossSpec = loss.name === "sft"
-    ? { name: "sft" }
-    : loss.name === "rl"
-      ? { name: "rl", maskLow: loss.maskLow, maskHigh: loss.maskHigh, klCoef: loss.klCoef }
-      : { name: "ppo_clip", eps: loss.clipEps, maskLow: loss.maskLow, maskHigh: loss.maskHigh, klCoef: loss.klCoef };
   for (const mb of packed.microBatches) {
-    const s = await model.accumulate(mb, spec, normalizer);
+    const s = await model.accumulate(mb, loss, normalizer);
     lossSum += s.loss;
     entropy += s.entropySum;
     kl += s.mismatchKlSum;
@@ -58,7 +50,7 @@ export async function trainOnSamples(model: PolicyModel, packed: PackResult, los
 }
 
 /** Packs, schedules the learning rate for `step` of `totalSteps`, and trains one optimizer step. */
-export async function runTrainStep(model: PolicyModel, samples: TrainSample[], loss: LossConfig, opt: OptimizerConfig, step: number, totalSteps: number, microBatchTokens: number): Promise<StepReport> {
+export async function runTrainStep(model: PolicyModel, samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number, microBatchTokens: number): Promise<StepReport> {
   const packed = packSamples(samples, microBatchTokens, model.config.maxPositionEmbeddings);
   return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) });
 }

@@ -15,6 +15,7 @@ import {
   tableToIPC,
   type Data,
   type Dictionary,
+  type Field,
   type Float,
   type Int,
 } from "apache-arrow";
@@ -23,12 +24,16 @@ import {
   META_NUMERIC_KEYS_KEY,
   META_ROWS_KEY,
   RESERVED_META_PREFIX,
-  ROLLOUT_FIELDS,
+  ROLLOUT_MESSAGE_ROLES,
   ROLLOUT_SCHEMA_VERSION,
+  ROLLOUT_SCHEMA_VERSIONS_READ,
+  rolloutFieldsOf,
   rolloutSchema,
   rolloutTypes,
   type RolloutBatchMeta,
   type RolloutBatchMetaInput,
+  type RolloutMessage,
+  type RolloutMessageRole,
   type RolloutRow,
 } from "./rollout-schema.js";
 
@@ -64,7 +69,7 @@ function checkNonEmptyString(row: RolloutRow, i: number, field: "taskId" | "grou
   if (v.length === 0) rowError(i, field, "must not be empty");
 }
 
-function checkInt(row: RolloutRow, i: number, field: "policyVersionMin" | "policyVersionMax" | "numTurns" | "step"): void {
+function checkInt(row: RolloutRow, i: number, field: "exampleIndex" | "policyVersionMin" | "policyVersionMax" | "numTurns" | "step"): void {
   const v = row[field];
   if (typeof v !== "number" || !Number.isInteger(v) || v < 0 || v > INT32_MAX) {
     rowError(i, field, `expected an integer in [0, ${INT32_MAX}], got ${String(v)}`);
@@ -79,7 +84,7 @@ function checkFloat32(row: RolloutRow, i: number, field: "reward" | "advantage")
   if (!Number.isFinite(Math.fround(v))) rowError(i, field, `${v} is not a finite Float32`);
 }
 
-function checkDuration(row: RolloutRow, i: number, field: "generateMs" | "scoreMs"): void {
+function checkDuration(row: RolloutRow, i: number, field: "generateMs" | "envMs" | "scoreMs"): void {
   const v = row[field];
   if (typeof v !== "number" || !Number.isFinite(v) || v < 0) rowError(i, field, `expected a finite number >= 0, got ${String(v)}`);
 }
@@ -145,6 +150,78 @@ function describe(v: unknown): string {
   return typeof v;
 }
 
+/** name -> number maps (reward_components: Float32 on the wire; metrics: Float64). */
+function checkNumberMap(row: RolloutRow, i: number, field: "rewardComponents" | "metrics", float32: boolean): void {
+  const m = row[field];
+  const what = field === "metrics" ? "metric" : "component";
+  if (m === null || typeof m !== "object" || Array.isArray(m)) rowError(i, field, `expected an object of name -> number, got ${describe(m)}`);
+  for (const k of Object.keys(m)) {
+    if (k.length === 0) rowError(i, field, `empty ${what} name`);
+    const v = m[k];
+    if (typeof v !== "number" || !Number.isFinite(float32 ? Math.fround(v) : v)) {
+      rowError(i, field, `${what} ${JSON.stringify(k)} = ${String(v)} is not a finite ${float32 ? "Float32" : "number"}`);
+    }
+  }
+}
+
+/** Offsets where the model turns start: non-decreasing, within [0, completion length]. */
+function checkTurnOffsets(row: RolloutRow, i: number, completionLength: number): void {
+  const t = row.turnOffsets;
+  if (!(t instanceof Int32Array)) rowError(i, "turnOffsets", `expected an Int32Array, got ${describe(t)}`);
+  let prev = 0;
+  for (let j = 0; j < t.length; j++) {
+    const v = t[j]!;
+    if (v < prev) {
+      rowError(i, "turnOffsets", v < 0 ? `offset ${v} at position ${j} is negative` : `offset ${v} at position ${j} is less than the one before it (${prev})`);
+    }
+    if (v > completionLength) rowError(i, "turnOffsets", `offset ${v} at position ${j} is past the completion (length ${completionLength})`);
+    prev = v;
+  }
+}
+
+const MESSAGE_ROLES: ReadonlySet<unknown> = new Set<RolloutMessageRole>(ROLLOUT_MESSAGE_ROLES);
+
+function checkMessages(row: RolloutRow, i: number): void {
+  const msgs = row.messages;
+  if (!Array.isArray(msgs)) rowError(i, "messages", `expected an array of messages, got ${describe(msgs)}`);
+  for (let j = 0; j < msgs.length; j++) {
+    const m = msgs[j] as RolloutMessage | undefined;
+    if (m === null || typeof m !== "object") rowError(i, "messages", `message ${j}: expected an object, got ${describe(m)}`);
+    if (!MESSAGE_ROLES.has(m.role)) rowError(i, "messages", `message ${j}: role ${String(JSON.stringify(m.role))} is not one of ${ROLLOUT_MESSAGE_ROLES.join(", ")}`);
+    if (typeof m.content !== "string") rowError(i, "messages", `message ${j}: content: expected a string, got ${describe(m.content)}`);
+    for (const k of ["name", "toolCallId"] as const) {
+      const v = m[k];
+      if (v === undefined) continue;
+      // "" is allowed and means absent (the wire spells absent as ""): a tool call the model wrote with
+      // an empty name must not sink the whole batch. It decodes as absent.
+      if (typeof v !== "string") rowError(i, "messages", `message ${j}: ${k}: expected a string or absent, got ${describe(v)}`);
+    }
+  }
+}
+
+function checkErrors(row: RolloutRow, i: number): void {
+  const errs = row.errors;
+  if (!Array.isArray(errs)) rowError(i, "errors", `expected an array of strings, got ${describe(errs)}`);
+  for (let j = 0; j < errs.length; j++) {
+    if (typeof errs[j] !== "string") rowError(i, "errors", `error ${j}: expected a string, got ${describe(errs[j])}`);
+  }
+}
+
+function checkStateJson(row: RolloutRow, i: number): void {
+  const s = row.stateJson;
+  if (typeof s !== "string") rowError(i, "stateJson", `expected a JSON string, got ${describe(s)}`);
+  if (s === "{}") return; // the common empty state (and every version-1 row): nothing to parse
+  let v: unknown;
+  try {
+    v = JSON.parse(s);
+  } catch (e) {
+    rowError(i, "stateJson", `not valid JSON: ${(e as Error).message}`);
+  }
+  if (v === null || typeof v !== "object" || Array.isArray(v)) {
+    rowError(i, "stateJson", `must be a JSON object, got ${v === null ? "null" : Array.isArray(v) ? "an array" : typeof v}`);
+  }
+}
+
 /** Throws RolloutBatchError naming the column and row of the first rule `row` breaks. */
 export function validateRolloutRow(row: RolloutRow, i: number): void {
   if (row === null || typeof row !== "object") {
@@ -156,6 +233,7 @@ export function validateRolloutRow(row: RolloutRow, i: number): void {
     rowError(i, "env", `expected "name@version", got ${JSON.stringify(row.env)}`);
   }
   if (typeof row.exampleId !== "string") rowError(i, "exampleId", `expected a string, got ${typeof row.exampleId}`);
+  checkInt(row, i, "exampleIndex");
   checkTokenIds(row, i, "promptIds");
   checkTokenIds(row, i, "completionIds");
   const n = row.completionIds.length;
@@ -174,6 +252,7 @@ export function validateRolloutRow(row: RolloutRow, i: number): void {
     const j = lp.findIndex((v) => !Number.isFinite(v));
     rowError(i, "samplerLogprobs", `value ${lp[j]} at position ${j} is not finite`);
   }
+  checkTurnOffsets(row, i, n);
   checkInt(row, i, "policyVersionMin");
   checkInt(row, i, "policyVersionMax");
   if (row.policyVersionMin > row.policyVersionMax) {
@@ -181,23 +260,18 @@ export function validateRolloutRow(row: RolloutRow, i: number): void {
   }
   checkFloat32(row, i, "reward");
   checkFloat32(row, i, "advantage");
-  const rc = row.rewardComponents;
-  if (rc === null || typeof rc !== "object" || Array.isArray(rc)) {
-    rowError(i, "rewardComponents", `expected an object of name -> number, got ${describe(rc)}`);
-  }
-  for (const k of Object.keys(rc)) {
-    if (k.length === 0) rowError(i, "rewardComponents", "empty component name");
-    const v = rc[k];
-    if (typeof v !== "number" || !Number.isFinite(Math.fround(v))) {
-      rowError(i, "rewardComponents", `component ${JSON.stringify(k)} = ${String(v)} is not a finite Float32`);
-    }
-  }
+  checkNumberMap(row, i, "rewardComponents", true);
+  checkNumberMap(row, i, "metrics", false);
   if (typeof row.isTruncated !== "boolean") rowError(i, "isTruncated", `expected a boolean, got ${typeof row.isTruncated}`);
   checkNonEmptyString(row, i, "stopReason");
   checkInt(row, i, "numTurns");
   checkDuration(row, i, "generateMs");
+  checkDuration(row, i, "envMs");
   checkDuration(row, i, "scoreMs");
   checkInt(row, i, "step");
+  checkMessages(row, i);
+  checkStateJson(row, i);
+  checkErrors(row, i);
 }
 
 export function validateRolloutRows(rows: readonly RolloutRow[]): void {
@@ -208,17 +282,38 @@ export function validateRolloutRows(rows: readonly RolloutRow[]): void {
 // ---------------------------------------------------------------------------------------------------
 // Encode
 
-function utf8Data(strings: readonly string[]): Data {
+// Joined text up to this many UTF-16 units is encoded in one call (far below V8's string length limit).
+const JOIN_LIMIT = 1 << 26;
+
+function utf8Data(strings: readonly string[], column = "(strings)"): Data {
   const n = strings.length;
   const offsets = new Int32Array(n + 1);
+  // Fast path: offsets from the UTF-16 lengths, the bytes from ONE encode of the joined text. Right iff
+  // every string is ASCII, which is exactly when the byte count equals the unit count (any other unit,
+  // a lone surrogate included, takes 2+ bytes). Most columns (ids, roles, English text) take it.
+  let units = 0;
+  for (let i = 0; i < n; i++) {
+    units += strings[i]!.length;
+    offsets[i + 1] = units;
+  }
+  if (units <= JOIN_LIMIT) {
+    const joined = n === 1 ? strings[0]! : strings.join("");
+    if (Buffer.byteLength(joined, "utf8") === units) {
+      const bytes = new Uint8Array(units);
+      Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).write(joined, 0, "latin1");
+      return makeData({ type: rolloutTypes.utf8, length: n, nullCount: 0, valueOffsets: offsets, data: bytes });
+    }
+  }
+  // General path, string by string (so a surrogate pair split across two strings is not glued back together).
   let total = 0;
   for (let i = 0; i < n; i++) {
     total += Buffer.byteLength(strings[i]!, "utf8");
+    if (total > INT32_MAX) throw new RolloutBatchError(`column "${column}": more than ${INT32_MAX} bytes of text in one batch; split it`, { column });
     offsets[i + 1] = total;
   }
   const bytes = new Uint8Array(total);
   const view = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  for (let i = 0; i < n; i++) view.write(strings[i]!, offsets[i]!, "utf8");
+  for (let i = 0; i < n; i++) if (offsets[i + 1]! > offsets[i]!) view.write(strings[i]!, offsets[i]!, "utf8");
   return makeData({ type: rolloutTypes.utf8, length: n, nullCount: 0, valueOffsets: offsets, data: bytes });
 }
 
@@ -290,24 +385,67 @@ function stopReasonColumn(rows: readonly RolloutRow[]): Data {
   return makeData({ type: rolloutTypes.stopReason, length: rows.length, nullCount: 0, data: indices, dictionary } as never) as Data;
 }
 
-function rewardComponentsColumn(rows: readonly RolloutRow[]): Data {
+/** Map<Utf8, Float32|Float64> from per-row objects, key order kept. */
+function numberMapColumn(rows: readonly RolloutRow[], field: "rewardComponents" | "metrics"): Data {
   const n = rows.length;
   const offsets = new Int32Array(n + 1);
   const names: string[] = [];
   const values: number[] = [];
   for (let i = 0; i < n; i++) {
-    const rc = rows[i]!.rewardComponents;
-    for (const k of Object.keys(rc)) {
+    const m = rows[i]![field];
+    for (const k of Object.keys(m)) {
       names.push(k);
-      values.push(rc[k]!);
+      values.push(m[k]!);
     }
     offsets[i + 1] = names.length;
   }
-  const entriesType = rolloutTypes.rewardComponents.childType;
-  const keys = utf8Data(names);
-  const vals = makeData({ type: rolloutTypes.float32, length: values.length, nullCount: 0, data: Float32Array.from(values) });
-  const entries = makeData({ type: entriesType, length: names.length, nullCount: 0, children: [keys, vals] });
-  return makeData({ type: rolloutTypes.rewardComponents, length: n, nullCount: 0, valueOffsets: offsets, child: entries });
+  const type = field === "metrics" ? rolloutTypes.metrics : rolloutTypes.rewardComponents;
+  const valueType = field === "metrics" ? rolloutTypes.float64 : rolloutTypes.float32;
+  const data = field === "metrics" ? Float64Array.from(values) : Float32Array.from(values);
+  const keys = utf8Data(names, Col[field]);
+  const vals = makeData({ type: valueType, length: values.length, nullCount: 0, data } as never) as Data;
+  const entries = makeData({ type: type.childType, length: names.length, nullCount: 0, children: [keys, vals] } as never) as Data;
+  return makeData({ type, length: n, nullCount: 0, valueOffsets: offsets, child: entries } as never) as Data;
+}
+
+/** List<Struct<role, content, name, tool_call_id>>: four flat string columns under one list offset. */
+function messagesColumn(rows: readonly RolloutRow[]): Data {
+  const n = rows.length;
+  const offsets = new Int32Array(n + 1);
+  let total = 0;
+  for (let i = 0; i < n; i++) {
+    total += rows[i]!.messages.length;
+    offsets[i + 1] = total;
+  }
+  const roles = new Array<string>(total);
+  const contents = new Array<string>(total);
+  const names = new Array<string>(total);
+  const callIds = new Array<string>(total);
+  let k = 0;
+  for (let i = 0; i < n; i++) {
+    for (const m of rows[i]!.messages) {
+      roles[k] = m.role;
+      contents[k] = m.content;
+      names[k] = m.name ?? "";
+      callIds[k] = m.toolCallId ?? "";
+      k++;
+    }
+  }
+  const children = [roles, contents, names, callIds].map((v) => utf8Data(v, Col.messages));
+  const struct = makeData({ type: rolloutTypes.messageStruct, length: total, nullCount: 0, children } as never) as Data;
+  return makeData({ type: rolloutTypes.messages, length: n, nullCount: 0, valueOffsets: offsets, child: struct } as never) as Data;
+}
+
+/** List<Utf8> from per-row string arrays. */
+function stringListColumn(rows: readonly RolloutRow[], get: (r: RolloutRow) => readonly string[], column: string): Data {
+  const n = rows.length;
+  const offsets = new Int32Array(n + 1);
+  const all: string[] = [];
+  for (let i = 0; i < n; i++) {
+    for (const s of get(rows[i]!)) all.push(s);
+    offsets[i + 1] = all.length;
+  }
+  return makeData({ type: rolloutTypes.listUtf8, length: n, nullCount: 0, valueOffsets: offsets, child: utf8Data(all, column) } as never) as Data;
 }
 
 function encodeMeta(meta: RolloutBatchMetaInput, rowCount: number): Map<string, string> {
@@ -358,27 +496,36 @@ export function encodeRolloutBatch(rows: readonly RolloutRow[], meta: RolloutBat
 export function encodeRolloutBatchUnchecked(rows: readonly RolloutRow[], meta: RolloutBatchMetaInput): Uint8Array {
   if (!Array.isArray(rows)) throw new RolloutBatchError(`expected an array of rows, got ${describe(rows)}`);
   const schema = rolloutSchema(encodeMeta(meta, rows.length));
-  const children: Data[] = [
-    utf8Data(rows.map((r) => r.taskId)),
-    utf8Data(rows.map((r) => r.groupId)),
-    utf8Data(rows.map((r) => r.env)),
-    utf8Data(rows.map((r) => r.exampleId)),
-    listColumn(rows, (r) => r.promptIds, Int32Array, rolloutTypes.listInt32, Col.promptIds),
-    listColumn(rows, (r) => r.completionIds, Int32Array, rolloutTypes.listInt32, Col.completionIds),
-    listColumn(rows, (r) => r.completionMask, Uint8Array, rolloutTypes.listUint8, Col.completionMask),
-    listColumn(rows, (r) => r.samplerLogprobs, Float32Array, rolloutTypes.listFloat32, Col.samplerLogprobs),
-    int32Column(rows, (r) => r.policyVersionMin),
-    int32Column(rows, (r) => r.policyVersionMax),
-    float32Column(rows, (r) => r.reward),
-    float32Column(rows, (r) => r.advantage),
-    rewardComponentsColumn(rows),
-    boolColumn(rows, (r) => r.isTruncated),
-    stopReasonColumn(rows),
-    int32Column(rows, (r) => r.numTurns),
-    float64Column(rows, (r) => r.generateMs),
-    float64Column(rows, (r) => r.scoreMs),
-    int32Column(rows, (r) => r.step),
-  ];
+  const columns: Record<string, Data> = {
+    [Col.taskId]: utf8Data(rows.map((r) => r.taskId), Col.taskId),
+    [Col.groupId]: utf8Data(rows.map((r) => r.groupId), Col.groupId),
+    [Col.env]: utf8Data(rows.map((r) => r.env), Col.env),
+    [Col.exampleId]: utf8Data(rows.map((r) => r.exampleId), Col.exampleId),
+    [Col.exampleIndex]: int32Column(rows, (r) => r.exampleIndex),
+    [Col.promptIds]: listColumn(rows, (r) => r.promptIds, Int32Array, rolloutTypes.listInt32, Col.promptIds),
+    [Col.completionIds]: listColumn(rows, (r) => r.completionIds, Int32Array, rolloutTypes.listInt32, Col.completionIds),
+    [Col.completionMask]: listColumn(rows, (r) => r.completionMask, Uint8Array, rolloutTypes.listUint8, Col.completionMask),
+    [Col.samplerLogprobs]: listColumn(rows, (r) => r.samplerLogprobs, Float32Array, rolloutTypes.listFloat32, Col.samplerLogprobs),
+    [Col.turnOffsets]: listColumn(rows, (r) => r.turnOffsets, Int32Array, rolloutTypes.listInt32, Col.turnOffsets),
+    [Col.policyVersionMin]: int32Column(rows, (r) => r.policyVersionMin),
+    [Col.policyVersionMax]: int32Column(rows, (r) => r.policyVersionMax),
+    [Col.reward]: float32Column(rows, (r) => r.reward),
+    [Col.advantage]: float32Column(rows, (r) => r.advantage),
+    [Col.rewardComponents]: numberMapColumn(rows, "rewardComponents"),
+    [Col.metrics]: numberMapColumn(rows, "metrics"),
+    [Col.isTruncated]: boolColumn(rows, (r) => r.isTruncated),
+    [Col.stopReason]: stopReasonColumn(rows),
+    [Col.numTurns]: int32Column(rows, (r) => r.numTurns),
+    [Col.generateMs]: float64Column(rows, (r) => r.generateMs),
+    [Col.envMs]: float64Column(rows, (r) => r.envMs),
+    [Col.scoreMs]: float64Column(rows, (r) => r.scoreMs),
+    [Col.step]: int32Column(rows, (r) => r.step),
+    [Col.messages]: messagesColumn(rows),
+    [Col.stateJson]: utf8Data(rows.map((r) => r.stateJson), Col.stateJson),
+    [Col.errors]: stringListColumn(rows, (r) => r.errors, Col.errors),
+  };
+  // Wire order is the schema's; a column missing here is a bug in this file, caught by every test.
+  const children = schema.fields.map((f) => columns[f.name]!);
   const data = makeData({ type: new Struct(schema.fields), length: rows.length, nullCount: 0, children });
   return tableToIPC(new Table(new RecordBatch(schema, data)), "stream");
 }
@@ -412,11 +559,18 @@ function aligned(bytes: Uint8Array): Uint8Array {
   return copy;
 }
 
-function decodeMeta(metadata: Map<string, string>): { meta: RolloutBatchMeta; rows: number } {
-  const version = metadata.get("schemaVersion");
-  if (version === undefined) throw new RolloutBatchError(`schema metadata has no "schemaVersion" (not a rollstream rollout batch?)`);
-  if (Number(version) !== ROLLOUT_SCHEMA_VERSION) {
-    throw new RolloutBatchError(`schema version ${JSON.stringify(version)} is not supported (this build reads version ${ROLLOUT_SCHEMA_VERSION})`);
+function readableVersions(): string {
+  const v = ROLLOUT_SCHEMA_VERSIONS_READ;
+  return v.length === 1 ? `version ${v[0]}` : `${v.slice(0, -1).join(", ")} and ${v[v.length - 1]}`;
+}
+
+function decodeMeta(metadata: Map<string, string>): { meta: RolloutBatchMeta; rows: number; version: number } {
+  const versionText = metadata.get("schemaVersion");
+  if (versionText === undefined) throw new RolloutBatchError(`schema metadata has no "schemaVersion" (not a rollstream rollout batch?)`);
+  const version = /^\d+$/.test(versionText) ? Number(versionText) : NaN;
+  if (!ROLLOUT_SCHEMA_VERSIONS_READ.includes(version)) {
+    const shown = Number.isNaN(version) ? JSON.stringify(versionText) : String(version);
+    throw new RolloutBatchError(`schema version ${shown} is not supported: this reader reads ${readableVersions()}`);
   }
   const rowsText = metadata.get(META_ROWS_KEY);
   const rows = Number(rowsText);
@@ -447,11 +601,15 @@ function decodeMeta(metadata: Map<string, string>): { meta: RolloutBatchMeta; ro
   for (const k of ["run", "producer", "createdAt"]) {
     if (typeof meta[k] !== "string") throw new RolloutBatchError(`schema metadata "${k}" is missing`);
   }
-  return { meta: meta as RolloutBatchMeta, rows };
+  return { meta: meta as RolloutBatchMeta, rows, version };
 }
 
-/** Structural type equality that ignores field names inside lists and dictionary ids (writer-specific). */
-function sameType(a: DataType, e: DataType): boolean {
+/**
+ * Structural type equality that ignores writer-specific names: list item fields, map entry fields
+ * (arrow-rs writes keys/values, pyarrow key/value) and dictionary ids. Struct field names DO count:
+ * the decoder reads a struct's children by position, so a reordered struct must not pass.
+ */
+function sameType(a: DataType, e: DataType, structNames = true): boolean {
   if (a.typeId !== e.typeId) return false;
   if (DataType.isInt(e)) return (a as Int).bitWidth === e.bitWidth && (a as Int).isSigned === e.isSigned;
   if (DataType.isFloat(e)) return (a as Float).precision === e.precision;
@@ -462,21 +620,28 @@ function sameType(a: DataType, e: DataType): boolean {
   const ac = a.children ?? [];
   const ec = e.children ?? [];
   if (ac.length !== ec.length) return false;
-  for (let i = 0; i < ec.length; i++) if (!sameType(ac[i]!.type, ec[i]!.type)) return false;
+  const checkNames = structNames && DataType.isStruct(e);
+  for (let i = 0; i < ec.length; i++) {
+    if (checkNames && ac[i]!.name !== ec[i]!.name) return false;
+    if (!sameType(ac[i]!.type, ec[i]!.type, !DataType.isMap(e))) return false;
+  }
   return true;
 }
 
-function columnIndexes(table: Table): number[] {
-  const fields = table.schema.fields;
-  return ROLLOUT_FIELDS.map((expected) => {
-    const idx = fields.findIndex((f) => f.name === expected.name);
+/** Column name -> index in the batch, for the columns of `fields` (checked present and typed). */
+function columnIndexes(table: Table, fields: readonly Field[]): Map<string, number> {
+  const actual = table.schema.fields;
+  const out = new Map<string, number>();
+  for (const expected of fields) {
+    const idx = actual.findIndex((f) => f.name === expected.name);
     if (idx < 0) throw new RolloutBatchError(`missing column "${expected.name}" (${String(expected.type)})`, { column: expected.name });
-    const actual = fields[idx]!.type;
-    if (!sameType(actual, expected.type)) {
-      throw new RolloutBatchError(`column "${expected.name}" has type ${String(actual)}, expected ${String(expected.type)}`, { column: expected.name });
+    const type = actual[idx]!.type;
+    if (!sameType(type, expected.type)) {
+      throw new RolloutBatchError(`column "${expected.name}" has type ${String(type)}, expected ${String(expected.type)}`, { column: expected.name });
     }
-    return idx;
-  });
+    out.set(expected.name, idx);
+  }
+  return out;
 }
 
 function firstNull(d: Data): number {
@@ -529,7 +694,9 @@ function stringColumn(d: Data, column: string, rowBase: number): StringColumn {
 }
 
 function stringAt(c: StringColumn, i: number): string {
-  return c.text.toString("utf8", c.offsets[i], c.offsets[i + 1]);
+  const start = c.offsets[i]!;
+  const end = c.offsets[i + 1]!;
+  return start === end ? "" : c.text.toString("utf8", start, end);
 }
 
 interface ListColumn<A> {
@@ -555,45 +722,121 @@ function primitive<A extends Int32Array | Float32Array | Float64Array>(d: Data, 
   return v;
 }
 
-function decodeBatch(batch: RecordBatch, idx: number[], rowBase: number, out: RolloutRow[]): void {
+/** Map<Utf8, number> column: per-row entry offsets, keys and values (checked against each other). */
+interface NumberMapColumn {
+  offsets: Int32Array;
+  keys: StringColumn;
+  values: Float32Array | Float64Array;
+  column: string;
+}
+
+function numberMapColumnOf(d: Data, column: string, rowBase: number): NumberMapColumn {
+  const entries = d.children[0]!;
+  const offsets = checkedOffsets(d, column, rowBase, entries.length);
+  const keys = stringColumn(entries.children[0]!, column, rowBase);
+  const values = primitive<Float32Array | Float64Array>(entries.children[1]!, column);
+  if (keys.offsets.length - 1 < entries.length || values.length < entries.length) {
+    throw new RolloutBatchError(`column "${column}": entries shorter than their offsets`, { column });
+  }
+  return { offsets, keys, values, column };
+}
+
+function numberMapAt(c: NumberMapColumn, i: number, row: number): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (let e = c.offsets[i]!; e < c.offsets[i + 1]!; e++) {
+    const k = stringAt(c.keys, e);
+    if (Object.hasOwn(out, k)) throw new RolloutBatchError(`row ${row}, column "${c.column}": duplicate name ${JSON.stringify(k)}`, { column: c.column, row });
+    // defineProperty, not out[k] = ...: a key named "__proto__" must be an own entry, not a prototype swap.
+    if (k === "__proto__") Object.defineProperty(out, k, { value: c.values[e]!, enumerable: true, writable: true, configurable: true });
+    else out[k] = c.values[e]!;
+  }
+  return out;
+}
+
+/** List<Struct<...>> / List<Utf8>: the list offsets plus the string children of its items. */
+interface StringsListColumn {
+  offsets: Int32Array;
+  children: StringColumn[];
+}
+
+function stringsListColumnOf(d: Data, column: string, rowBase: number): StringsListColumn {
+  const item = d.children[0]!;
+  const offsets = checkedOffsets(d, column, rowBase, item.length);
+  const parts = DataType.isStruct(item.type) ? item.children : [item];
+  const children = parts.map((p) => {
+    if (p.length < item.length) throw new RolloutBatchError(`column "${column}": struct child shorter than the struct`, { column });
+    return stringColumn(p, column, rowBase);
+  });
+  return { offsets, children };
+}
+
+const ROLE_BYTES = ROLLOUT_MESSAGE_ROLES.map((r) => [r, Buffer.from(r, "latin1")] as const);
+
+/** A role string without a decode per message: the known roles are matched byte for byte. */
+function roleAt(c: StringColumn, i: number): string {
+  const start = c.offsets[i]!;
+  const len = c.offsets[i + 1]! - start;
+  for (const [role, bytes] of ROLE_BYTES) {
+    if (bytes.length !== len) continue;
+    let k = 0;
+    while (k < len && c.text[start + k] === bytes[k]) k++;
+    if (k === len) return role;
+  }
+  return stringAt(c, i); // not a known role: validateRolloutRows rejects it, naming it
+}
+
+function messagesAt(c: StringsListColumn, i: number): RolloutMessage[] {
+  const [role, content, name, callId] = c.children as [StringColumn, StringColumn, StringColumn, StringColumn];
+  const out: RolloutMessage[] = [];
+  for (let e = c.offsets[i]!; e < c.offsets[i + 1]!; e++) {
+    // Checked against the role set by validateRolloutRows once the batch is decoded.
+    const m: RolloutMessage = { role: roleAt(role, e) as RolloutMessageRole, content: stringAt(content, e) };
+    const n = stringAt(name, e);
+    if (n !== "") m.name = n;
+    const t = stringAt(callId, e);
+    if (t !== "") m.toolCallId = t;
+    out.push(m);
+  }
+  return out;
+}
+
+function stringsAt(c: StringsListColumn, i: number): string[] {
+  const s = c.children[0]!;
+  const out: string[] = [];
+  for (let e = c.offsets[i]!; e < c.offsets[i + 1]!; e++) out.push(stringAt(s, e));
+  return out;
+}
+
+function decodeBatch(batch: RecordBatch, idx: ReadonlyMap<string, number>, version: number, rowBase: number, out: RolloutRow[]): void {
   const n = batch.numRows;
   const cols = batch.data.children;
-  const col = (k: number): Data => cols[idx[k]!]!;
-  for (let k = 0; k < ROLLOUT_FIELDS.length; k++) {
-    const name = ROLLOUT_FIELDS[k]!.name;
-    if (col(k).length !== n) throw new RolloutBatchError(`column "${name}" has ${col(k).length} values for ${n} rows`, { column: name });
-    checkNoNulls(col(k), name, rowBase);
+  for (const [name, k] of idx) {
+    const d = cols[k]!;
+    if (d.length !== n) throw new RolloutBatchError(`column "${name}" has ${d.length} values for ${n} rows`, { column: name });
+    checkNoNulls(d, name, rowBase);
   }
+  const col = (name: string): Data => cols[idx.get(name)!]!;
+  const v2 = version >= 2;
 
-  const [taskId, groupId, env, exampleId] = [0, 1, 2, 3].map((k) => stringColumn(col(k), ROLLOUT_FIELDS[k]!.name, rowBase)) as [
-    StringColumn,
-    StringColumn,
-    StringColumn,
-    StringColumn,
-  ];
-  const promptIds = listColumnOf<Int32Array>(col(4), Col.promptIds, rowBase);
-  const completionIds = listColumnOf<Int32Array>(col(5), Col.completionIds, rowBase);
-  const completionMask = listColumnOf<Uint8Array>(col(6), Col.completionMask, rowBase);
-  const samplerLogprobs = listColumnOf<Float32Array>(col(7), Col.samplerLogprobs, rowBase);
-  const pvMin = primitive<Int32Array>(col(8), Col.policyVersionMin);
-  const pvMax = primitive<Int32Array>(col(9), Col.policyVersionMax);
-  const reward = primitive<Float32Array>(col(10), Col.reward);
-  const advantage = primitive<Float32Array>(col(11), Col.advantage);
+  const taskId = stringColumn(col(Col.taskId), Col.taskId, rowBase);
+  const groupId = stringColumn(col(Col.groupId), Col.groupId, rowBase);
+  const env = stringColumn(col(Col.env), Col.env, rowBase);
+  const exampleId = stringColumn(col(Col.exampleId), Col.exampleId, rowBase);
+  const promptIds = listColumnOf<Int32Array>(col(Col.promptIds), Col.promptIds, rowBase);
+  const completionIds = listColumnOf<Int32Array>(col(Col.completionIds), Col.completionIds, rowBase);
+  const completionMask = listColumnOf<Uint8Array>(col(Col.completionMask), Col.completionMask, rowBase);
+  const samplerLogprobs = listColumnOf<Float32Array>(col(Col.samplerLogprobs), Col.samplerLogprobs, rowBase);
+  const pvMin = primitive<Int32Array>(col(Col.policyVersionMin), Col.policyVersionMin);
+  const pvMax = primitive<Int32Array>(col(Col.policyVersionMax), Col.policyVersionMax);
+  const reward = primitive<Float32Array>(col(Col.reward), Col.reward);
+  const advantage = primitive<Float32Array>(col(Col.advantage), Col.advantage);
+  const rewardComponents = numberMapColumnOf(col(Col.rewardComponents), Col.rewardComponents, rowBase);
 
-  const rcData = col(12);
-  const entries = rcData.children[0]!;
-  const rcOffsets = checkedOffsets(rcData, Col.rewardComponents, rowBase, entries.length);
-  const rcKeys = stringColumn(entries.children[0]!, Col.rewardComponents, rowBase);
-  const rcValues = primitive<Float32Array>(entries.children[1]!, Col.rewardComponents);
-  if (rcKeys.offsets.length - 1 < entries.length || rcValues.length < entries.length) {
-    throw new RolloutBatchError(`column "${Col.rewardComponents}": entries shorter than their offsets`, { column: Col.rewardComponents });
-  }
-
-  const truncData = col(13);
+  const truncData = col(Col.isTruncated);
   const truncBits = truncData.values as Uint8Array;
   if (truncBits.length * 8 < truncData.offset + n) throw new RolloutBatchError(`column "${Col.isTruncated}": values buffer too short`, { column: Col.isTruncated });
 
-  const stopData = col(14);
+  const stopData = col(Col.stopReason);
   const stopIdx = primitive<Int32Array>(stopData, Col.stopReason);
   const dict = stopData.dictionary;
   const stopNames: string[] = [];
@@ -604,10 +847,20 @@ function decodeBatch(batch: RecordBatch, idx: number[], rowBase: number, out: Ro
       stopNames.push(s);
     }
   }
-  const numTurns = primitive<Int32Array>(col(15), Col.numTurns);
-  const generateMs = primitive<Float64Array>(col(16), Col.generateMs);
-  const scoreMs = primitive<Float64Array>(col(17), Col.scoreMs);
-  const step = primitive<Int32Array>(col(18), Col.step);
+  const numTurns = primitive<Int32Array>(col(Col.numTurns), Col.numTurns);
+  const generateMs = primitive<Float64Array>(col(Col.generateMs), Col.generateMs);
+  const scoreMs = primitive<Float64Array>(col(Col.scoreMs), Col.scoreMs);
+  const step = primitive<Int32Array>(col(Col.step), Col.step);
+
+  // Version 2 columns; a version-1 batch gets empty values (validateRolloutRows accepts them all).
+  const exampleIndex = v2 ? primitive<Int32Array>(col(Col.exampleIndex), Col.exampleIndex) : undefined;
+  const turnOffsets = v2 ? listColumnOf<Int32Array>(col(Col.turnOffsets), Col.turnOffsets, rowBase) : undefined;
+  const metrics = v2 ? numberMapColumnOf(col(Col.metrics), Col.metrics, rowBase) : undefined;
+  const envMs = v2 ? primitive<Float64Array>(col(Col.envMs), Col.envMs) : undefined;
+  const messages = v2 ? stringsListColumnOf(col(Col.messages), Col.messages, rowBase) : undefined;
+  if (messages && messages.children.length !== 4) throw new RolloutBatchError(`column "${Col.messages}": expected 4 struct fields`, { column: Col.messages });
+  const state = v2 ? stringColumn(col(Col.stateJson), Col.stateJson, rowBase) : undefined;
+  const errors = v2 ? stringsListColumnOf(col(Col.errors), Col.errors, rowBase) : undefined;
 
   for (let i = 0; i < n; i++) {
     const r = rowBase + i;
@@ -618,45 +871,49 @@ function decodeBatch(batch: RecordBatch, idx: number[], rowBase: number, out: Ro
         row: r,
       });
     }
-    const components: [string, number][] = [];
-    for (let e = rcOffsets[i]!; e < rcOffsets[i + 1]!; e++) components.push([stringAt(rcKeys, e), rcValues[e]!]);
-    const rewardComponents = Object.fromEntries(components) as Record<string, number>;
-    if (Object.keys(rewardComponents).length !== components.length) {
-      throw new RolloutBatchError(`row ${r}, column "${Col.rewardComponents}": duplicate component name`, { column: Col.rewardComponents, row: r });
-    }
     const b = truncData.offset + i;
     out.push({
       taskId: stringAt(taskId, i),
       groupId: stringAt(groupId, i),
       env: stringAt(env, i),
       exampleId: stringAt(exampleId, i),
+      exampleIndex: exampleIndex ? exampleIndex[i]! : 0,
       promptIds: listAt(promptIds, i),
       completionIds: listAt(completionIds, i),
       completionMask: listAt(completionMask, i),
       samplerLogprobs: listAt(samplerLogprobs, i),
+      turnOffsets: turnOffsets ? listAt(turnOffsets, i) : new Int32Array(0),
       policyVersionMin: pvMin[i]!,
       policyVersionMax: pvMax[i]!,
       reward: reward[i]!,
       advantage: advantage[i]!,
-      rewardComponents,
+      rewardComponents: numberMapAt(rewardComponents, i, r),
+      metrics: metrics ? numberMapAt(metrics, i, r) : {},
       isTruncated: ((truncBits[b >> 3]! >> (b & 7)) & 1) === 1,
       stopReason: stopNames[si]!,
       numTurns: numTurns[i]!,
       generateMs: generateMs[i]!,
+      envMs: envMs ? envMs[i]! : 0,
       scoreMs: scoreMs[i]!,
       step: step[i]!,
+      messages: messages ? messagesAt(messages, i) : [],
+      stateJson: state ? stringAt(state, i) : "{}",
+      errors: errors ? stringsAt(errors, i) : [],
     });
   }
 }
 
 /**
  * Decodes and validates one Arrow IPC stream message. Throws RolloutBatchError (naming the column and
- * row where it can) for: bytes that are not an Arrow IPC stream or are truncated, a schema version other
- * than ROLLOUT_SCHEMA_VERSION, missing or wrong-typed columns, nulls, and rows that break the rules of
- * validateRolloutRow (mask/logprob lengths, mask values, NaN rewards, negative token ids, ...).
+ * row where it can) for: bytes that are not an Arrow IPC stream or are truncated, a schema version not in
+ * ROLLOUT_SCHEMA_VERSIONS_READ, missing or wrong-typed columns, nulls, and rows that break the rules of
+ * validateRolloutRow (mask/logprob lengths, mask values, NaN rewards, negative token ids, roles, state
+ * JSON, turn offsets, ...). A version-1 batch decodes with the version-2 fields empty (messages [],
+ * stateJson "{}", metrics {}, errors [], turnOffsets empty, envMs 0, exampleIndex 0); meta.schemaVersion
+ * says which version it was.
  *
  * Zero-copy: the typed arrays in the returned rows (promptIds, completionIds, completionMask,
- * samplerLogprobs) are views into the message bytes when `bytes` is 8-byte aligned, or into ONE aligned
+ * samplerLogprobs, turnOffsets) are views into the message bytes when `bytes` is 8-byte aligned, or into ONE aligned
  * copy of them otherwise. Do not reuse/overwrite `bytes` while the rows are alive, and copy (`slice()`)
  * any array you keep long-term if you don't want it to pin the whole message buffer.
  */
@@ -668,13 +925,13 @@ export function decodeRolloutBatch(bytes: Uint8Array): DecodedRolloutBatch {
   } catch (e) {
     throw new RolloutBatchError(`not a valid Arrow IPC stream (${bytes.byteLength} bytes): ${(e as Error).message}`);
   }
-  const { meta, rows: expectedRows } = decodeMeta(table.schema.metadata);
-  const idx = columnIndexes(table);
+  const { meta, rows: expectedRows, version } = decodeMeta(table.schema.metadata);
+  const idx = columnIndexes(table, rolloutFieldsOf(version)!);
   if (table.numRows !== expectedRows) {
     throw new RolloutBatchError(`truncated batch: ${table.numRows} rows read, metadata "${META_ROWS_KEY}" says ${expectedRows}`);
   }
   const rows: RolloutRow[] = [];
-  for (const batch of table.batches) decodeBatch(batch, idx, rows.length, rows);
+  for (const batch of table.batches) decodeBatch(batch, idx, version, rows.length, rows);
   validateRolloutRows(rows);
   return { meta, rows };
 }

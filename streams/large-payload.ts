@@ -8,10 +8,10 @@
 //
 // Blob names are content-addressed (`<msg-id>.<sha256 prefix>`): a retried publish whose pointer the
 // stream de-duplicates cannot overwrite the bytes the first pointer refers to.
-import { createHash } from "node:crypto";
+import { sha256Hex } from "./sha256.js";
 import type { JetStreamClient, PubAck } from "@nats-io/jetstream";
-import type { MsgHdrs, NatsConnection } from "@nats-io/transport-node";
-import { Objm, type ObjectStore } from "@nats-io/obj";
+import type { MsgHdrs } from "@nats-io/transport-node";
+import type { ObjectStore } from "@nats-io/obj";
 import { PoisonMessageError } from "./dead-letter.js";
 import { alignPayload, Hdr, headerBlockBytes, MSG_ID_HEADER } from "./headers.js";
 
@@ -49,9 +49,6 @@ export function inlineLimit(maxPayload: number): number {
 }
 
 
-function sha256Hex(data: Uint8Array): string {
-  return createHash("sha256").update(data).digest("hex");
-}
 
 /**
  * Publishes `data` on `subject` inline when it fits (headers + payload + dead-letter headroom <= max_payload), else via the blob
@@ -60,7 +57,7 @@ function sha256Hex(data: Uint8Array): string {
  */
 export async function publishPayload(
   js: JetStreamClient,
-  blobs: ObjectStore,
+  blobs: ObjectStore | (() => Promise<ObjectStore>),
   subject: string,
   data: Uint8Array,
   o: PublishPayloadOptions,
@@ -70,7 +67,8 @@ export async function publishPayload(
   if (headerBlockBytes(o.headers) + data.byteLength + DEAD_LETTER_HEADROOM_BYTES <= o.maxPayload) return { ack: await js.publish(subject, data, { headers: o.headers }) };
   const sha256 = sha256Hex(data);
   const blob = `${o.msgId}.${sha256.slice(0, 16)}`;
-  await blobs.putBlob({ name: blob, description: `payload of ${subject} msg-id ${o.msgId}` }, data);
+  const store = typeof blobs === "function" ? await blobs() : blobs;
+  await store.putBlob({ name: blob, description: `payload of ${subject} msg-id ${o.msgId}` }, data);
   o.headers.delete(Hdr.pad); // nothing to align: the pointer's body is empty
   o.headers.set(Hdr.blob, blob);
   o.headers.set(Hdr.blobBytes, String(data.byteLength));
@@ -113,16 +111,4 @@ export async function readPayload(
   if (data.byteLength !== bytes) throw new PoisonMessageError(`blob ${name} has ${data.byteLength} bytes, its pointer says ${bytes}`);
   if (sha256Hex(data) !== sha256) throw new PoisonMessageError(`blob ${name} does not match the SHA-256 in its pointer`);
   return data;
-}
-
-/**
- * Opens a blob bucket on first use only: tools reading a run (inspect, replay) need it just for pointer
- * messages, and a run recorded before blobs existed has no bucket at all.
- */
-export function lazyBlobBucket(nc: NatsConnection, bucket: string): () => Promise<ObjectStore> {
-  let opened: Promise<ObjectStore> | undefined;
-  return () => (opened ??= new Objm(nc).open(bucket).catch((e: Error) => {
-    opened = undefined;
-    throw new PoisonMessageError(`message points to a blob, but bucket ${bucket} cannot be opened: ${e.message}`);
-  }));
 }

@@ -1,5 +1,6 @@
 // zod schemas of every msgpack message on the wire. Arrow batches have their schema in rollout-schema.ts.
 import { z } from "zod";
+import { chatMessageSchema } from "../environments/api/messages.js";
 
 const int = z.number().int();
 const nonNegInt = int.nonnegative();
@@ -31,23 +32,29 @@ export const TaskSchema = z.object({
 });
 export type Task = z.infer<typeof TaskSchema>;
 
-const MessageSchema = z.object({ role: z.enum(["system", "user", "assistant", "tool"]), content: z.string() });
-
+// The raw rollout on the wire IS the environment's RolloutResult (environments/api/rollout.ts): the same
+// fields, names and nesting, so inference publishes what the environment returned and reward scores
+// exactly that, with no copy in between. `state` must be JSON-safe (it also becomes the scored row's
+// state column); tool messages keep their name and call id.
 export const RawRolloutSchema = z.object({
   promptIds: z.array(nonNegInt),
   completionIds: z.array(nonNegInt),
   completionMask: z.array(z.union([z.literal(0), z.literal(1)])),
   samplerLogprobs: z.array(z.number()),
-  messages: z.array(MessageSchema),
+  messages: z.array(chatMessageSchema),
   numTurns: nonNegInt,
+  /** Completion-token offset of each model turn; absent in groups recorded before it existed. */
+  turnOffsets: z.array(nonNegInt).default([]),
   stopReason: z.string(),
   isTruncated: z.boolean(),
   policyVersionMin: int,
   policyVersionMax: int,
-  generateMs: z.number().nonnegative(),
-  envMs: z.number().nonnegative(),
+  state: z.record(z.string(), z.unknown()),
+  timings: z.object({ generateMs: z.number().nonnegative(), envMs: z.number().nonnegative() }),
 }).refine((r) => r.completionMask.length === r.completionIds.length && r.samplerLogprobs.length === r.completionIds.length, {
   message: "completionMask and samplerLogprobs must have one entry per completion token",
+}).refine((r) => r.turnOffsets.every((o, k) => o <= r.completionIds.length && (k === 0 || o >= r.turnOffsets[k - 1]!)), {
+  message: "turnOffsets must be non-decreasing offsets into the completion",
 });
 export type RawRollout = z.infer<typeof RawRolloutSchema>;
 
@@ -100,3 +107,40 @@ export const MetricsEventSchema = z.object({
   labels: z.record(z.string(), z.string()).optional(),
 });
 export type MetricsEvent = z.infer<typeof MetricsEventSchema>;
+
+/** One held-out evaluation sample on rs.<run>.eval (the evaluator publishes them; kind "sample"). */
+export const EvalSampleSchema = z.object({
+  kind: z.literal("sample"),
+  run: z.string(),
+  version: nonNegInt,
+  env: z.string(),
+  exampleId: z.string(),
+  sampleIndex: nonNegInt,
+  greedy: z.boolean(),
+  messages: z.array(chatMessageSchema),
+  reward: z.number(),
+  components: z.record(z.string(), z.number()),
+  metrics: z.record(z.string(), z.number()),
+  errors: z.array(z.string()),
+  stopReason: z.string(),
+  completionTokens: nonNegInt,
+});
+
+/** The summary of one policy version's evaluation on one environment (kind "result"). */
+export const EvalResultSchema = z.object({
+  kind: z.literal("result"),
+  run: z.string(),
+  version: nonNegInt,
+  env: z.string(),
+  n: nonNegInt,
+  passAt1: z.number(),
+  passAtK: z.record(z.string(), z.number()),
+  rewardMean: z.number(),
+  rewardStd: z.number(),
+  completionTokensMean: z.number(),
+  stopReasons: z.record(z.string(), nonNegInt),
+  seconds: z.number().nonnegative(),
+});
+
+export const EvalMessageSchema = z.discriminatedUnion("kind", [EvalSampleSchema, EvalResultSchema]);
+export type EvalMessage = z.infer<typeof EvalMessageSchema>;

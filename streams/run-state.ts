@@ -1,51 +1,63 @@
-// Typed access to the run's KV bucket. Values are JSON so `nats kv get rs-<run>-state policy.version`
-// prints something a person can read.
+// Typed access to the run's KV bucket: every key has a schema (state-keys.ts), values are validated on
+// put and on get, so a foreign or corrupt value is an error that names the key instead of a bad cast.
 import type { KV } from "@nats-io/kv";
-import { StateKeys } from "./subjects.js";
+import { formatIssues } from "./msgpack-codec.js";
+import { StateKeys, StateKeySchemas, type StateKey, type StateValue } from "./state-keys.js";
+
+export class StateValueError extends Error {
+  override readonly name = "StateValueError";
+}
+
+function parseValue<K extends StateKey>(key: K, bytes: Uint8Array): StateValue<K> {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(new TextDecoder().decode(bytes));
+  } catch {
+    throw new StateValueError(`KV key ${key} does not hold JSON`);
+  }
+  const r = StateKeySchemas[key].safeParse(raw);
+  if (!r.success) throw new StateValueError(`KV key ${key}: ${formatIssues(r.error)}`);
+  return r.data as StateValue<K>;
+}
 
 export class RunState {
   constructor(readonly kv: KV) {}
 
-  async getJson<T>(key: string): Promise<T | undefined> {
+  async get<K extends StateKey>(key: K): Promise<StateValue<K> | undefined> {
     const e = await this.kv.get(key);
-    if (!e || e.operation !== "PUT" || e.value.length === 0) return undefined;
-    try {
-      return JSON.parse(new TextDecoder().decode(e.value)) as T;
-    } catch {
-      throw new Error(`KV key ${key} does not hold JSON`);
-    }
+    if (e?.operation !== "PUT" || e.value.length === 0) return undefined;
+    return parseValue(key, e.value);
   }
 
-  async putJson(key: string, value: unknown): Promise<void> {
-    await this.kv.put(key, JSON.stringify(value));
-  }
-
-  async getNumber(key: string, fallback: number): Promise<number> {
-    const v = await this.getJson<unknown>(key);
-    return typeof v === "number" ? v : fallback;
+  async put<K extends StateKey>(key: K, value: StateValue<K>): Promise<void> {
+    const r = StateKeySchemas[key].safeParse(value);
+    if (!r.success) throw new StateValueError(`refusing to write KV key ${key}: ${formatIssues(r.error)}`);
+    await this.kv.put(key, JSON.stringify(r.data));
   }
 
   policyVersion(): Promise<number> {
-    return this.getNumber(StateKeys.policyVersion, -1);
+    return this.get(StateKeys.policyVersion).then((v) => v ?? -1);
   }
 
   learnerStep(): Promise<number> {
-    return this.getNumber(StateKeys.learnerStep, 0);
+    return this.get(StateKeys.learnerStep).then((v) => v ?? 0);
   }
 
-  /** Calls fn with every numeric value of `key` as it changes (starting with the current one). */
-  async watchNumber(key: string, fn: (value: number) => void, signal?: AbortSignal): Promise<void> {
+  /** Calls fn with every valid value of `key` as it changes (starting with the current one). */
+  async watch<K extends StateKey>(key: K, fn: (value: StateValue<K>) => void, signal?: AbortSignal, onInvalid?: (e: Error) => void): Promise<void> {
     const it = await this.kv.watch({ key });
     signal?.addEventListener("abort", () => it.stop(), { once: true });
     (async () => {
       for await (const e of it) {
         if (e.operation !== "PUT") continue;
+        let v: StateValue<K>;
         try {
-          const v = JSON.parse(new TextDecoder().decode(e.value));
-          if (typeof v === "number") fn(v);
-        } catch {
-          /* a foreign writer; ignore */
+          v = parseValue(key, e.value);
+        } catch (err) {
+          onInvalid?.(err as Error); // a foreign writer: reported, skipped
+          continue;
         }
+        fn(v);
       }
     })().catch(() => undefined);
   }

@@ -22,6 +22,8 @@ export interface RunNames {
     metrics(actor: string): string;
     metricsAll: string;
     dlq: string;
+    /** held-out evaluation results and samples */
+    eval: string;
     /** request/reply: the checkpoint actor restores a saved state into the object store */
     checkpointRestore: string;
   };
@@ -49,6 +51,7 @@ export function runNames(run: string): RunNames {
       metrics: (actor: string) => `${prefix}.metrics.${actor}`,
       metricsAll: `${prefix}.metrics.>`,
       dlq: `${prefix}.dlq`,
+      eval: `${prefix}.eval`,
       checkpointRestore: `${prefix}.checkpoint.restore`,
     },
     streams: { tasks: `RS_${upper}_TASKS`, rollouts: `RS_${upper}_ROLLOUTS`, events: `RS_${upper}_EVENTS` },
@@ -58,21 +61,6 @@ export function runNames(run: string): RunNames {
     blobBucket: `rs-${run}-blobs`,
   };
 }
-
-/** Keys of the run's state KV bucket. */
-export const StateKeys = {
-  policyVersion: "policy.version",
-  learnerStep: "learner.step",
-  runStatus: "run.status",
-  runPhase: "run.phase",
-  orchestratorNext: "orchestrator.next",
-  orchestratorRefills: "orchestrator.refills",
-  /** {step, missing}: the learner waits for samples the pipeline no longer has in flight. */
-  learnerStarved: "learner.starved",
-  checkpointLatest: "checkpoint.latest",
-  evalPrefix: "eval.",
-  environments: "run.environments",
-} as const;
 
 export function weightsObjectName(version: number): string {
   return `v${version}`;

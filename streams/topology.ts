@@ -15,6 +15,7 @@ import {
 import { Kvm, type KV } from "@nats-io/kv";
 import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { runNames, type RunNames } from "./subjects.js";
+import { openWire, type Wire } from "./wire.js";
 
 // The default JS sha256 caps the object store at ~40 MB/s (DESIGN §3).
 setSha256Backend("native");
@@ -40,6 +41,8 @@ export interface Topology {
   objects: ObjectStore;
   /** Payloads larger than max_payload, referenced from their stream messages (streams/large-payload.ts). */
   blobs: ObjectStore;
+  /** What the run's channels stand on, over the objects above. */
+  wire: Wire;
 }
 
 const ms = (n: number) => n * 1_000_000; // JetStream durations are nanoseconds
@@ -59,7 +62,7 @@ function streamConfigs(names: RunNames, o: Required<TopologyOptions>): Array<Par
     {
       ...common,
       name: names.streams.events,
-      subjects: [names.subjects.weights, names.subjects.checkpoints, names.subjects.metricsAll, names.subjects.dlq],
+      subjects: [names.subjects.weights, names.subjects.checkpoints, names.subjects.metricsAll, names.subjects.dlq, names.subjects.eval],
       retention: RetentionPolicy.Limits,
       max_bytes: o.eventsMaxBytes,
       discard: DiscardPolicy.Old,
@@ -151,7 +154,7 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
   const objects = await new Objm(nc).create(names.objectBucket, { replicas: o.replicas });
   // Kept like the rollouts stream they belong to: a replay or inspect of an old message still finds its blob.
   const blobs = await new Objm(nc).create(names.blobBucket, { replicas: o.replicas, max_bytes: o.rolloutsMaxBytes });
-  return { names, jsm, kv, objects, blobs };
+  return { names, jsm, kv, objects, blobs, wire: openWire(nc, run, { jsm, kv, objects, blobs }) };
 }
 
 /** Deletes every JetStream object of a run (used by tests and `rollstream train --fresh`). */

@@ -4,35 +4,32 @@
 // and publishes each new policy version: safetensors in the object store, then KV policy.version.
 // Every checkpoint.interval steps it hands the full training state to the checkpoint actor.
 import { inject, injectable } from "tsyringe";
-import type { JsMsg } from "@nats-io/jetstream";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import type { OptimizerConfig } from "../runtime/config.js";
 import { loadRunEnvironments } from "../runtime/environments.js";
 import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
-import { getBlob, putBlob, putWeights } from "../runtime/weights.js";
 import type { PolicyModel } from "../../kernels/index.js";
-import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
-import type { RolloutRow } from "../../streams/rollout-schema.js";
-import { StreamReader } from "../../streams/stream-reader.js";
-import { deadLetter, isPoison } from "../../streams/dead-letter.js";
-import { readPayload } from "../../streams/large-payload.js";
-import { encodeMsgpack, decodeMsgpack } from "../../streams/msgpack-codec.js";
-import { RestoreReplySchema, RestoreRequestSchema, StateAnnouncementSchema, WeightsAnnouncementSchema } from "../../streams/messages.js";
-import { ContentType, makeHeaders } from "../../streams/headers.js";
-import { StateKeys, stateObjectName } from "../../streams/subjects.js";
+import { StateKeys, type CheckpointChannel, type RestoreChannel, type RunState, type ScoredChannel, type WeightsChannel } from "../../streams/index.js";
 import type { TrainSample } from "../../kernels/packing.js";
 import { sftBatch } from "./sft-data.js";
 import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
-import { runTrainStep, type LossConfig, type StepReport } from "../../kernels/train-step.js";
-import { collectBatch } from "./collect.js";
+import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
+import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 
 @injectable()
 export class LearnerActor implements Actor {
   private model!: PolicyModel;
   private counters: TrainCounters = { step: 0, sftDone: false, readerSeq: 1, droppedStale: 0, samplesSeen: 0, optimizerStep: 0 };
 
-  constructor(@inject(Tokens.Context) private readonly ctx: ActorContext) {}
+  constructor(
+    @inject(Tokens.Context) private readonly ctx: ActorContext,
+    @inject(Tokens.RunState) private readonly state: RunState,
+    @inject(Tokens.Scored) private readonly scored: ScoredChannel,
+    @inject(Tokens.Weights) private readonly weights: WeightsChannel,
+    @inject(Tokens.Checkpoints) private readonly checkpoints: CheckpointChannel,
+    @inject(Tokens.Restore) private readonly restoreChannel: RestoreChannel,
+  ) {}
 
   async run(): Promise<void> {
     const { ctx } = this;
@@ -54,29 +51,26 @@ export class LearnerActor implements Actor {
       // A restored learner republishes its version so inference and the orchestrator line up with it.
       await this.publishWeights(this.counters.step, "rl");
     }
-    await ctx.state.putJson(StateKeys.runPhase, "rl");
+    await this.state.put(StateKeys.runPhase, "rl");
     await this.runRl();
   }
 
   private async restore(): Promise<void> {
     const { ctx } = this;
-    const names = ctx.topology.names;
     const deadline = Date.now() + 60_000;
     while (!ctx.signal.aborted) {
       try {
-        const reply = await ctx.nc.request(names.subjects.checkpointRestore, encodeMsgpack(RestoreRequestSchema, { run: ctx.config.run }), { timeout: 30_000 });
-        const r = decodeMsgpack(RestoreReplySchema, reply.data, "restore reply");
+        const r = await this.restoreChannel.request(30_000);
         if (r.error) throw new Error(r.error);
         if (r.step < 0 || !r.object) {
           ctx.log.info("no checkpoint: starting fresh");
           return;
         }
-        this.counters = decodeTrainState(this.model, await getBlob(ctx.topology.objects, r.object));
-        await ctx.topology.objects.delete(r.object).catch(() => undefined);
+        this.counters = decodeTrainState(this.model, await this.checkpoints.takeObject(r.object));
         ctx.log.info({ ...this.counters }, "restored from checkpoint");
         return;
       } catch (e) {
-        if (Date.now() > deadline) throw new Error(`no checkpoint actor answered on ${names.subjects.checkpointRestore}: ${(e as Error).message}`);
+        if (Date.now() > deadline) throw new Error(`no checkpoint actor answered the restore request: ${(e as Error).message}`);
         await new Promise((r) => setTimeout(r, 500));
       }
     }
@@ -87,7 +81,7 @@ export class LearnerActor implements Actor {
     const sft = ctx.config.sft!;
     const envs = [...(await loadRunEnvironments(ctx.config)).values()];
     const tokenizer = createTokenizer(ctx.config);
-    await ctx.state.putJson(StateKeys.runPhase, "sft");
+    await this.state.put(StateKeys.runPhase, "sft");
     ctx.log.info({ steps: sft.steps, batchSize: sft.batchSize }, "SFT stage");
     for (let s = 0; s < sft.steps && !ctx.signal.aborted; s++) {
       const samples = sftBatch(envs, tokenizer, sft.seed, s, sft.batchSize);
@@ -107,10 +101,13 @@ export class LearnerActor implements Actor {
       this.model.setThreads(rlThreads);
       log.info({ threads: rlThreads }, "learner threads for RL");
     }
-    const reader = new StreamReader(ctx.js, {
-      stream: ctx.topology.names.streams.rollouts,
-      subject: ctx.topology.names.subjects.rolloutsScored,
-      fromSeq: this.counters.readerSeq,
+    const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject");
+    const reader = this.scored.reader(this.counters.readerSeq, {
+      actor: ctx.actor,
+      onDeadLetter: (msg, reason) => {
+        deadLetters.inc();
+        log.warn({ seq: msg.seq, err: reason }, "undecodable scored batch dead-lettered");
+      },
     });
     const dropped = ctx.metrics.counter("samples_dropped_stale_total", "samples older than maxOffPolicySteps, dropped");
     const stepGauge = ctx.metrics.gauge("learner_step", "RL optimizer steps done");
@@ -120,8 +117,12 @@ export class LearnerActor implements Actor {
         const version = this.counters.step;
         // Tell the orchestrator when we wait on samples (dropped as stale or dead-lettered samples are
         // never coming): it tops the pipeline up if nothing is in flight.
-        const batch = await collectBatch(reader, version, rl, (m) => this.decodeOrDeadLetter(m), ctx.signal, 1000, Infinity,
-          (missing) => ctx.state.putJson(StateKeys.learnerStarved, { step: version, missing }));
+        const batch = await reader.collect(version, {
+          batchSize: rl.batchSize,
+          maxOffPolicySteps: rl.maxOffPolicySteps,
+          signal: ctx.signal,
+          onIdle: (missing) => this.state.put(StateKeys.learnerStarved, { step: version, missing }),
+        });
         if (!batch) break;
         const { kept, dropped: droppedNow } = batch;
         if (ctx.signal.aborted) break;
@@ -154,49 +155,20 @@ export class LearnerActor implements Actor {
     }
   }
 
-  private async decodeOrDeadLetter(msg: JsMsg): Promise<RolloutRow[]> {
-    try {
-      return decodeRolloutBatch(await readPayload(msg, this.ctx.topology.blobs)).rows;
-    } catch (e) {
-      if (!isPoison(e)) throw e; // the object store was unreachable: fail, restart and re-read, never skip
-      // The learner reads without acks, so a bad batch is copied to the DLQ and skipped.
-      this.ctx.log.warn({ seq: msg.seq, err: (e as Error).message }, "undecodable scored batch dead-lettered");
-      this.ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject").inc();
-      await deadLetter(this.ctx.js, this.ctx.topology.names.subjects.dlq, msg, (e as Error).message, this.ctx.actor);
-      return [];
-    }
-  }
-
-  private async trainStep(samples: TrainSample[], loss: LossConfig, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
+  private async trainStep(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
     const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, this.ctx.config.rl.microBatchTokens);
     this.counters.optimizerStep = report.optimizerStep;
     return report;
   }
 
   private async publishWeights(version: number, phase: "sft" | "rl"): Promise<void> {
-    const { ctx } = this;
-    const bytes = this.model.toSafetensors();
-    const sha256 = await putWeights(ctx.topology.objects, version, bytes);
-    const ann = { run: ctx.config.run, version, step: this.counters.step, phase, object: `v${version}`, bytes: bytes.length, sha256 };
-    await ctx.js.publish(ctx.topology.names.subjects.weights, encodeMsgpack(WeightsAnnouncementSchema, ann), {
-      msgID: `weights:${version}:${sha256.slice(0, 16)}`,
-      headers: makeHeaders({ contentType: ContentType.msgpack, run: ctx.config.run, step: this.counters.step, policyVersion: version, kind: "weights" }),
-    });
-    await ctx.state.putJson(StateKeys.policyVersion, version);
-    await ctx.state.putJson(StateKeys.learnerStep, this.counters.step);
+    await this.weights.publish({ version, step: this.counters.step, phase, bytes: this.model.toSafetensors() });
+    await this.state.put(StateKeys.policyVersion, version);
+    await this.state.put(StateKeys.learnerStep, this.counters.step);
   }
 
   private async saveState(): Promise<void> {
-    const { ctx } = this;
-    const bytes = encodeTrainState(this.model, this.counters);
-    const object = stateObjectName(this.counters.step);
-    const sha256 = await putBlob(ctx.topology.objects, object, bytes, `training state at step ${this.counters.step}`);
-    await ctx.js.publish(ctx.topology.names.subjects.checkpoints, encodeMsgpack(StateAnnouncementSchema, {
-      run: ctx.config.run, step: this.counters.step, object, bytes: bytes.length, sha256,
-    }), {
-      msgID: `state:${this.counters.step}:${sha256.slice(0, 16)}`,
-      headers: makeHeaders({ contentType: ContentType.msgpack, run: ctx.config.run, step: this.counters.step, kind: "checkpoint" }),
-    });
+    await this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters));
   }
 }
 

@@ -1,11 +1,9 @@
-// What every actor gets and what it must provide.
+// What every actor gets and what it must provide. The wire itself (channels, KV) is injected per
+// channel (tokens.ts), so an actor states in its constructor exactly which subjects it uses.
 import type { NatsConnection } from "@nats-io/transport-node";
-import type { JetStreamClient } from "@nats-io/jetstream";
 import type { Logger } from "pino";
 import type { RunConfig } from "./config.js";
 import type { ActorMetrics } from "./metrics.js";
-import type { Topology } from "../../streams/topology.js";
-import type { RunState } from "../../streams/run-state.js";
 
 export interface ActorContext {
   actor: string;
@@ -14,10 +12,8 @@ export interface ActorContext {
   config: RunConfig;
   /** Folder of this run: <outDir>/<run>. */
   runDir: string;
+  /** The connection, for services that are not run channels (the sandbox actor's micro service). */
   nc: NatsConnection;
-  js: JetStreamClient;
-  topology: Topology;
-  state: RunState;
   log: Logger;
   metrics: ActorMetrics;
   /** Aborted on SIGTERM/SIGINT: finish the current unit of work, then return. */
@@ -30,6 +26,8 @@ export interface Actor {
   /** Resolves when the actor's work is done or ctx.signal was aborted and it drained. */
   run(): Promise<void>;
 }
+
+export type ActorClass = new (...args: never[]) => Actor;
 
 /** Thrown for failures that should exit with a specific process exit code. */
 export class ActorExit extends Error {

@@ -1,7 +1,7 @@
 // Checkpoints on disk: runs/<run>/checkpoints/step-XXXXXXXX/{state.safetensors, manifest.json}.
 // Written into a temp folder, fsynced, then renamed, so a crash never leaves a half checkpoint that
 // looks whole; the manifest's sha256 is checked before a checkpoint is used.
-import { createHash } from "node:crypto";
+import { sha256Hex } from "../../streams/index.js";
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
 
@@ -41,7 +41,7 @@ export class CheckpointDir {
   }
 
   write(step: number, state: Uint8Array): CheckpointManifest {
-    const sha256 = createHash("sha256").update(state).digest("hex");
+    const sha256 = sha256Hex(state);
     const final = this.dirFor(step);
     const tmp = `${final}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
@@ -75,7 +75,7 @@ export class CheckpointDir {
     if (manifest.format !== "rollstream-checkpoint-1") throw new Error(`${dir}: unknown checkpoint format ${manifest.format}`);
     const state = new Uint8Array(readFileSync(join(dir, manifest.file)));
     if (state.length !== manifest.bytes) throw new Error(`${dir}: ${manifest.file} has ${state.length} bytes, manifest says ${manifest.bytes}`);
-    const sha = createHash("sha256").update(state).digest("hex");
+    const sha = sha256Hex(state);
     if (sha !== manifest.sha256) throw new Error(`${dir}: checksum mismatch (file ${sha.slice(0, 12)}…, manifest ${manifest.sha256.slice(0, 12)}…)`);
     return { manifest, state };
   }

@@ -3,6 +3,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { z } from "zod";
+import { lossSpecSchema } from "../../kernels/loss-spec.js";
 import { OptimizerSchema } from "../../kernels/optimizer.js";
 
 const int = () => z.number().int();
@@ -35,15 +36,6 @@ export const SamplingConfigSchema = z.object({
   maxTokens: pos().default(16),
 });
 
-
-export const LossSchema = z.object({
-  name: z.enum(["rl", "ppo_clip"]).default("rl"),
-  maskLow: z.number().positive().default(0.125).describe("tokens with importance ratio below are masked"),
-  maskHigh: z.number().positive().default(8).describe("tokens with importance ratio above are masked"),
-  clipEps: z.number().positive().default(0.2).describe("ppo_clip only"),
-  klCoef: z.number().nonnegative().default(0).describe("k3 KL penalty against the sampler"),
-});
-
 export const EnvironmentEntrySchema = z.object({
   /** name@version-range, resolved from environments/ or node_modules. */
   id: z.string().min(1),
@@ -69,7 +61,7 @@ export const RlSchema = z.object({
   normalizeAdvantage: z.boolean().default(false).describe("divide by the group std"),
   microBatchTokens: pos().default(2048).describe("tokens packed per micro-batch"),
   sampling: SamplingConfigSchema.default(SamplingConfigSchema.parse({})),
-  loss: LossSchema.default(LossSchema.parse({})),
+  loss: lossSpecSchema.default(lossSpecSchema.parse({ name: "rl" })),
   optimizer: OptimizerSchema.default(OptimizerSchema.parse({ lr: 5e-4 })),
   seed: int().nonnegative().default(11),
 });
@@ -95,9 +87,9 @@ export const NatsSchema = z.object({
 export const ActorsSchema = z.object({
   inference: z.object({
     replicas: pos().default(1),
-    maxTasksInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
+    maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
     threads: pos().optional(),
-  }).default({ replicas: 1, maxTasksInFlight: 4 }),
+  }).default({ replicas: 1, maxInFlight: 4 }),
   reward: z.object({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
   learner: z
     .object({
@@ -138,9 +130,6 @@ export const RunConfigSchema = z.object({
   }
   if (c.tokenizer.kind === "hf" && !c.tokenizer.path && !c.model.path) {
     ctx.addIssue({ code: "custom", path: ["tokenizer", "path"], message: "kind hf needs tokenizer.path or model.path (the folder with tokenizer.json)" });
-  }
-  if (c.rl.loss.maskLow >= c.rl.loss.maskHigh) {
-    ctx.addIssue({ code: "custom", path: ["rl", "loss", "maskLow"], message: "must be below maskHigh" });
   }
 });
 

@@ -5,18 +5,13 @@ import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { mkdirSync } from "node:fs";
 import { container as rootContainer, type InjectionToken } from "tsyringe";
-import { jetstream } from "@nats-io/jetstream";
 import { ConfigError, loadRunConfig, type RunConfig } from "./config.js";
 import { createLogger } from "./logger.js";
 import { ActorMetrics } from "./metrics.js";
 import { connectNats, natsUrlFor } from "./nats-connect.js";
 import { Tokens } from "./tokens.js";
-import { ActorExit, ExitCodes, type Actor, type ActorContext } from "./actor.js";
-import { ensureTopology } from "../../streams/topology.js";
-import { RunState } from "../../streams/run-state.js";
-import { encodeMsgpack } from "../../streams/msgpack-codec.js";
-import { MetricsEventSchema } from "../../streams/messages.js";
-import { ContentType, makeHeaders } from "../../streams/headers.js";
+import { ActorExit, ExitCodes, type Actor, type ActorClass, type ActorContext } from "./actor.js";
+import { ensureTopology, NatsSandboxClient, RunChannels, RunState, type Topology } from "../../streams/index.js";
 
 export interface RunActorOptions {
   configPath: string;
@@ -25,45 +20,52 @@ export interface RunActorOptions {
   metricsPort?: number;
 }
 
-export async function buildContext(actor: string, config: RunConfig, opts: { natsUrl?: string; instance?: string; signal: AbortSignal }): Promise<ActorContext> {
+/** A process's context plus the channels its actor may have injected. */
+export interface ActorWiring {
+  ctx: ActorContext;
+  topology: Topology;
+  channels: RunChannels;
+  state: RunState;
+}
+
+export async function buildContext(actor: string, config: RunConfig, opts: { natsUrl?: string; instance?: string; signal: AbortSignal }): Promise<ActorWiring> {
   const instance = opts.instance ?? `${hostname()}-${process.pid}`;
   const log = createLogger({ run: config.run, actor, instance });
   const nc = await connectNats(natsUrlFor(config.nats.url, opts.natsUrl), `rollstream-${actor}-${instance}`);
   const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes, taskAckWaitMs: config.nats.taskAckWaitMs });
-  const js = jetstream(nc);
-  const metrics = new ActorMetrics(actor, config.run);
+  const channels = new RunChannels(topology.wire);
+  const metricsOut = channels.metrics(actor);
   const runDir = resolve(config.outDir, config.run);
   mkdirSync(runDir, { recursive: true });
-  const subject = topology.names.subjects.metrics(actor);
-  return {
+  const ctx: ActorContext = {
     actor,
     instance,
     config,
     runDir,
     nc,
-    js,
-    topology,
-    state: new RunState(topology.kv),
     log,
-    metrics,
+    metrics: new ActorMetrics(actor, config.run),
     signal: opts.signal,
     async publishMetrics(kind, values, step, labels) {
-      const data = encodeMsgpack(MetricsEventSchema, { actor, kind, time: Date.now(), step, values, labels });
-      await js.publish(subject, data, { headers: makeHeaders({ contentType: ContentType.msgpack, run: config.run, step, actor, kind }) });
+      await metricsOut.publish({ actor, kind, time: Date.now(), step, values, labels });
     },
   };
+  return { ctx, topology, channels, state: new RunState(topology.kv) };
 }
 
-export type ActorClass = new (...args: never[]) => Actor;
 
-/** Resolves the actor class from a child container that holds this process's context. */
-export function resolveActor(cls: ActorClass, ctx: ActorContext): Actor {
+/** Resolves the actor class from a child container that holds this process's context and channels. */
+export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {
   const c = rootContainer.createChildContainer();
-  c.register(Tokens.Context, { useValue: ctx });
-  c.register(Tokens.Config, { useValue: ctx.config });
-  c.register(Tokens.Logger, { useValue: ctx.log });
-  c.register(Tokens.Nats, { useValue: ctx.nc });
-  c.register(Tokens.Metrics, { useValue: ctx.metrics });
+  c.register(Tokens.Context, { useValue: w.ctx });
+  c.register(Tokens.RunState, { useValue: w.state });
+  c.register(Tokens.Tasks, { useValue: w.channels.tasks });
+  c.register(Tokens.RawRollouts, { useValue: w.channels.rawRollouts });
+  c.register(Tokens.Scored, { useValue: w.channels.scored });
+  c.register(Tokens.Weights, { useValue: w.channels.weights });
+  c.register(Tokens.Checkpoints, { useValue: w.channels.checkpoints });
+  c.register(Tokens.Restore, { useValue: w.channels.restore });
+  c.register(Tokens.Sandbox, { useFactory: () => new NatsSandboxClient(w.ctx.nc) });
   return c.resolve(cls as unknown as InjectionToken<Actor>);
 }
 
@@ -88,13 +90,14 @@ export async function runActorProcess(actor: string, cls: ActorClass, opts: RunA
   process.on("SIGTERM", () => onSignal("SIGTERM"));
   process.on("SIGINT", () => onSignal("SIGINT"));
 
-  let ctx: ActorContext;
+  let wiring: ActorWiring;
   try {
-    ctx = await buildContext(actor, config, { natsUrl: opts.natsUrl, instance: opts.instance, signal: abort.signal });
+    wiring = await buildContext(actor, config, { natsUrl: opts.natsUrl, instance: opts.instance, signal: abort.signal });
   } catch (e) {
     process.stderr.write(`${actor}: ${(e as Error).message}\n`);
     return ExitCodes.nats;
   }
+  const { ctx } = wiring;
   const port = opts.metricsPort ?? 0;
   if (port > 0) {
     try {
@@ -107,7 +110,7 @@ export async function runActorProcess(actor: string, cls: ActorClass, opts: RunA
   ctx.log.info("starting");
   let code: number = ExitCodes.ok;
   try {
-    await resolveActor(cls, ctx).run();
+    await resolveActor(cls, wiring).run();
     ctx.log.info(interrupted ? "drained after signal" : "done");
     if (interrupted) code = ExitCodes.interrupted;
   } catch (e) {

@@ -1,7 +1,7 @@
 // Serves generate() calls from environments by batching them into the kernels' ragged KV-cache
 // decoder. Environments run one rollout per call; batching across rollouts and tasks happens here.
 // New weights are swapped in between batches, so one generation never mixes two policies.
-import { PolicyModel } from "../../kernels/index.js";
+import type { PolicyModel } from "../../kernels/index.js";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
 import type { Generation, ModelClient, SamplingArgs } from "../../environments/api/index.js";
 

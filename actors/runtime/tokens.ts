@@ -1,9 +1,23 @@
-// Injection tokens. Every injected constructor parameter names its token with @inject(token):
-// neither our TypeScript pin nor tsx emit reliable parameter-type metadata, so we never rely on it.
+// Injection tokens. Every injected constructor parameter names its token with @inject(token): neither
+// our TypeScript pin nor tsx emit reliable parameter-type metadata, so we never rely on it. Each token
+// is registered by lifecycle.ts (bound to the process's NATS connection) and injected by at least one
+// actor; a test resolves an actor with a channel bound to its own nats-server the same way.
 export const Tokens = {
   Context: Symbol("ActorContext"),
-  Config: Symbol("RunConfig"),
-  Logger: Symbol("Logger"),
-  Nats: Symbol("NatsConnection"),
-  Metrics: Symbol("ActorMetrics"),
+  /** RunState: the run's typed KV bucket. */
+  RunState: Symbol("RunState"),
+  /** TaskChannel: rs.<run>.tasks. */
+  Tasks: Symbol("TaskChannel"),
+  /** RawRolloutChannel: rs.<run>.rollouts.raw. */
+  RawRollouts: Symbol("RawRolloutChannel"),
+  /** ScoredChannel: rs.<run>.rollouts.scored (Arrow). */
+  Scored: Symbol("ScoredChannel"),
+  /** WeightsChannel: weight objects + rs.<run>.weights. */
+  Weights: Symbol("WeightsChannel"),
+  /** CheckpointChannel: state objects + rs.<run>.checkpoints. */
+  Checkpoints: Symbol("CheckpointChannel"),
+  /** RestoreChannel: rs.<run>.checkpoint.restore request/reply. */
+  Restore: Symbol("RestoreChannel"),
+  /** CodeSandbox: the sandbox service client environments run code through. */
+  Sandbox: Symbol("CodeSandbox"),
 } as const;

@@ -63,7 +63,7 @@ export class SandboxExecutor {
     private readonly layout: SandboxLayout,
     private readonly uidPool: HostUidPool | null,
     private readonly runtimes: ResolvedRuntimes,
-    private readonly log: Logger,
+    readonly log: Logger,
   ) {
     this.slots = new Semaphore(settings.maxConcurrent, settings.maxQueued);
     const targets: Record<PoolKind, number> = { python: settings.runtimes.python.poolSize ?? settings.poolSize, node: 0 };

@@ -7,7 +7,7 @@ import { SANDBOX_UID, type HostUidPool, type IsolationFeatures, type SandboxLayo
 import { resolveLimits, toRlimits } from "./limits.js";
 import { SandboxProcess } from "./sandbox-process.js";
 
-const PROBE_PY = String.raw`
+const PROBE_PY = `
 import os, json, socket, ctypes
 f = {}
 f["uid"] = os.getuid()

@@ -269,7 +269,7 @@ export class SandboxProcess {
 
   private tryFinish(): void {
     const cmd = this.current;
-    if (!cmd || !cmd.frame) return;
+    if (!cmd?.frame) return;
     if (cmd.marker && !(cmd.out.endsWith(cmd.marker) && cmd.err.endsWith(cmd.marker))) return;
     this.finishCommand(cmd);
   }

@@ -4,8 +4,8 @@
 import type { NatsConnection } from "@nats-io/transport-node";
 import { Svcm, type Service, type ServiceMsg } from "@nats-io/services";
 import type { Logger } from "pino";
-import { MessageValidationError } from "../../streams/msgpack-codec.js";
 import {
+  MessageValidationError,
   decodeExecRequest,
   decodeSessionClose,
   decodeSessionExec,
@@ -18,7 +18,7 @@ import {
   SANDBOX_SERVICE_NAME,
   SANDBOX_SERVICE_VERSION,
   SandboxSubjects,
-} from "../../streams/sandbox-protocol.js";
+} from "../../streams/index.js";
 import { SandboxRequestError } from "./errors.js";
 import { SandboxExecutor } from "./executor.js";
 import { SandboxFailure } from "./sandbox-process.js";

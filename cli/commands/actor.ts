@@ -1,18 +1,9 @@
 // `rollstream actor <name> --config run.yaml`: runs one actor alone as this process (how the train
 // command launches them, and how deploy/k8s and deploy/slurm run them).
 import type { Command } from "commander";
-import { runActorProcess, type ActorClass } from "../../actors/runtime/lifecycle.js";
+import { runActorProcess } from "../../actors/runtime/lifecycle.js";
+import { ACTORS } from "../../actors/registry.js";
 
-type Loader = () => Promise<ActorClass>;
-
-export const ACTORS: Record<string, Loader> = {
-  orchestrator: async () => (await import("../../actors/orchestrator/orchestrator.js")).OrchestratorActor,
-  inference: async () => (await import("../../actors/inference/inference.js")).InferenceActor,
-  reward: async () => (await import("../../actors/reward/reward.js")).RewardActor,
-  learner: async () => (await import("../../actors/learner/learner.js")).LearnerActor,
-  checkpoint: async () => (await import("../../actors/checkpoint/checkpoint.js")).CheckpointActor,
-  sandbox: async () => (await import("../../actors/sandbox/actor.js")).SandboxActor,
-};
 
 export function registerActorCommand(program: Command): void {
   program

@@ -176,7 +176,7 @@ async function defaultTokenizer(spec: string): Promise<TokenizerLike> {
 
 async function natsSandbox(url: string): Promise<{ sandbox: CodeSandbox; close(): Promise<void> }> {
   const { connect } = await import("@nats-io/transport-node");
-  const { NatsSandboxClient } = await import("../../streams/sandbox-client.js");
+  const { NatsSandboxClient } = await import("../../streams/index.js");
   const nc = await connect({ servers: url });
   return { sandbox: new NatsSandboxClient(nc), close: () => nc.drain() };
 }

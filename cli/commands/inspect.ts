@@ -10,10 +10,7 @@ import { join } from "node:path";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { natsForRun } from "../run-nats.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
-import { runNames } from "../../streams/subjects.js";
-import { ContentType, Hdr, headerRecord } from "../../streams/headers.js";
-import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
-import { blobOf, lazyBlobBucket, readPayload } from "../../streams/large-payload.js";
+import { blobOf, ContentType, decodeRolloutBatch, Hdr, headerRecord, openWire, readPayload, runNames } from "../../streams/index.js";
 
 interface InspectOptions { run?: string; config?: string; subject?: string; last: string; nats?: string; json?: boolean; rows: string; outDir?: string }
 
@@ -111,9 +108,18 @@ async function inspect(opts: InspectOptions): Promise<number> {
 async function payloadOf(nc: NatsConnection, m: StoredMsg): Promise<Uint8Array> {
   const blob = blobOf({ headers: m.header });
   if (blob === undefined) return m.data;
-  const bucket = runNames(m.header?.get(Hdr.run) ?? "").blobBucket;
-  console.log(`  (payload in blob ${blob} of bucket ${bucket})`);
-  return readPayload({ data: m.data, headers: m.header }, lazyBlobBucket(nc, bucket));
+  const wire = openWire(nc, m.header?.get(Hdr.run) ?? "");
+  console.log(`  (payload in blob ${blob} of bucket ${wire.names.blobBucket})`);
+  return readPayload({ data: m.data, headers: m.header }, wire.blobs);
+}
+
+/** "role: text" of a transcript's last message on one line, cut to `max` characters ("" when empty). */
+function lastMessage(messages: readonly { role: string; content: string; name?: string }[], max: number): string {
+  const m = messages[messages.length - 1];
+  if (!m) return "";
+  // Only a bounded prefix of a long message is looked at; code points, so an emoji is never cut in half.
+  const chars = [...`${m.role}${m.name ? `(${m.name})` : ""}: ${m.content.slice(0, 4 * max).replace(/\s+/g, " ").trim()}`];
+  return chars.length > max ? `${chars.slice(0, max - 1).join("")}…` : chars.join("");
 }
 
 async function printMessage(nc: NatsConnection, m: StoredMsg, opts: InspectOptions): Promise<void> {
@@ -130,6 +136,8 @@ async function printMessage(nc: NatsConnection, m: StoredMsg, opts: InspectOptio
         task: r.taskId, env: r.env, prompt: r.promptIds.length, completion: r.completionIds.length,
         trained: r.completionMask.reduce((s, x) => s + x, 0), reward: +r.reward.toFixed(4), advantage: +r.advantage.toFixed(4),
         version: `${r.policyVersionMin}..${r.policyVersionMax}`, stop: r.stopReason, step: r.step,
+        metrics: Object.entries(r.metrics).map(([k, v]) => `${k}=${+v.toFixed(4)}`).join(", "),
+        messages: r.messages.length, last: lastMessage(r.messages, opts.json ? 200 : 40), errors: r.errors.length,
       }));
       if (opts.json) console.log(JSON.stringify(shown, null, 2));
       else console.table(shown);

@@ -4,20 +4,14 @@
 import { existsSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { jetstream } from "@nats-io/jetstream";
 import { loadRunConfig } from "../../actors/runtime/config.js";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { natsForRun } from "../run-nats.js";
 import { createPolicyModel } from "../../actors/runtime/model-factory.js";
 import { CheckpointDir } from "../../actors/runtime/checkpoint-dir.js";
 import { decodeTrainState } from "../../kernels/train-state.js";
-import { collectBatch } from "../../actors/learner/collect.js";
 import { runTrainStep } from "../../kernels/train-step.js";
-import { StreamReader } from "../../streams/stream-reader.js";
-import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
-import { lazyBlobBucket, readPayload } from "../../streams/large-payload.js";
-import { runNames } from "../../streams/subjects.js";
-import { MetricsEventSchema } from "../../streams/messages.js";
+import { MetricsEventSchema, openWire, RunChannels } from "../../streams/index.js";
 
 interface ReplayOptions { config?: string; run?: string; outDir?: string; checkpoint?: string; fromSeq?: string; steps: string; nats?: string; json?: boolean }
 
@@ -62,22 +56,19 @@ export async function replay(opts: ReplayOptions): Promise<number> {
   const recorded = recordedLosses(join(runDir, "metrics.jsonl"));
   const served = await natsForRun(runDir, config.nats.url, opts.nats);
   const nc = await connectNats(served.url, "rollstream-replay");
-  const names = runNames(config.run);
-  const blobs = lazyBlobBucket(nc, names.blobBucket);
-  const reader = new StreamReader(jetstream(nc), {
-    stream: names.streams.rollouts,
-    subject: names.subjects.rolloutsScored,
-    fromSeq: opts.fromSeq !== undefined ? Number(opts.fromSeq) : counters.readerSeq,
+  const channels = new RunChannels(openWire(nc, config.run));
+  // The learner dead-lettered such a batch and trained without it; replay does the same, loudly.
+  const reader = channels.scored.reader(opts.fromSeq !== undefined ? Number(opts.fromSeq) : counters.readerSeq, {
+    actor: "replay",
+    readOnly: true,
+    onDeadLetter: (m, reason) => console.log(`seq ${m.seq}: skipped undecodable batch (${reason})`),
   });
   let mismatches = 0;
   try {
     console.log(`replaying from checkpoint step ${counters.step} (stream seq ${reader.position})`);
     for (let i = 0; i < Number(opts.steps); i++) {
       const version = counters.step;
-      const batch = await collectBatch(reader, version, config.rl, async (m) => {
-        // The learner dead-lettered such a batch and trained without it; replay does the same, loudly.
-        try { return decodeRolloutBatch(await readPayload(m, blobs)).rows; } catch (e) { console.log(`seq ${m.seq}: skipped undecodable batch (${(e as Error).message})`); return []; }
-      }, undefined, 1000, 3000);
+      const batch = await reader.collect(version, { batchSize: config.rl.batchSize, maxOffPolicySteps: config.rl.maxOffPolicySteps, waitMs: 1000, giveUpAfterIdleMs: 3000 });
       if (!batch) {
         console.log(`stream exhausted after ${i} steps`);
         break;

@@ -6,8 +6,7 @@ import type { Command } from "commander";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Svcm } from "@nats-io/services";
 import type { SandboxExecRequest, SandboxLanguage } from "../../environments/api/sandbox.js";
-import { NatsSandboxClient } from "../../streams/sandbox-client.js";
-import { SANDBOX_SERVICE_NAME } from "../../streams/sandbox-protocol.js";
+import { NatsSandboxClient, SANDBOX_SERVICE_NAME } from "../../streams/index.js";
 
 const LANGS: SandboxLanguage[] = ["python", "node", "bash"];
 

@@ -2,7 +2,7 @@
 // a local nats-server with its store under runs/<run>/nats, launches every actor as a child process,
 // shows progress, evaluates held-out pass@1 after SFT and after RL, and stops what it started.
 // Run it again to resume: the learner restores its last checkpoint and the orchestrator its position.
-import { copyFileSync, existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
@@ -10,11 +10,8 @@ import { ConfigError, loadRunConfig, type RunConfig } from "../../actors/runtime
 import { connectNats, natsReachable } from "../../actors/runtime/nats-connect.js";
 import { startNatsServer, type LocalNatsServer } from "../../deploy/local/nats-server.js";
 import { ActorLauncher, type ActorSpec } from "../../deploy/local/launcher.js";
-import { deleteTopology, ensureTopology } from "../../streams/topology.js";
-import { RunState } from "../../streams/run-state.js";
-import { StateKeys } from "../../streams/subjects.js";
-import { getWeights } from "../../actors/runtime/weights.js";
-import type { HeldOutResult } from "../held-out-eval.js";
+import { deleteTopology, ensureTopology, RunChannels, RunState, StateKeys, type HeldOutResult } from "../../streams/index.js";
+import { loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtime/environments.js";
 
 // The model code loads only when an evaluation runs, so `rollstream train --help` works without kernels.
 const heldOutEval: typeof import("../held-out-eval.js").heldOutEval = async (...a) => (await import("../held-out-eval.js")).heldOutEval(...a);
@@ -30,7 +27,7 @@ export interface TrainOptions {
 // Children run the same compiled CLI as this process (dist/ or a dist-* build).
 const binPath = resolve(dirname(fileURLToPath(import.meta.url)), "..", "main.js");
 
-export function actorPlan(config: RunConfig): ActorSpec[] {
+export function actorPlan(config: RunConfig, envs: ReadonlyMap<string, LoadedEnvironment>): ActorSpec[] {
   const specs: ActorSpec[] = [
     { name: "checkpoint", replica: 0 },
     { name: "learner", replica: 0 },
@@ -38,7 +35,8 @@ export function actorPlan(config: RunConfig): ActorSpec[] {
   ];
   for (let i = 0; i < config.actors.reward.replicas; i++) specs.push({ name: "reward", replica: i });
   for (let i = 0; i < config.actors.inference.replicas; i++) specs.push({ name: "inference", replica: i });
-  const needsSandbox = config.environments.some((e) => /^(code|tool)(@|$)/.test(e.id)) || config.sandbox.enabled === true;
+  // The environments declare it (Environment.needsSandbox); `sandbox.enabled: true` forces it on.
+  const needsSandbox = [...envs.values()].some((e) => e.env.needsSandbox === true) || config.sandbox.enabled === true;
   if (needsSandbox) specs.push({ name: "sandbox", replica: 0 });
   return specs;
 }
@@ -64,6 +62,14 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     process.stderr.write(`${(e as Error).message}\n`);
     return e instanceof ConfigError ? 2 : 1;
   }
+  // Loaded here so a bad environment spec fails before anything starts, and for actorPlan's needsSandbox.
+  let envs: Map<string, LoadedEnvironment>;
+  try {
+    envs = await loadRunEnvironments(config);
+  } catch (e) {
+    process.stderr.write(`${(e as Error).message}\n`);
+    return 2;
+  }
   const runDir = resolve(config.outDir, config.run);
   if (opts.fresh) {
     for (const p of ["checkpoints", "metrics.jsonl", "logs", "eval.json"]) rmSync(join(runDir, p), { recursive: true, force: true });
@@ -87,7 +93,8 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   if (opts.fresh) await deleteTopology(nc, config.run);
   const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes, taskAckWaitMs: config.nats.taskAckWaitMs });
   const state = new RunState(topology.kv);
-  const evals: { sft?: HeldOutResult; rl?: HeldOutResult } = (await state.getJson(StateKeys.evalPrefix + "all")) ?? {};
+  const channels = new RunChannels(topology.wire);
+  const evals: { sft?: HeldOutResult; rl?: HeldOutResult } = (await state.get(StateKeys.evalSummary)) ?? {};
 
   let stopping = false;
   const cleanup = async (launcher?: ActorLauncher, progress?: RunProgress) => {
@@ -98,7 +105,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     await server?.stop();
   };
 
-  if ((await state.getJson<string>(StateKeys.runStatus)) === "done") {
+  if ((await state.get(StateKeys.runStatus)) === "done") {
     process.stdout.write(`run ${config.run} already finished (use --fresh to start over)\n`);
     printSummary(evals);
     await cleanup();
@@ -128,12 +135,12 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   process.on("SIGINT", onSigint);
   process.on("SIGTERM", onSigint);
 
-  for (const spec of actorPlan(config)) launcher.start(spec);
+  for (const spec of actorPlan(config, envs)) launcher.start(spec);
   progress.start();
   process.stdout.write(`run ${config.run}: actors started, logs in ${join(runDir, "logs")}\n`);
 
   const saveEvals = async () => {
-    await state.putJson(StateKeys.evalPrefix + "all", evals);
+    await state.put(StateKeys.evalSummary, evals);
     writeFileSync(join(runDir, "eval.json"), JSON.stringify(evals, null, 2) + "\n");
   };
   let sftEval: Promise<void> | null = null;
@@ -141,9 +148,9 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     while (!interrupted && !fatal) {
       const version = await state.policyVersion();
       const step = await state.learnerStep();
-      if (opts.eval !== false && !evals.sft && version >= 0 && sftEval === null && (await state.getJson(StateKeys.runPhase)) === "rl") {
+      if (opts.eval !== false && !evals.sft && version >= 0 && sftEval === null && (await state.get(StateKeys.runPhase)) === "rl") {
         sftEval = (async () => {
-          const r = await heldOutEval(config, await getWeights(topology.objects, 0), 0, { threads: 1 });
+          const r = await heldOutEval(config, await channels.weights.fetch(0), 0, { threads: 1 });
           evals.sft = r;
           await saveEvals();
           progress.say(`held-out pass@1 after ${config.sft ? "SFT" : "init"} (v0): ${r.passAt1.toFixed(3)} on ${r.n} problems (${r.seconds.toFixed(1)} s)`);
@@ -165,14 +172,14 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     await sftEval;
     progress.say(`RL finished: ${config.rl.steps} steps`);
     if (opts.eval !== false) {
-      const r = await heldOutEval(config, await getWeights(topology.objects, config.rl.steps), config.rl.steps, { threads: config.model.threads });
+      const r = await heldOutEval(config, await channels.weights.fetch(config.rl.steps), config.rl.steps, { threads: config.model.threads });
       evals.rl = r;
       await saveEvals();
     }
     // Let the orchestrator mark the run done and the checkpoint actor write the final state.
     const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && (await state.getJson<string>(StateKeys.runStatus)) !== "done") await new Promise((r) => setTimeout(r, 250));
-    while (Date.now() < deadline && (await state.getNumber(StateKeys.checkpointLatest, -1)) < config.rl.steps) await new Promise((r) => setTimeout(r, 250));
+    while (Date.now() < deadline && (await state.get(StateKeys.runStatus)) !== "done") await new Promise((r) => setTimeout(r, 250));
+    while (Date.now() < deadline && ((await state.get(StateKeys.checkpointLatest)) ?? -1) < config.rl.steps) await new Promise((r) => setTimeout(r, 250));
     await cleanup(launcher, progress);
     printSummary(evals);
     return 0;

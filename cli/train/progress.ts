@@ -5,9 +5,7 @@ import { appendFileSync } from "node:fs";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import cliProgress from "cli-progress";
-import { decodeMsgpack } from "../../streams/msgpack-codec.js";
-import { MetricsEventSchema, type MetricsEvent } from "../../streams/messages.js";
-import type { RunNames } from "../../streams/subjects.js";
+import { decodeMsgpack, MetricsEventSchema, type MetricsEvent, type RunNames } from "../../streams/index.js";
 
 export interface ProgressState {
   phase: "starting" | "sft" | "rl" | "done";

@@ -9,6 +9,11 @@ export interface Environment {
   /** From the module's package.json. */
   readonly name: string;
   readonly version: string;
+  /**
+   * True when rollouts or scoring run code through the injected CodeSandbox; `rollstream train` starts
+   * the sandbox actor only then. Optional (absent = false) so hand-built or older modules still load.
+   */
+  readonly needsSandbox?: boolean;
   dataset(split: DatasetSplit): Dataset;
   rollout(ctx: RolloutContext, row: DatasetRow): Promise<RolloutResult>;
   /** The rubric, including group-level reward functions. */
@@ -28,6 +33,8 @@ export function envId(env: Pick<Environment, "name" | "version">): string {
 export interface EnvironmentDefinition {
   name: string;
   version: string;
+  /** Default false: set it when the rubric or rollout uses `ctx.sandbox`. */
+  needsSandbox?: boolean;
   dataset(split: DatasetSplit): Dataset;
   rubric: Rubric;
   /** Default: singleTurnRollout. */
@@ -48,6 +55,7 @@ export function createEnvironment(def: EnvironmentDefinition): Environment {
   const env: Environment = {
     name: def.name,
     version: def.version,
+    needsSandbox: def.needsSandbox ?? false,
     dataset(split: DatasetSplit): Dataset {
       if (split !== "train" && split !== "eval") throw new Error(`environment ${id}: unknown split "${String(split)}" (train or eval)`);
       let d = datasets.get(split);

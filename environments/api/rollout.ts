@@ -23,6 +23,8 @@ export interface RolloutResult {
   /** Full transcript including the prompt (may end with a final env message the model never saw). */
   messages: ChatMessage[];
   numTurns: number;
+  /** Completion-token offset at which each model turn starts (one entry per model turn). */
+  turnOffsets: number[];
   stopReason: string;
   isTruncated: boolean;
   policyVersionMin: number;

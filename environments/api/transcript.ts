@@ -17,6 +17,8 @@ export class TokenTranscript {
   readonly completionIds: number[] = [];
   readonly completionMask: number[] = [];
   readonly samplerLogprobs: number[] = [];
+  /** Completion-token offset at which each model turn starts. */
+  readonly turnOffsets: number[] = [];
   numTurns = 0;
   policyVersionMin = Number.POSITIVE_INFINITY;
   policyVersionMax = Number.NEGATIVE_INFINITY;
@@ -45,6 +47,7 @@ export class TokenTranscript {
     if (gen.tokenIds.length !== gen.logprobs.length) {
       throw new Error(`model returned ${gen.tokenIds.length} tokens but ${gen.logprobs.length} logprobs`);
     }
+    this.turnOffsets.push(this.completionIds.length);
     for (let i = 0; i < gen.tokenIds.length; i++) {
       this.completionIds.push(gen.tokenIds[i]!);
       this.completionMask.push(1);
@@ -122,6 +125,7 @@ export class TokenTranscript {
       samplerLogprobs: this.samplerLogprobs,
       messages: this.messages,
       numTurns: this.numTurns,
+      turnOffsets: this.turnOffsets,
       stopReason: end.stopReason,
       isTruncated: end.isTruncated,
       policyVersionMin: noTurns ? 0 : this.policyVersionMin,

@@ -85,6 +85,7 @@ export const loadEnvironment: LoadEnvironment = (rawArgs) => {
   return createEnvironment({
     name: pkg.name,
     version: pkg.version,
+    needsSandbox: true, // the hidden tests run in the sandbox
     dataset: (split) => listDataset(problems.filter((p) => p.split === split).map(toRow)),
     rubric,
     sftTarget: (row) => {

@@ -14,7 +14,7 @@ size_t mat_len(int64_t rows, int64_t ld, int64_t cols) { return rows <= 0 || col
 
 rs_loss_spec read_loss_spec(const Args& a, Napi::Object o) {
   rs_loss_spec s{};
-  s.kind = (int32_t)a.int_in(field_num(a, o, "kind"), "loss kind", 0, 2);
+  s.kind = (int32_t)a.int_in(field_num(a, o, "kind"), "loss kind", 0, RS_LOSS_KIND_COUNT - 1);
   s.mask_low = (float)field_num(a, o, "maskLow");
   s.mask_high = (float)field_num(a, o, "maskHigh");
   s.clip_eps = (float)field_num(a, o, "clipEps");

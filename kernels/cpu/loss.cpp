@@ -6,6 +6,7 @@
 
 #include "common.h"
 #include "ops.h"
+#include "../shared/loss_token.h"
 
 namespace rs {
 
@@ -105,29 +106,12 @@ void loss_rows(const float* logits, int N, int V, const int32_t* targets, const 
     o.used = true;
     o.entropy = ent;
     o.logp = logp;
-    double g = 0;  // dLoss/dlogp, already divided by the normalizer
-    if (spec.kind == RS_LOSS_SFT) {
-      o.loss = -logp * inv_norm;
-      g = -inv_norm;
-    } else {
-      const double d = logp - (double)sampler_logp[r];
-      const double ratio = std::exp(d);
-      const double A = adv[r];
-      o.ratio = ratio;
-      o.k3 = ratio - d - 1.0;
-      if (ratio < spec.mask_low || ratio > spec.mask_high) {
-        o.masked = true;
-      } else if (spec.kind == RS_LOSS_RL) {
-        o.loss = (-ratio * A + spec.kl_coef * o.k3) * inv_norm;
-        g = (-ratio * A + spec.kl_coef * (ratio - 1.0)) * inv_norm;
-      } else {
-        const double clipped = std::min(std::max(ratio, 1.0 - spec.clip_eps), 1.0 + spec.clip_eps_high);
-        const double u = ratio * A, c = clipped * A;
-        // min picks the unclipped term (gradient ratio * A) unless the clipped one is smaller (gradient 0).
-        o.loss = (-std::min(u, c) + spec.kl_coef * o.k3) * inv_norm;
-        g = ((u <= c ? -u : 0.0) + spec.kl_coef * (ratio - 1.0)) * inv_norm;
-      }
-    }
+    const rs_shared::LossToken t = rs_shared::loss_token(spec, logp, sampler_logp ? (double)sampler_logp[r] : 0.0, adv ? (double)adv[r] : 0.0, inv_norm);
+    o.loss = t.loss;
+    o.k3 = t.k3;
+    o.ratio = t.ratio;
+    o.masked = t.masked;
+    const double g = t.g;  // dLoss/dlogp, already divided by the normalizer
     if (token_logp) token_logp[r] = (float)logp;
     if (dz) {
       if (g != 0) row_write_grad(z, V, tgt, lse, (float)g, dz);
@@ -160,12 +144,13 @@ int32_t rs_loss_fwd_bwd(const float* logits, int32_t N, int32_t V, const int32_t
   if (N < 1 || V < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: sizes must be positive (N=%d V=%d)", N, V);
   if (!logits || !targets || !mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: null buffer");
   if (int32_t s = check_loss_spec(spec, err)) return s;
-  if (spec->kind != RS_LOSS_SFT && (!advantages || !sampler_logp))
+  const bool policy = rs_shared::loss_uses_policy(spec->kind);
+  if (policy && (!advantages || !sampler_logp))
     return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: advantages and sampler logprobs are required for this loss");
   for (int32_t r = 0; r < N; r++) {
     if (!mask[r]) continue;
     if (targets[r] < 0 || targets[r] >= V) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: target %d at row %d is outside the vocab [0, %d)", targets[r], r, V);
-    if (spec->kind != RS_LOSS_SFT && (!std::isfinite(advantages[r]) || !std::isfinite(sampler_logp[r])))
+    if (policy && (!std::isfinite(advantages[r]) || !std::isfinite(sampler_logp[r])))
       return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: advantage or sampler logprob at row %d is not finite", r);
   }
   *stats = rs_loss_stats{};

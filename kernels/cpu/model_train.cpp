@@ -34,7 +34,7 @@ void head_and_loss(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, con
   float* lp_c = slp_c + R;
   std::vector<int32_t> tgt(R);
   std::vector<uint8_t> ones(R, 1);
-  const bool policy = spec.kind != RS_LOSS_SFT;
+  const bool policy = rs_shared::loss_uses_policy(spec.kind);
 
   for (size_t c0 = 0; c0 < rows.size(); c0 += R) {
     const int n = (int)std::min<size_t>(R, rows.size() - c0);

@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "loss.cuh"
+#include "../shared/loss_token.h"
 
 namespace rsc {
 
@@ -42,39 +43,17 @@ __global__ void __launch_bounds__(kNT)
   if (threadIdx.x == 0) {
     const int tgt = targets[r];
     const double logp = (double)z[tgt] - lse;
-    const double inv_norm = 1.0 / spec.normalizer;
-    double loss = 0, k3 = 0, ratio = 0, g = 0, masked = 0;
-    if (spec.kind == RS_LOSS_SFT) {
-      loss = -logp * inv_norm;
-      g = -inv_norm;
-    } else {
-      const double d = logp - (double)slp[r];
-      const double A = adv[r];
-      ratio = exp(d);
-      k3 = ratio - d - 1.0;
-      if (ratio < spec.mask_low || ratio > spec.mask_high) {
-        masked = 1;
-      } else if (spec.kind == RS_LOSS_RL) {
-        loss = (-ratio * A + spec.kl_coef * k3) * inv_norm;
-        g = (-ratio * A + spec.kl_coef * (ratio - 1.0)) * inv_norm;
-      } else {
-        const double clipped = fmin(fmax(ratio, 1.0 - spec.clip_eps), 1.0 + spec.clip_eps_high);
-        const double u = ratio * A, c = clipped * A;
-        // min picks the unclipped term (gradient ratio * A) unless the clipped one is smaller (gradient 0).
-        loss = (-fmin(u, c) + spec.kl_coef * k3) * inv_norm;
-        g = ((u <= c ? -u : 0.0) + spec.kl_coef * (ratio - 1.0)) * inv_norm;
-      }
-    }
-    o[0] = loss;
+    const rs_shared::LossToken t = rs_shared::loss_token(spec, logp, slp ? (double)slp[r] : 0.0, adv ? (double)adv[r] : 0.0, 1.0 / spec.normalizer);
+    o[0] = t.loss;
     o[1] = lse - w / s;  // entropy of the full softmax
-    o[2] = k3;
+    o[2] = t.k3;
     o[3] = logp;
-    o[4] = ratio;
+    o[4] = t.ratio;
     o[5] = 1.0;
-    o[6] = masked;
+    o[6] = t.masked ? 1.0 : 0.0;
     o[7] = 0.0;
     if (token_logp) token_logp[r] = (float)logp;
-    g_sh = (float)g;
+    g_sh = (float)t.g;
   }
   __syncthreads();  // g_sh ready; thread 0 has read z[tgt]
   if (!dz) return;
@@ -125,7 +104,7 @@ int32_t rs_loss_fwd_bwd(const float* logits, int32_t N, int32_t V, const int32_t
   if (N < 1 || V < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: sizes must be positive (N=%d V=%d)", N, V);
   if (!logits || !targets || !mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: null buffer");
   if (int32_t st = check_loss_spec(spec, err)) return st;
-  const bool policy = spec->kind != RS_LOSS_SFT;
+  const bool policy = rs_shared::loss_uses_policy(spec->kind);
   if (policy && (!advantages || !sampler_logp))
     return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: advantages and sampler logprobs are required for this loss");
   for (int32_t r = 0; r < N; r++) {

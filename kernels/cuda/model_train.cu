@@ -23,7 +23,7 @@ void head_and_loss(rs_model* m, const int32_t* tokens, int T, const uint8_t* mas
 
   std::vector<int32_t> rows, src, tgt;  // predicted token t is read from hidden row t - 1
   std::vector<float> adv_c, slp_c;
-  const bool policy = spec.kind != RS_LOSS_SFT;
+  const bool policy = rs_shared::loss_uses_policy(spec.kind);
   for (int t = 0; t < T; t++)
     if (mask[t]) {
       rows.push_back(t);

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "errors.h"
+#include "loss_token.h"
 #include "model_layout.h"
 
 namespace rs_shared {
@@ -43,20 +44,20 @@ inline int32_t check_batch(const Dims& d, const int32_t* tokens, int32_t T, cons
 
 inline int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err) {
   if (!spec) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: null spec");
-  if (spec->kind < RS_LOSS_RL || spec->kind > RS_LOSS_PPO_CLIP) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: unknown kind %d", spec->kind);
+  if (spec->kind < 0 || spec->kind >= RS_LOSS_KIND_COUNT) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: unknown kind %d", spec->kind);
   if (!(spec->normalizer > 0) || !std::isfinite(spec->normalizer))
     return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: normalizer must be a positive finite number (got %g)", spec->normalizer);
-  if (spec->kind != RS_LOSS_SFT) {
+  if (loss_uses_policy(spec->kind)) {
     if (!(spec->mask_low >= 0) || !(spec->mask_high > spec->mask_low))
       return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: need 0 <= maskLow < maskHigh (got %g, %g)", spec->mask_low, spec->mask_high);
     if (!(spec->kl_coef >= 0) || !std::isfinite(spec->kl_coef))
       return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: klCoef must be a finite number >= 0 (got %g)", spec->kl_coef);
   }
-  if (spec->kind == RS_LOSS_PPO_CLIP) {
+  if (loss_uses_clip(spec->kind)) {
     if (!(spec->clip_eps >= 0 && spec->clip_eps < 1))
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: ppo_clip eps must be in [0, 1) (got %g)", spec->clip_eps);
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: clipEps must be in [0, 1) (got %g)", spec->clip_eps);
     if (!(spec->clip_eps_high >= 0) || !std::isfinite(spec->clip_eps_high))
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: ppo_clip epsHigh must be a finite number >= 0 (got %g)", spec->clip_eps_high);
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: clipEpsHigh must be a finite number >= 0 (got %g)", spec->clip_eps_high);
   }
   return RS_OK;
 }
@@ -65,7 +66,7 @@ inline int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err) {
 inline int32_t check_train_micro(const rs_loss_spec* spec, const uint8_t* mask, const float* adv, const float* slp, const rs_loss_stats* stats,
                                  const int32_t* seg, int32_t S, int32_t T, rs_error* err) {
   if (!mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null lossMask or stats");
-  const bool policy = spec->kind != RS_LOSS_SFT;
+  const bool policy = loss_uses_policy(spec->kind);
   if (policy && (!adv || !slp)) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: advantages and samplerLogprobs are required for this loss");
   for (int32_t s = 0; s < S; s++)
     if (mask[seg[s]]) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask is set at token %d, a segment start (nothing predicts it)", seg[s]);

@@ -5,12 +5,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigError, loadRunConfig, parseRunConfig } from "../../actors/runtime/config.js";
 import { learningRate } from "../../kernels/optimizer.js";
+import { toNativeLossSpec, LOSS_KIND } from "../../kernels/loss-spec.js";
+import { parse as parseYaml } from "yaml";
 
 test("a minimal config gets every default", () => {
   const c = parseRunConfig({ run: "r", environments: [{ id: "arithmetic" }] });
   assert.equal(c.rl.maxAsyncLevel, 2);
-  assert.equal(c.rl.loss.maskLow, 0.125);
-  assert.equal(c.rl.loss.maskHigh, 8);
+  assert.deepEqual(c.rl.loss, { name: "rl", maskLow: 0.125, maskHigh: 8, klCoef: 0 });
   assert.equal(c.model.vocabSize, 288);
   assert.equal(c.environments[0]!.weight, 1);
   assert.equal(c.sft, undefined);
@@ -53,4 +54,34 @@ test("learning-rate schedules: warmup, constant, cosine to minLr", () => {
   assert.equal(learningRate(cos, 0, 10), 1);
   assert.ok(Math.abs(learningRate(cos, 10, 10) - 0.1) < 1e-12);
   assert.ok(learningRate(cos, 5, 10) < 1 && learningRate(cos, 5, 10) > 0.1);
+});
+
+const minimal = { run: "r", environments: [{ id: "arithmetic" }] };
+
+test("the config's rl.loss defaults are what the kernels get", () => {
+  for (const raw of [minimal, { ...minimal, rl: { loss: {} } }, { ...minimal, rl: { loss: { name: "rl" } } }]) {
+    const native = toNativeLossSpec(parseRunConfig(raw).rl.loss, 10);
+    assert.deepEqual(native, { kind: LOSS_KIND.rl, maskLow: 0.125, maskHigh: 8, clipEps: 0, clipEpsHigh: 0, klCoef: 0, normalizer: 10 });
+  }
+  // ppo_clip: clipEpsHigh follows clipEps, ratio masking off ([0, Infinity]).
+  const ppo = parseRunConfig({ ...minimal, rl: { loss: { name: "ppo_clip", clipEps: 0.1 } } }).rl.loss;
+  assert.deepEqual(ppo, { name: "ppo_clip", clipEps: 0.1, clipEpsHigh: 0.1, maskLow: 0, maskHigh: Infinity, klCoef: 0 });
+  assert.deepEqual(toNativeLossSpec(ppo, 1), { kind: LOSS_KIND.ppo_clip, maskLow: 0, maskHigh: Infinity, clipEps: 0.1, clipEpsHigh: 0.1, klCoef: 0, normalizer: 1 });
+});
+
+test("rl.loss: unknown keys are rejected by name; a valid spec (YAML .inf included) parses", () => {
+  const bad: [unknown, RegExp][] = [
+    [{ name: "rl", eps: 0.2 }, /rl\.loss: Unrecognized key: "eps"/],
+    [{ name: "ppo_clip", clip_eps: 0.2 }, /rl\.loss: Unrecognized key: "clip_eps"/],
+    [{ name: "sft", maskLow: 0.1 }, /rl\.loss: Unrecognized key: "maskLow"/],
+    [{ name: "grpo" }, /rl\.loss\.name:/],
+    [{ name: "rl", maskLow: 2, maskHigh: 1 }, /rl\.loss\.maskLow: must be below maskHigh/],
+    [{ name: "ppo_clip", clipEps: 1 }, /rl\.loss\.clipEps:/],
+  ];
+  for (const [loss, re] of bad) assert.throws(() => parseRunConfig({ ...minimal, rl: { loss } }), re, JSON.stringify(loss));
+  // Positive control: the same shapes with the right keys parse.
+  const ok = parseRunConfig({ ...minimal, rl: { loss: { name: "ppo_clip", clipEps: 0.2, clipEpsHigh: 0.28, maskLow: 0.5, maskHigh: 2, klCoef: 0.01 } } });
+  assert.deepEqual(ok.rl.loss, { name: "ppo_clip", clipEps: 0.2, clipEpsHigh: 0.28, maskLow: 0.5, maskHigh: 2, klCoef: 0.01 });
+  const inf = parseRunConfig({ ...minimal, ...(parseYaml("rl: { loss: { name: rl, maskLow: 0, maskHigh: .inf } }") as object) });
+  assert.deepEqual(inf.rl.loss, { name: "rl", maskLow: 0, maskHigh: Infinity, klCoef: 0 });
 });

@@ -65,7 +65,7 @@ test("runEval: report numbers, files, metrics and pass@k", async () => {
   assert.ok(!existsSync(join(out, "pending.jsonl")));
   const text = formatSummary(s);
   assert.match(text, /arithmetic@1\.0\.0: 5 examples x 4 rollouts = 20 samples/);
-  assert.match(text, /pass@1 0\.5000  pass@2 0\.8333  pass@4 1/);
+  assert.match(text, /pass@1 0\.5000 {2}pass@2 0\.8333 {2}pass@4 1/);
   assert.match(text, /reward fn correct +0\.5/);
 });
 

@@ -8,7 +8,7 @@ function rollout(reply: string, state: Record<string, unknown> = {}): RolloutRes
   return {
     promptIds: [1], completionIds: [2], completionMask: [1], samplerLogprobs: [-0.1],
     messages: [...row.prompt, { role: "assistant", content: reply }],
-    numTurns: 1, stopReason: "eos", isTruncated: false, policyVersionMin: 0, policyVersionMax: 0,
+    numTurns: 1, turnOffsets: [0], stopReason: "eos", isTruncated: false, policyVersionMin: 0, policyVersionMax: 0,
     state, timings: { generateMs: 0, envMs: 0 },
   };
 }

@@ -25,7 +25,7 @@ export function tinyConfig(run: string, outDir: string, overrides: Record<string
     rl: { steps: 3, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
     eval: { n: 8 },
     checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 },
-    actors: { inference: { replicas: 1, maxTasksInFlight: 4, threads: 1 }, reward: { replicas: 1, maxInFlight: 4 } },
+    actors: { inference: { replicas: 1, maxInFlight: 4, threads: 1 }, reward: { replicas: 1, maxInFlight: 4 } },
     ...overrides,
   };
 }

@@ -2,7 +2,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { startRun, waitUntil } from "../helpers/run-fixture.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { StateKeys } from "../../streams/index.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { TaskSchema } from "../../streams/messages.js";
 
@@ -15,8 +15,8 @@ test("the dispatch gate holds at maxAsyncLevel and opens one step per learner st
     run.launcher.start({ name: "orchestrator", replica: 0 });
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal(await taskCount(), 0, "tasks went out before any policy existed");
-    await run.state.putJson(StateKeys.policyVersion, 0);
-    await run.state.putJson(StateKeys.learnerStep, 0);
+    await run.state.put(StateKeys.policyVersion, 0);
+    await run.state.put(StateKeys.learnerStep, 0);
     // Steps 0 and 1 (maxAsyncLevel 1) may go out, and no more.
     await waitUntil("tasks for steps 0..1", async () => (await taskCount()) === 2 * promptsPerStep, 20_000, `${run.dir}/logs`);
     await new Promise((r) => setTimeout(r, 1500));
@@ -39,7 +39,7 @@ test("the dispatch gate holds at maxAsyncLevel and opens one step per learner st
       assert.match(body, /rollstream_process_cpu_seconds_total\{actor="orchestrator"/);
       await new Promise((r) => setTimeout(r, 1500));
       assert.equal(await taskCount(), 2 * promptsPerStep);
-      await run.state.putJson(StateKeys.learnerStep, 1);
+      await run.state.put(StateKeys.learnerStep, 1);
       await waitUntil("tasks for step 2", async () => (await taskCount()) === 3 * promptsPerStep, 20_000, `${run.dir}/logs`);
       await new Promise((r) => setTimeout(r, 1000));
       assert.equal(await taskCount(), 3 * promptsPerStep);

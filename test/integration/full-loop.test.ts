@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { existsSync, readdirSync } from "node:fs";
 import { join } from "node:path";
 import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 
 test("SFT then RL runs end to end across actor processes and checkpoints to disk", async () => {
@@ -22,8 +22,8 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
     await waitUntil("4 RL steps", async () => (await run.state.learnerStep()) >= 4, 120_000, `${run.dir}/logs`);
-    await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus)) === "done", 20_000, `${run.dir}/logs`);
-    await waitUntil("final checkpoint", async () => (await run.state.getNumber(StateKeys.checkpointLatest, -1)) === 4, 20_000, `${run.dir}/logs`);
+    await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 20_000, `${run.dir}/logs`);
+    await waitUntil("final checkpoint", async () => ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) === 4, 20_000, `${run.dir}/logs`);
     assert.equal(await run.state.policyVersion(), 4);
     const ckdir = join(run.dir, "loop", "checkpoints");
     const kept = readdirSync(ckdir).filter((n) => n.startsWith("step-")).sort();
@@ -41,7 +41,7 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
     }
     assert.deepEqual([...envs].sort(), ["arithmetic@1.0.0", "logic@1.0.0"]);
     // The resolved versions are recorded in the run's metadata.
-    const recorded = await run.state.getJson<Array<{ id: string }>>(StateKeys.environments);
+    const recorded = await run.state.get(StateKeys.environments);
     assert.deepEqual(recorded!.map((e) => e.id).sort(), ["arithmetic@1.0.0", "logic@1.0.0"]);
   } finally {
     await run.close();

@@ -8,9 +8,8 @@ import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { cliMain, startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { writeTokenizerDir } from "../helpers/hf-tokenizer-dir.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { RunChannels, StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
-import { getWeights } from "../../actors/runtime/weights.js";
 import { PolicyModel } from "../../kernels/index.js";
 import { toHfConfig } from "../../kernels/hf-config.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
@@ -52,11 +51,11 @@ test("a run started from an HF checkpoint folder loads its weights and tokenizer
   });
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
-    await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
+    await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
 
     // v0, the policy RL started from (no SFT stage), is the checkpoint's weights exactly.
     const v0 = PolicyModel.create(cfg, { seed: 1, threads: 1 });
-    v0.loadSafetensors(await getWeights(run.topology.objects, 0));
+    v0.loadSafetensors(await new RunChannels(run.topology.wire).weights.fetch(0));
     assert.deepEqual(v0.getParams(), params);
     v0.dispose();
 

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { rmSync } from "node:fs";
 import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { writeTokenizerDir } from "../helpers/hf-tokenizer-dir.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { HfTokenizer } from "../../kernels/hf-tokenizer.js";
 
@@ -20,7 +20,7 @@ test("a run with tokenizer kind hf trains end to end on the tokenizer's chat for
   });
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
-    await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
+    await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
     const tok = HfTokenizer.fromDir(dir);
     const { jsm, names } = run.topology;
     let rows = 0;

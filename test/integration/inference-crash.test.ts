@@ -2,9 +2,8 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { RunChannels, StateKeys } from "../../streams/index.js";
 import { PolicyModel } from "../../kernels/index.js";
-import { putWeights } from "../../actors/runtime/weights.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { modelConfigOf } from "../../actors/runtime/model-factory.js";
 
@@ -12,15 +11,15 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
   const run = await startRun("crash", {
     rl: { steps: 40, batchSize: 8, groupSize: 4, maxAsyncLevel: 100, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 24 } },
     nats: { taskAckWaitMs: 2000 },
-    actors: { inference: { replicas: 1, maxTasksInFlight: 2, threads: 1 }, reward: { replicas: 1, maxInFlight: 4 } },
+    actors: { inference: { replicas: 1, maxInFlight: 2, threads: 1 }, reward: { replicas: 1, maxInFlight: 4 } },
   });
   try {
     const tasks = 80; // 40 steps x 2 prompts
     const model = PolicyModel.create(modelConfigOf(run.config), { seed: 1, threads: 1 });
-    await putWeights(run.topology.objects, 0, model.toSafetensors());
+    await new RunChannels(run.topology.wire).weights.publish({ version: 0, step: 0, phase: "rl", bytes: model.toSafetensors() });
     model.dispose();
-    await run.state.putJson(StateKeys.policyVersion, 0);
-    await run.state.putJson(StateKeys.learnerStep, 0);
+    await run.state.put(StateKeys.policyVersion, 0);
+    await run.state.put(StateKeys.learnerStep, 0);
     const names = run.topology.names;
     const countOn = async (subject: string) => {
       const info = await run.topology.jsm.streams.info(names.streams.rollouts, { subjects_filter: subject });

@@ -18,6 +18,8 @@ function rows(version: number, tag: string, reward: (i: number) => number): Roll
     policyVersionMin: version, policyVersionMax: version,
     reward: reward(i), advantage: reward(i) - 0.5, rewardComponents: { correct: reward(i) },
     isTruncated: false, stopReason: "eos", numTurns: 1, generateMs: 1, scoreMs: 1, step: version,
+    exampleIndex: i, turnOffsets: Int32Array.from([0]), metrics: {}, envMs: 0, errors: [], stateJson: "{}",
+    messages: [{ role: "user", content: "1+2" }, { role: "assistant", content: "3" }],
   }));
 }
 

@@ -4,14 +4,15 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { cliMain, startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { StateKeys } from "../../streams/index.js";
 import { Hdr } from "../../streams/headers.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { blobOf, readPayload } from "../../streams/large-payload.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { RawRolloutGroupSchema } from "../../streams/messages.js";
 
-const MAX_PAYLOAD = 8 * 1024;
+// Small enough that groups and single rows overflow it; an empty v2 Arrow batch (schema in the IPC stream) is ~5.4 KB.
+const MAX_PAYLOAD = 12 * 1024;
 
 test("groups larger than max_payload go via the blob bucket and batches are chunked: nothing is lost", async () => {
   const run = await startRun(
@@ -25,7 +26,7 @@ test("groups larger than max_payload go via the blob bucket and batches are chun
   try {
     assert.equal(run.nc.info?.max_payload, MAX_PAYLOAD);
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
-    await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus)) === "done", 150_000, `${run.dir}/logs`);
+    await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 150_000, `${run.dir}/logs`);
     assert.equal(await run.state.learnerStep(), 2);
 
     const { jsm, names, blobs } = run.topology;

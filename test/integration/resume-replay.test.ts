@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { startRun, waitUntil } from "../helpers/run-fixture.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { StateKeys } from "../../streams/index.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { MetricsEventSchema, type MetricsEvent } from "../../streams/messages.js";
 import { replay } from "../../cli/commands/replay.js";
@@ -24,14 +24,14 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     // Kill between checkpoints (3 of every 4 steps), so the restored learner has steps to redo.
     await waitUntil("a step between checkpoints", async () => {
       const step = await run.state.learnerStep();
-      return step >= 2 && step % 4 !== 0 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) >= 0;
+      return step >= 2 && step % 4 !== 0 && ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) >= 0;
     }, 90_000, `${run.dir}/logs`);
     process.kill(run.launcher.pid("learner", 0)!, "SIGKILL");
     await new Promise((r) => setTimeout(r, 200));
     const stepsBeforeKill = new Set(events.filter((e) => e.kind === "step").map((e) => e.step!)).size;
     run.launcher.start({ name: "learner", replica: 1 });
     await waitUntil("16 steps and the final checkpoint", async () =>
-      (await run.state.learnerStep()) >= 16 && (await run.state.getNumber(StateKeys.checkpointLatest, -1)) >= 16, 120_000, `${run.dir}/logs`);
+      (await run.state.learnerStep()) >= 16 && ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) >= 16, 120_000, `${run.dir}/logs`);
     sub.unsubscribe();
 
     const byStep = new Map<number, number[]>();

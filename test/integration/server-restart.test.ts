@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
-import { StateKeys } from "../../streams/subjects.js";
+import { StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 
 test("the run survives a nats-server restart and finishes without double-counting", async () => {
@@ -24,7 +24,7 @@ test("the run survives a nats-server restart and finishes without double-countin
     restarted = await startNatsServer({ storeDir, port, monitorPort });
     // The test's own connection reconnects too.
     await waitUntil("all 30 steps after the restart", async () => (await run.state.learnerStep().catch(() => 0)) >= 30, 150_000, `${run.dir}/logs`);
-    await waitUntil("run done", async () => (await run.state.getJson(StateKeys.runStatus).catch(() => null)) === "done", 30_000, `${run.dir}/logs`);
+    await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus).catch(() => null)) === "done", 30_000, `${run.dir}/logs`);
     const names = run.topology.names;
     const seen = new Map<string, number>();
     for (const m of await storedMessages(run.topology.jsm, names.streams.rollouts, names.subjects.rolloutsScored)) {

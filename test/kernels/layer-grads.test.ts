@@ -2,7 +2,7 @@
 // L = sum(dy * f(inputs)) against central differences of the f64 reference, on small random shapes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { kernels } from "../../kernels/index.js";
+import { kernels, lossSpecSchema, type LossSpec } from "../../kernels/index.js";
 import { assertClose, dot64, f64, numericGrad, randF32, randInts } from "./helpers.js";
 import * as ref from "./ref-layers.js";
 
@@ -153,22 +153,24 @@ function lossCase(V: number, seed: number) {
   const mask = Uint8Array.from({ length: N }, (_, r) => (r === 2 ? 0 : 1));
   const l64 = f64(logits);
   const zeros = new Float64Array(N);
-  const logp = ref.lossFromLogits(l64, N, V, targets, new Uint8Array(N).fill(1), zeros, zeros, { kind: "sft", normalizer: 1 }).logprobs;
+  const logp = ref.lossFromLogits(l64, N, V, targets, new Uint8Array(N).fill(1), zeros, zeros, { name: "sft", normalizer: 1 }).logprobs;
   const slp = Float32Array.from(D_ROWS, (d, r) => logp[r] - d);
   const adv = Float32Array.from(ADV);
   return { N, V, logits, l64, targets, mask, slp, adv };
 }
 
-const LOSSES = [
-  { spec: { name: "sft" as const }, ref: { kind: "sft" as const } },
-  { spec: { name: "rl" as const }, ref: { kind: "rl" as const } },
-  { spec: { name: "rl" as const, klCoef: 0.3 }, ref: { kind: "rl" as const, klCoef: 0.3 } },
-  { spec: { name: "ppo_clip" as const }, ref: { kind: "ppo_clip" as const } },
-  { spec: { name: "ppo_clip" as const, eps: 0.1, epsHigh: 0.25, maskHigh: 8, klCoef: 0.1 }, ref: { kind: "ppo_clip" as const, eps: 0.1, epsHigh: 0.25, maskHigh: 8, klCoef: 0.1 } },
+// The kernels and the reference both get the schema's defaults (the reference has none of its own).
+const LOSSES: LossSpec[] = [
+  { name: "sft" },
+  { name: "rl" },
+  { name: "rl", klCoef: 0.3 },
+  { name: "ppo_clip" },
+  { name: "ppo_clip", clipEps: 0.1, clipEpsHigh: 0.25, maskHigh: 8, klCoef: 0.1 },
 ];
 
 for (const V of [37, 2500]) {
-  for (const { spec, ref: refSpec } of LOSSES) {
+  for (const spec of LOSSES) {
+    const refSpec = lossSpecSchema.parse(spec);
     test(`fused loss ${JSON.stringify(spec)}, vocab ${V}: value, stats and dlogits vs the f64 reference`, () => {
       const c = lossCase(V, 100 + V);
       const normalizer = 7;

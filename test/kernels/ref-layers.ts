@@ -1,6 +1,7 @@
 // Float64 references of each layer kernel, for finite-difference gradient checks. Where the whole-model
 // reference (test/reference/llama-f64.ts) already spells an operation out, it is reused as is.
 import { applyRope, causalAttention, linear, logSoftmaxRow, rmsNorm, segmentStartOf, silu } from "../reference/llama-f64.js";
+import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 
 export { causalAttention, linear, rmsNorm, segmentStartOf };
 
@@ -26,15 +27,8 @@ export function swiglu(gate: Float64Array, up: Float64Array): Float64Array {
   return gate.map((g, i) => silu(g) * up[i]);
 }
 
-export interface RefLossArgs {
-  kind: "rl" | "sft" | "ppo_clip";
-  maskLow?: number;
-  maskHigh?: number;
-  eps?: number;
-  epsHigh?: number;
-  klCoef?: number;
-  normalizer: number;
-}
+/** A parsed loss spec (every parameter present: the reference has no defaults of its own) and the normalizer. */
+export type RefLossArgs = ParsedLossSpec & { normalizer: number };
 
 export interface RefLossOut {
   loss: number;
@@ -54,11 +48,6 @@ export function lossFromLogits(
   logits: Float64Array, N: number, V: number, targets: Int32Array, mask: Uint8Array, adv: Float64Array, slp: Float64Array, a: RefLossArgs,
 ): RefLossOut {
   const out: RefLossOut = { loss: 0, lossTokens: 0, maskedTokens: 0, entropySum: 0, mismatchKlSum: 0, logpSum: 0, logprobs: new Float64Array(N) };
-  const lo = a.maskLow ?? (a.kind === "rl" ? 0.125 : 0);
-  const hi = a.maskHigh ?? (a.kind === "rl" ? 8 : Infinity);
-  const eps = a.eps ?? 0.2;
-  const epsHigh = a.epsHigh ?? eps;
-  const kl = a.klCoef ?? 0;
   for (let r = 0; r < N; r++) {
     if (!mask[r]) continue;
     const lsm = logSoftmaxRow(logits, r * V, V);
@@ -69,10 +58,11 @@ export function lossFromLogits(
     let ent = 0;
     for (let j = 0; j < V; j++) ent -= Math.exp(lsm[j]) * lsm[j];
     out.entropySum += ent;
-    if (a.kind === "sft") {
+    if (a.name === "sft") {
       out.loss -= logp;
       continue;
     }
+    const { maskLow: lo, maskHigh: hi, klCoef: kl } = a;
     const d = logp - slp[r];
     const ratio = Math.exp(d);
     const k3 = ratio - d - 1;
@@ -81,9 +71,9 @@ export function lossFromLogits(
       out.maskedTokens++;
       continue;
     }
-    if (a.kind === "rl") out.loss += -ratio * adv[r] + kl * k3;
+    if (a.name === "rl") out.loss += -ratio * adv[r] + kl * k3;
     else {
-      const clipped = Math.min(Math.max(ratio, 1 - eps), 1 + epsHigh);
+      const clipped = Math.min(Math.max(ratio, 1 - a.clipEps), 1 + a.clipEpsHigh);
       out.loss += -Math.min(ratio * adv[r], clipped * adv[r]) + kl * k3;
     }
   }

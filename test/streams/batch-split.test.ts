@@ -1,17 +1,7 @@
 import { test, describe } from "node:test";
 import assert from "node:assert/strict";
 import { decodeRolloutBatch, encodeRolloutBatch, RolloutBatchError, type DecodedRolloutBatch } from "../../streams/arrow-codec.js";
-import {
-  assembleChunks,
-  BATCH_FRAMING_SLACK_BYTES,
-  encodeChunked,
-  encodeRolloutChunks,
-  estimateRowBytes,
-  planChunks,
-  readChunkInfo,
-  RowTooLargeError,
-  splitRowsToFit,
-} from "../../streams/batch-split.js";
+import { BATCH_FRAMING_SLACK_BYTES, encodeChunked, estimateRowBytes, planChunks, RowTooLargeError } from "../../streams/batch-split.js";
 import type { RolloutBatchMetaInput, RolloutRow } from "../../streams/rollout-schema.js";
 import { mulberry32 } from "../helpers/rng.js";
 
@@ -40,6 +30,17 @@ function row(rng: () => number, i: number, completion?: number): RolloutRow {
     generateMs: rng() * 1000,
     scoreMs: rng() * 10,
     step: 12,
+    exampleIndex: i,
+    turnOffsets: Int32Array.from(c > 0 ? [0] : []),
+    metrics: Object.fromEntries(names.map((n) => [`m_${n}`, rng() * 1e6])),
+    envMs: rng() * 5,
+    errors: rng() < 0.2 ? ["parse: no <answer> tag — ünïcode"] : [],
+    stateJson: JSON.stringify({ promptLength: 1, note: "状態".repeat(Math.floor(rng() * 20)) }),
+    messages: [
+      { role: "user" as const, content: "x".repeat(Math.floor(rng() * 300)) },
+      { role: "assistant" as const, content: "🎯".repeat(Math.floor(rng() * 100)) },
+      ...(rng() < 0.3 ? [{ role: "tool" as const, content: "42", name: "lookup" }] : []),
+    ],
   };
 }
 
@@ -78,7 +79,17 @@ describe("estimateRowBytes", () => {
   });
 });
 
-describe("encodeRolloutChunks", () => {
+// What the scored channel does with a group's rows: complete Arrow batches of <= maxBytes, each tagged.
+function encodeRolloutChunks(rows: RolloutRow[], meta: RolloutBatchMetaInput, o: { maxBytes?: number; batchId: string }) {
+  if (!o.batchId) throw new Error("batchId must be a non-empty string");
+  return encodeChunked(rows, o.maxBytes ?? 8 * 1024 * 1024, (part, { chunk, chunks }) => encodeRolloutBatch(part, { ...meta, batchId: o.batchId, chunk, chunks }));
+}
+
+function chunkInfo(meta: DecodedRolloutBatch["meta"]) {
+  return { batchId: meta["batchId"], chunk: meta["chunk"], chunks: meta["chunks"] };
+}
+
+describe("encodeChunked into tagged Arrow batches", () => {
   for (const [seed, maxBytes] of [
     [1, 64 * 1024],
     [2, 200 * 1024],
@@ -94,7 +105,7 @@ describe("encodeRolloutChunks", () => {
         assert.equal(c.chunk, k);
         assert.equal(c.chunks, chunks.length);
         const d = decodeRolloutBatch(c.bytes);
-        assert.deepEqual(readChunkInfo(d.meta), { batchId: `task-${seed}`, chunk: k, chunks: chunks.length });
+        assert.deepEqual(chunkInfo(d.meta), { batchId: `task-${seed}`, chunk: k, chunks: chunks.length });
         assert.equal(d.meta.step, 12);
         assert.equal(d.rows.length, c.end - c.start);
         decoded.push(d);
@@ -114,12 +125,12 @@ describe("encodeRolloutChunks", () => {
     const chunks = encodeRolloutChunks(rows, META, { batchId: "b1" });
     assert.equal(chunks.length, 1);
     const d = decodeRolloutBatch(chunks[0]!.bytes);
-    assert.deepEqual(readChunkInfo(d.meta), { batchId: "b1", chunk: 0, chunks: 1 });
+    assert.deepEqual(chunkInfo(d.meta), { batchId: "b1", chunk: 0, chunks: 1 });
     assert.deepStrictEqual(d.rows, wire(rows));
   });
 
   test("zero rows: one valid empty message", () => {
-    const chunks = encodeRolloutChunks([], META, { maxBytes: 4096, batchId: "empty" });
+    const chunks = encodeRolloutChunks([], META, { maxBytes: 8192, batchId: "empty" });
     assert.equal(chunks.length, 1);
     assert.deepEqual(decodeRolloutBatch(chunks[0]!.bytes).rows, []);
   });
@@ -156,7 +167,7 @@ describe("encodeRolloutChunks", () => {
   });
 });
 
-describe("encodeChunked / splitRowsToFit / planChunks", () => {
+describe("encodeChunked / planChunks", () => {
   test("an encoder whose output the estimate under-predicts is handled by halving and re-encoding", () => {
     const rows = rowsOf(20, 13, 200);
     const maxBytes = 64 * 1024;
@@ -178,30 +189,6 @@ describe("encodeChunked / splitRowsToFit / planChunks", () => {
     for (const c of chunks) assert.equal(decodeRolloutBatch(c.bytes).meta.chunks, chunks.length);
   });
 
-  test("splitRowsToFit without an encoder: chunks of the same row objects, each encoding within maxBytes", () => {
-    const rows = rowsOf(80, 14);
-    const maxBytes = 150_000;
-    const parts = splitRowsToFit(rows, maxBytes);
-    assert.ok(parts.length > 1);
-    assert.deepEqual(parts.flat(), rows);
-    assert.ok(parts.flat().every((r, i) => r === rows[i]));
-    parts.forEach((p, c) => {
-      const bytes = encodeRolloutBatch(p, { ...META, batchId: "some-task-id-0123456789", chunk: c, chunks: parts.length });
-      assert.ok(bytes.byteLength <= maxBytes, `chunk ${c}: ${bytes.byteLength}`);
-    });
-  });
-
-  test("splitRowsToFit with an encoder verifies real sizes; a lone huge row throws", () => {
-    const rows = rowsOf(30, 15);
-    const encode = (part: RolloutRow[], p: { chunk: number; chunks: number }) => encodeRolloutBatch(part, { ...META, batchId: "b", ...p });
-    const parts = splitRowsToFit(rows, 120_000, encode);
-    assert.deepEqual(parts.flat(), rows);
-    for (const p of parts) assert.ok(encode(p, { chunk: 0, chunks: parts.length }).byteLength <= 120_000);
-    const huge = [...rows.slice(0, 2), ...rowsOf(1, 16, 30_000)];
-    assert.throws(() => splitRowsToFit(huge, 120_000), (e: unknown) => e instanceof RowTooLargeError && e.rowIndex === 2 && /estimated/.test(e.message));
-    assert.throws(() => splitRowsToFit(huge, 120_000, encode), (e: unknown) => e instanceof RowTooLargeError && e.rowIndex === 2);
-  });
-
   test("planChunks covers every row exactly once, in order, with no empty chunk", () => {
     const rows = rowsOf(200, 17);
     for (const maxBytes of [30_000, 100_000, 1_000_000]) {
@@ -216,37 +203,5 @@ describe("encodeChunked / splitRowsToFit / planChunks", () => {
       }
     }
     assert.deepEqual(planChunks([], 1000, 10), [{ start: 0, end: 0 }]);
-  });
-});
-
-describe("chunk metadata and reassembly", () => {
-  const rows = rowsOf(60, 18);
-  const decoded = encodeRolloutChunks(rows, META, { maxBytes: 100_000, batchId: "task-42" }).map((c) => decodeRolloutBatch(c.bytes));
-
-  test("assembleChunks restores the original order from any arrival order", () => {
-    assert.ok(decoded.length >= 3);
-    const shuffled = [...decoded].reverse();
-    [shuffled[0], shuffled[1]] = [shuffled[1]!, shuffled[0]!];
-    const out = assembleChunks(shuffled);
-    assert.equal(out.batchId, "task-42");
-    assert.deepStrictEqual(out.rows, wire(rows));
-  });
-
-  test("missing, duplicated and foreign chunks are errors", () => {
-    assert.throws(() => assembleChunks(decoded.slice(1)), /missing chunk\(s\) 0/);
-    assert.throws(() => assembleChunks([...decoded.slice(0, -1), decoded[0]!]), /chunk 0 .* given twice/);
-    const other = decodeRolloutBatch(encodeRolloutChunks(rowsOf(2, 19), META, { batchId: "task-43" })[0]!.bytes);
-    assert.throws(() => assembleChunks([...decoded.slice(0, -1), other]), /not batch "task-42"/);
-    assert.throws(() => assembleChunks([]), /no chunks/);
-    assert.throws(() => assembleChunks([decodeRolloutBatch(encodeRolloutBatch(rows.slice(0, 1), META))]), /no batchId/);
-  });
-
-  test("readChunkInfo: absent is undefined; partial or out-of-range is an error", () => {
-    const base = { run: "r", schemaVersion: 1, producer: "p", createdAt: "t" };
-    assert.equal(readChunkInfo(base), undefined);
-    assert.throws(() => readChunkInfo({ ...base, batchId: "b" }), /"chunks" must be an integer >= 1/);
-    assert.throws(() => readChunkInfo({ ...base, batchId: "b", chunk: 2, chunks: 2 }), /"chunk" must be an integer in \[0, 2\)/);
-    assert.throws(() => readChunkInfo({ ...base, batchId: "", chunk: 0, chunks: 1 }), /"batchId"/);
-    assert.deepEqual(readChunkInfo({ ...base, batchId: "b", chunk: 1, chunks: 2 }), { batchId: "b", chunk: 1, chunks: 2 });
   });
 });

@@ -8,7 +8,8 @@ import { jetstream, type JsMsg } from "@nats-io/jetstream";
 import { startTestNats } from "../helpers/nats.js";
 import { ensureTopology } from "../../streams/topology.js";
 import { alignPayload, Hdr, makeHeaders, MSG_ID_HEADER } from "../../streams/headers.js";
-import { blobOf, DEAD_LETTER_HEADROOM_BYTES, lazyBlobBucket, publishPayload, readPayload } from "../../streams/large-payload.js";
+import { blobOf, DEAD_LETTER_HEADROOM_BYTES, publishPayload, readPayload } from "../../streams/large-payload.js";
+import { openWire } from "../../streams/wire.js";
 import { isPoison } from "../../streams/dead-letter.js";
 
 const MAX_PAYLOAD = 64 * 1024;
@@ -82,7 +83,7 @@ test("payloads within max_payload go inline (aligned when asked); larger ones th
     assert.equal(ml.headers?.get(Hdr.blobBytes), String(large.byteLength));
     assert.equal(ml.headers?.get("Rs-Run"), "blob", "the producer's headers stay on the pointer");
     assert.deepEqual(Buffer.from(await readPayload(ml, topo.blobs)), large);
-    assert.deepEqual(Buffer.from(await readPayload(ml, lazyBlobBucket(nc, topo.names.blobBucket))), large);
+    assert.deepEqual(Buffer.from(await readPayload(ml, openWire(nc, "blob").blobs)), large);
     const listed = (await topo.blobs.list()).map((i) => i.name);
     assert.deepEqual(listed.sort(), [c.blob, o.blob].sort());
   } finally {
@@ -123,7 +124,7 @@ test("a pointer whose blob is missing, corrupt or badly described is a poison me
     await topo.blobs.delete(blob!);
     await expectPoison(msg!, /missing/);
     await expectPoison(msg!, /missing/);
-    const noBucket = lazyBlobBucket(nc, "rs-nobody-blobs");
+    const noBucket = openWire(nc, "nobody").blobs;
     const err = await readPayload(msg!, noBucket).then(() => undefined, (e: Error) => e);
     assert.ok(err && isPoison(err) && /cannot be opened/.test(err.message), String(err?.message));
   } finally {

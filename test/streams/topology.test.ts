@@ -16,7 +16,7 @@ test("topology creation is idempotent and keeps messages and consumer state acro
     const js = jetstream(nc);
     await js.publish(names.subjects.tasks, new Uint8Array([1]), { msgID: "x" });
     await js.publish(names.subjects.rolloutsRaw, new Uint8Array([2]));
-    await new RunState(t1.kv).putJson("policy.version", 3);
+    await new RunState(t1.kv).put("policy.version", 3);
 
     // Concurrent and repeated creation (several actors start at once) must neither fail nor reset anything.
     await Promise.all([ensureTopology(nc, "topo-a"), ensureTopology(nc, "topo-a"), ensureTopology(nc, "topo-a")]);

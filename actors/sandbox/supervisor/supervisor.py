@@ -1,0 +1,489 @@
+# Runs INSIDE every sandbox as pid 1 of its pid namespace (bwrap --as-pid-1), from /.rs/supervisor.py.
+# That position is the point: the program cannot SIGKILL/SIGSTOP it (the kernel drops signals to a
+# namespace init that has no handler), every orphan is reparented to it, and when it exits the kernel
+# kills whatever is left. Per command it forks a fresh child (python code runs in that already-started
+# interpreter, so a warm request costs a fork, not an interpreter start), applies the request's rlimits,
+# enforces the wall clock, kills every leftover process when the command ends, and reports exit status
+# and CPU time.
+#
+# Control protocol with the host: fd 3 (host -> sandbox) and fd 4 (sandbox -> host) carry frames of a
+# 4-byte big-endian length + a list of fields, each a 4-byte length + bytes (see ../control-frames.ts).
+# Only C modules are imported (no json, enum, ctypes wrapper, traceback): each sandbox start pays for
+# it, and start cost is what bounds one-shot throughput. Program output goes straight to fds 1/2 (host
+# pipes); after a command the supervisor appends an unguessable end marker to both, created after every
+# process of the command is dead, so the host knows exactly where this command's output ends.
+#
+# argv: [1] node binary ("" when node is not available), [2] runtime to prestart ("python"/"node"/"").
+import os, sys, select, resource, fcntl, atexit, _signal, _struct, _ctypes, time
+
+CTL_IN, CTL_OUT = 3, 4
+NODE = sys.argv[1] if len(sys.argv) > 1 else ""
+PRESTART = sys.argv[2] if len(sys.argv) > 2 else ""
+BOOT_JS = "/.rs/boot.js"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+U32 = _struct.Struct(">I")
+ModuleType = type(sys)
+_prctl = _ctypes.dlsym(_ctypes.dlopen(None), "prctl")
+PR_SET_DUMPABLE, PR_SET_NAME = 4, 15
+SIGNAMES = {}
+for _k, _v in sorted(vars(_signal).items()):
+    if _k.startswith("SIG") and not _k.startswith("SIG_") and isinstance(_v, int):
+        SIGNAMES.setdefault(_v, _k)
+SIGNAMES.update({_signal.SIGABRT: "SIGABRT", _signal.SIGIO: "SIGIO", _signal.SIGCHLD: "SIGCHLD"})
+
+def prctl(option, arg):
+    return _ctypes.call_function(_prctl, (option, arg, 0, 0, 0))
+
+with open("/proc/self/comm", "w") as _f:
+    _f.write("rs-supervisor")
+# Not dumpable: the program runs under the same uid, and must not open /proc/1/fd/4 or /proc/1/mem.
+prctl(PR_SET_DUMPABLE, 0)
+
+wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+_signal.set_wakeup_fd(wake_w)
+_signal.signal(_signal.SIGCHLD, lambda s, f: None)
+for _fd in (CTL_IN, CTL_OUT):
+    os.set_inheritable(_fd, False)
+
+exited = {}
+site_loaded = False
+
+def write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+def read_exact(fd, n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+def read_all(fd):
+    chunks = []
+    while True:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+def recv():
+    hdr = read_exact(CTL_IN, 4)
+    if hdr is None:
+        return None
+    body = read_exact(CTL_IN, U32.unpack(hdr)[0])
+    if body is None:
+        return None
+    fields, i = [], 0
+    while i < len(body):
+        n = U32.unpack_from(body, i)[0]
+        fields.append(body[i + 4:i + 4 + n])
+        i += 4 + n
+    return fields
+
+def send(*fields):
+    parts = []
+    for f in fields:
+        b = f if isinstance(f, bytes) else str(f).encode()
+        parts.append(U32.pack(len(b)))
+        parts.append(b)
+    body = b"".join(parts)
+    write_all(CTL_OUT, U32.pack(len(body)) + body)
+
+def reap(block=False):
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            return False
+        if pid == 0:
+            return True
+        exited[pid] = status
+
+def kill_all():
+    # As namespace init, kill(-1) reaches every other process of this sandbox and never us; all of
+    # them are our descendants (or were reparented to us), so reaping until ECHILD proves they are gone.
+    while True:
+        try:
+            os.kill(-1, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if not reap(block=True):
+            return
+
+def place_fds(mapping):
+    # Move sources out of the way first so that targets never clobber each other.
+    high = {t: fcntl.fcntl(s, fcntl.F_DUPFD_CLOEXEC, 64) for t, s in mapping.items()}
+    for t, h in high.items():
+        os.dup2(h, t)
+    top = max(mapping)
+    for fd in range(3, top):
+        if fd not in mapping:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    os.closerange(top + 1, 1 << 16)
+
+def parse_rlimits(text):
+    lim = {}
+    for item in text.split():
+        name, _, value = item.partition("=")
+        soft, _, hard = value.partition(":")
+        lim[name] = (int(soft), int(hard or soft))
+    return lim
+
+def apply_rlimits(lim, pid=0):
+    for name, (soft, hard) in lim.items():
+        res = getattr(resource, "RLIMIT_" + name.upper(), None)
+        if res is None:
+            continue
+        # Never above what the sandbox already has: raising a hard limit needs a capability we dropped.
+        cur_hard = (resource.prlimit(pid, res) if pid else resource.getrlimit(res))[1]
+        if cur_hard != resource.RLIM_INFINITY:
+            hard = min(hard, cur_hard)
+            soft = min(soft, hard)
+        if pid:
+            resource.prlimit(pid, res, (soft, hard))
+        else:
+            resource.setrlimit(res, (soft, hard))
+
+def child_common(stdin_fd, extra=None):
+    _signal.set_wakeup_fd(-1)
+    _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    mapping = {0: stdin_fd, 1: 1, 2: 2}
+    mapping.update(extra or {})
+    place_fds(mapping)
+    prctl(PR_SET_DUMPABLE, 1)
+
+def exec_reset():
+    # Python ignores SIGPIPE and SIGXFSZ; an exec'd program must get the default (die) behaviour.
+    for s in (_signal.SIGPIPE, _signal.SIGXFSZ):
+        _signal.signal(s, _signal.SIG_DFL)
+
+def load_site():
+    # The supervisor runs with -S (fast start); programs still get the interpreter's site-packages.
+    global site_loaded
+    if not site_loaded:
+        site_loaded = True
+        try:
+            import site
+            site.main()
+        except Exception:
+            pass
+
+def exit_code_of(e):
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        print(code, file=sys.stderr)
+    except BaseException:
+        pass
+    return 1
+
+def prepare_python():
+    # Everything but the program itself, so that a warm child does it before the request arrives.
+    # The throwaway compile/exec matters: a fresh fork pays ~1.5 ms of copy-on-write faults and lazy
+    # set-up on its first compile; paid here, it is off the request's path.
+    sys.argv = ["-c"]
+    sys.path.insert(0, "")
+    main = ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    try:
+        sys.stdout.reconfigure(line_buffering=True)
+    except BaseException:
+        pass
+    exec(compile("pass", "<warm-up>", "exec"), {})
+    return main
+
+def run_python(code, main=None):
+    if main is None:
+        main = prepare_python()
+    rc = 0
+    try:
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+    except SystemExit as e:
+        rc = exit_code_of(e)
+    except BaseException as e:
+        rc = 1
+        try:
+            import linecache, traceback
+            linecache.cache["<string>"] = (len(code), None, code.splitlines(True), "<string>")
+            tb = e.__traceback__
+            traceback.print_exception(type(e), e, tb.tb_next if tb is not None else None)
+        except BaseException:
+            try:
+                print("%s: %s" % (type(e).__name__, e), file=sys.stderr)
+            except BaseException:
+                pass
+    if "threading" in sys.modules:
+        try:
+            sys.modules["threading"]._shutdown()
+        except BaseException:
+            pass
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except BaseException:
+            pass
+    os._exit(rc)
+
+def code_fd(code):
+    fd = os.memfd_create("rs-program", 0)
+    write_all(fd, code)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+def child(lang, code, stdin_fd, lim):
+    try:
+        if lang == "python":
+            child_common(stdin_fd)
+            apply_rlimits(lim)
+            run_python(code.decode("utf-8", "replace"))
+        elif lang == "bash":
+            big = len(code) > 100000
+            fd = code_fd(code) if big else None
+            child_common(stdin_fd, {3: fd} if big else None)
+            apply_rlimits(lim)
+            exec_reset()
+            os.execv("/bin/bash", ["bash", "/proc/self/fd/3"] if big else ["bash", "-c", code])
+        elif lang == "node":
+            fd = code_fd(code)
+            child_common(stdin_fd, {3: fd})
+            apply_rlimits(lim)
+            exec_reset()
+            os.execv(NODE, [NODE, BOOT_JS])
+        else:
+            print("rollstream sandbox: unknown language %r" % (lang,), file=sys.stderr)
+    except BaseException as e:
+        try:
+            print("rollstream sandbox: could not start the program: %r" % (e,), file=sys.stderr)
+        except BaseException:
+            pass
+    os._exit(127)
+
+def proc_cpu_ms(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) * 1000.0 / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+class Warm:
+    """An interpreter started ahead of the request, blocked reading its program from fd 3.
+    python: a fork of this supervisor (site already loaded); node: node running boot.js."""
+    def __init__(self, lang):
+        self.lang = lang
+        if lang == "python":
+            load_site()
+        code_r, self.code_w = os.pipe()
+        in_r, self.in_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        for fd in (self.code_w, self.in_w, ready_r):
+            os.set_inheritable(fd, False)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child_common(in_r, {3: code_r, 4: ready_w})
+                if lang == "python":
+                    os.close(4)
+                    main = prepare_python()
+                    code = read_all(3).decode("utf-8", "replace")
+                    os.close(3)
+                    run_python(code, main)
+                else:
+                    exec_reset()
+                    os.execv(NODE, [NODE, BOOT_JS])
+            finally:
+                os._exit(127)
+        self.pid = pid
+        for fd in (code_r, in_r, ready_w):
+            os.close(fd)
+        ok = lang != "node" or os.read(ready_r, 1) == b"r"
+        os.close(ready_r)
+        if not ok:
+            self.discard()
+            raise OSError("warm %s worker failed to start" % lang)
+
+    def launch(self, code, lim):
+        startup = proc_cpu_ms(self.pid)
+        if "cpu" in lim:
+            extra = int(-(-startup // 1000))
+            lim = dict(lim)
+            lim["cpu"] = (lim["cpu"][0] + extra, lim["cpu"][1] + extra)
+        apply_rlimits(lim, self.pid)
+        write_all(self.code_w, code)
+        os.close(self.code_w)
+        self.code_w = -1
+        return self.pid, self.in_w, startup
+
+    def discard(self):
+        try:
+            os.kill(self.pid, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        for fd in (self.code_w, self.in_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.code_w = self.in_w = -1
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        exited.pop(self.pid, None)
+
+def write_files(pairs):
+    for i in range(0, len(pairs) - 1, 2):
+        rel = pairs[i].decode("utf-8", "replace")
+        path = os.path.normpath(os.path.join("/workspace", rel))
+        if not path.startswith("/workspace/"):
+            raise ValueError("file path escapes the work dir: " + rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(pairs[i + 1])
+
+def run_command(req, warm):
+    # req: [b"run", lang, code, stdin, wallMs, rlimits, next, path1, content1, ...]
+    t0 = time.monotonic()
+    lang = req[1].decode()
+    code = req[2]
+    lim = parse_rlimits(req[5].decode())
+    deadline = t0 + int(req[4]) / 1000.0
+    try:
+        write_files(req[7:])
+    except (OSError, ValueError) as e:
+        return ("done", "", "", 0, 0, 0, 0, "", "could not write files: %s" % (e,))
+    stdin = memoryview(req[3])
+    ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    startup_cpu = 0.0
+    pid = None
+    if warm is not None and warm.lang == lang:
+        try:
+            pid, in_w, startup_cpu = warm.launch(code, lim)
+        except OSError:
+            warm.discard()
+            pid = None
+            startup_cpu = 0.0
+    elif warm is not None:
+        warm.discard()
+    if pid is None:
+        if lang == "python":
+            load_site()
+        in_r, in_w = os.pipe()
+        os.set_inheritable(in_w, False)
+        pid = os.fork()
+        if pid == 0:
+            child(lang, code, in_r, lim)
+        os.close(in_r)
+    t_start = time.monotonic()
+    os.set_blocking(in_w, False)
+    if not stdin:
+        os.close(in_w)
+        in_w = -1
+    timed_out = killed = False
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    poller.register(CTL_IN, select.POLLIN)
+    if in_w >= 0:
+        poller.register(in_w, select.POLLOUT)
+    reap()
+    while pid not in exited:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 and not timed_out and not killed:
+            timed_out = True
+            kill_all()
+            continue
+        for fd, ev in poller.poll(max(0, int(remaining * 1000)) + 1):
+            if fd == wake_r:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            elif fd == CTL_IN:
+                msg = recv()
+                if msg is None:
+                    kill_all()
+                    os._exit(0)
+                if msg[0] == b"kill":
+                    killed = True
+                    kill_all()
+            elif fd == in_w:
+                try:
+                    n = os.write(in_w, stdin[:65536])
+                    stdin = stdin[n:]
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    stdin = stdin[:0]
+                if not stdin:
+                    poller.unregister(in_w)
+                    os.close(in_w)
+                    in_w = -1
+        reap()
+    wall_ms = (time.monotonic() - t_start) * 1000.0
+    if in_w >= 0:
+        os.close(in_w)
+    kill_all()
+    ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_ms = max(0.0, (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) * 1000.0 - startup_cpu)
+    status = exited.pop(pid)
+    exited.clear()
+    nonce = os.urandom(12).hex()
+    marker = ("\0rs-end:" + nonce + "\0").encode()
+    write_all(1, marker)
+    write_all(2, marker)
+    exit_code = sig = ""
+    if os.WIFEXITED(status):
+        exit_code = os.WEXITSTATUS(status)
+    elif os.WIFSIGNALED(status):
+        sig = SIGNAMES.get(os.WTERMSIG(status), "SIG%d" % os.WTERMSIG(status))
+    return ("done", exit_code, sig, int(timed_out), int(killed), "%.3f" % cpu_ms, "%.3f" % wall_ms, nonce, "")
+
+def prestart(lang):
+    if lang not in ("python", "node") or (lang == "node" and not NODE):
+        return None
+    try:
+        return Warm(lang)
+    except OSError as e:
+        print("rollstream sandbox: could not prestart %s: %s" % (lang, e), file=sys.stderr)
+        return None
+
+def main():
+    warm = prestart(PRESTART)
+    send("ready")
+    while True:
+        req = recv()
+        if req is None:
+            break
+        if req[0] != b"run":
+            continue
+        res = run_command(req, warm)
+        if warm is not None and warm.code_w >= 0:
+            warm.discard()
+        send(*res)
+        # Sessions: start the next interpreter now, while the caller reads the result.
+        warm = prestart(req[6].decode())
+    kill_all()
+    os._exit(0)
+
+try:
+    main()
+except BrokenPipeError:
+    os._exit(0)

@@ -1,0 +1,87 @@
+// A channel whose messages are MessagePack validated by a zod schema: the schema, headers, msg-id rule
+// and size handling of one subject in one place. Values that do not match the schema are refused on
+// publish and dead-lettered on consume.
+import type { JsMsg, PubAck } from "@nats-io/jetstream";
+import type { MsgHdrs } from "@nats-io/transport-node";
+import type { z } from "zod";
+import { ContentType, makeHeaders, type HeaderValues } from "../headers.js";
+import { publishPayload, readPayload } from "../large-payload.js";
+import { decodeMsgpack, encodeMsgpack } from "../msgpack-codec.js";
+import { StreamReader } from "../stream-reader.js";
+import type { Wire } from "../wire.js";
+import { consumeDurable, type ConsumeOptions } from "./consume-options.js";
+
+export interface MsgpackChannelSpec<S extends z.ZodType> {
+  subject: string;
+  /** The JetStream stream that stores the subject. */
+  stream: string;
+  schema: S;
+  /** What one message is, in errors ("task", "raw rollout group"). */
+  what: string;
+  /** Rs-Kind header. */
+  kind: string;
+  /** Headers that make the message readable without decoding it. */
+  headers(v: z.output<S>): HeaderValues;
+  /** De-duplication id: a republished value is stored once. */
+  msgId?(v: z.output<S>): string;
+  /** The durable work consumer of the subject, when it has one. */
+  durable?: string;
+  /** Payloads past max_payload travel through the blob bucket (else a publish that big fails). */
+  large?: boolean;
+}
+
+export class MsgpackChannel<S extends z.ZodType> {
+  constructor(
+    protected readonly wire: Wire,
+    readonly spec: MsgpackChannelSpec<S>,
+  ) {}
+
+  get subject(): string {
+    return this.spec.subject;
+  }
+
+  encode(value: z.input<S>): Uint8Array {
+    return encodeMsgpack(this.spec.schema, value);
+  }
+
+  decode(data: Uint8Array): z.output<S> {
+    return decodeMsgpack(this.spec.schema, data, this.spec.what);
+  }
+
+  /** Decodes a stored or delivered message, following a blob pointer when the channel allows them. */
+  async decodeMessage(msg: { data: Uint8Array; headers?: MsgHdrs | undefined }): Promise<z.output<S>> {
+    const data = this.spec.large ? await readPayload(msg, this.wire.blobs) : msg.data;
+    return this.decode(data);
+  }
+
+  async publish(value: z.input<S>): Promise<PubAck> {
+    const data = this.encode(value);
+    const parsed = this.spec.schema.parse(value) as z.output<S>;
+    const headers = makeHeaders({ contentType: ContentType.msgpack, run: this.wire.run, kind: this.spec.kind, ...this.spec.headers(parsed) });
+    const msgId = this.spec.msgId?.(parsed);
+    if (this.spec.large) {
+      if (msgId === undefined) throw new Error(`${this.spec.what}: a large-payload channel needs a msg-id`);
+      return (await publishPayload(this.wire.js, this.wire.blobs, this.spec.subject, data, { headers, msgId, maxPayload: this.wire.maxPayload() })).ack;
+    }
+    return this.wire.js.publish(this.spec.subject, data, { headers, msgID: msgId });
+  }
+
+  /** Works through a durable consumer; `handler` gets decoded values, bad messages are dead-lettered. */
+  consume(handler: (value: z.output<S>, msg: JsMsg) => Promise<void>, o: ConsumeOptions): Promise<void> {
+    const durable = this.spec.durable;
+    if (!durable) throw new Error(`${this.spec.what}: ${this.spec.subject} has no durable consumer`);
+    return consumeDurable(this.wire, this.spec.stream, durable, async (msg) => handler(await this.decodeMessage(msg), msg), o);
+  }
+
+  /** Messages the durable consumer has not finished (pending + delivered and unacked); null if unknown. */
+  async backlog(): Promise<number | null> {
+    if (!this.spec.durable) return null;
+    const info = await (await this.wire.jsm()).consumers.info(this.spec.stream, this.spec.durable).catch(() => null);
+    return info === null ? null : info.num_pending + info.num_ack_pending;
+  }
+
+  /** An ordered reader of the subject from a stream sequence (no acks, no consumer state on the server). */
+  reader(fromSeq = 1, batch?: number): StreamReader {
+    return new StreamReader(this.wire.js, { stream: this.spec.stream, subject: this.spec.subject, fromSeq, batch });
+  }
+}

@@ -1,0 +1,39 @@
+// All channels of one run over one Wire. Actors get the ones they use injected one by one
+// (actors/runtime/tokens.ts); tools build this and pick what they read.
+import { RunState } from "../run-state.js";
+import type { Wire } from "../wire.js";
+import { CheckpointChannel, RestoreChannel } from "./checkpoint-channels.js";
+import { evalChannel, metricsChannel, rawRolloutChannel, taskChannel, type EvalChannel, type MetricsChannel, type RawRolloutChannel, type TaskChannel } from "./control-channels.js";
+import { DeadLetterChannel } from "./dead-letter-channel.js";
+import { ScoredChannel } from "./scored-channel.js";
+import { WeightsChannel } from "./weights-channel.js";
+
+export class RunChannels {
+  readonly tasks: TaskChannel;
+  readonly rawRollouts: RawRolloutChannel;
+  readonly scored: ScoredChannel;
+  readonly weights: WeightsChannel;
+  readonly checkpoints: CheckpointChannel;
+  readonly restore: RestoreChannel;
+  readonly eval: EvalChannel;
+  readonly deadLetters: DeadLetterChannel;
+
+  constructor(readonly wire: Wire) {
+    this.tasks = taskChannel(wire);
+    this.rawRollouts = rawRolloutChannel(wire);
+    this.scored = new ScoredChannel(wire);
+    this.weights = new WeightsChannel(wire);
+    this.checkpoints = new CheckpointChannel(wire);
+    this.restore = new RestoreChannel(wire);
+    this.eval = evalChannel(wire);
+    this.deadLetters = new DeadLetterChannel(wire);
+  }
+
+  metrics(actor: string): MetricsChannel {
+    return metricsChannel(this.wire, actor);
+  }
+
+  async state(): Promise<RunState> {
+    return new RunState(await this.wire.kv());
+  }
+}

@@ -1,0 +1,171 @@
+// Scored rollouts: Arrow IPC batches on rs.<run>.rollouts.scored. A group's rows go out as complete
+// batches that each fit in one message (chunk c of n, msg-id `scored:<batch>:<c>`); a single row too big
+// for any message is carried through the blob bucket. Headers are padded so batches arrive 8-byte aligned
+// and decode in place. The learner and `rollstream replay` read the subject in order from a sequence
+// (ScoredReader): a batch that does not decode is copied to the dead-letter subject and skipped.
+import type { JsMsg, PubAck } from "@nats-io/jetstream";
+import type { MsgHdrs } from "@nats-io/transport-node";
+import { decodeRolloutBatch, encodeRolloutBatch, type DecodedRolloutBatch } from "../arrow-codec.js";
+import { encodeChunked } from "../batch-split.js";
+import { deadLetter, isPoison } from "../dead-letter.js";
+import { ContentType, makeHeaders } from "../headers.js";
+import { inlineLimit, publishPayload, readPayload } from "../large-payload.js";
+import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../rollout-schema.js";
+import { StreamReader } from "../stream-reader.js";
+import type { Wire } from "../wire.js";
+
+export interface ScoredBatchInfo {
+  /** Deterministic id of the batch (the task id): a republished group is stored once. */
+  batchId: string;
+  step: number;
+  env: string;
+  producer: string;
+}
+
+export class ScoredChannel {
+  constructor(private readonly wire: Wire) {}
+
+  get subject(): string {
+    return this.wire.names.subjects.rolloutsScored;
+  }
+
+  /** Publishes a group's rows; returns one ack per message. Nothing is dropped. */
+  async publish(rows: RolloutRow[], info: ScoredBatchInfo): Promise<PubAck[]> {
+    const meta = { run: this.wire.run, schemaVersion: ROLLOUT_SCHEMA_VERSION, producer: info.producer, createdAt: new Date().toISOString() };
+    const maxPayload = this.wire.maxPayload();
+    const chunks = encodeChunked(
+      rows,
+      inlineLimit(maxPayload),
+      (part, { chunk, chunks }) => encodeRolloutBatch(part, { ...meta, batchId: info.batchId, chunk, chunks }),
+      { allowOversizedRows: true },
+    );
+    const acks: PubAck[] = [];
+    for (const c of chunks) {
+      const headers = makeHeaders({
+        contentType: ContentType.arrow,
+        run: this.wire.run,
+        step: info.step,
+        env: info.env,
+        policyVersion: Math.min(...c.rows.map((r) => r.policyVersionMin)),
+        rows: c.rows.length,
+        tokens: c.rows.reduce((s, r) => s + r.completionIds.length, 0),
+        schema: ROLLOUT_SCHEMA_VERSION,
+        chunk: `${c.chunk + 1}/${c.chunks}`,
+        kind: "rollouts.scored",
+      });
+      const { ack } = await publishPayload(this.wire.js, this.wire.blobs, this.subject, c.bytes, {
+        headers,
+        msgId: `scored:${info.batchId}:${c.chunk}`,
+        maxPayload,
+        align: true,
+      });
+      acks.push(ack);
+    }
+    return acks;
+  }
+
+  /** Decodes a stored message (following a blob pointer). Throws RolloutBatchError (poison) for a bad batch. */
+  async decodeMessage(msg: { data: Uint8Array; headers?: MsgHdrs | undefined }): Promise<DecodedRolloutBatch> {
+    return decodeRolloutBatch(await readPayload(msg, this.wire.blobs));
+  }
+
+  reader(fromSeq: number, o: ScoredReaderOptions): ScoredReader {
+    return new ScoredReader(this, this.wire, fromSeq, o);
+  }
+}
+
+export interface ScoredReaderOptions {
+  actor: string;
+  /** Called for each batch that did not decode (after it was dead-lettered, unless readOnly). */
+  onDeadLetter?: (msg: JsMsg, reason: string) => void;
+  /** A tool re-reading a run (replay) skips bad batches as the learner did, but writes nothing. */
+  readOnly?: boolean;
+}
+
+export interface CollectedBatch {
+  kept: RolloutRow[];
+  dropped: number;
+  stalenessMean: number;
+  stalenessMax: number;
+}
+
+export interface CollectOptions {
+  batchSize: number;
+  maxOffPolicySteps: number;
+  signal?: AbortSignal;
+  waitMs?: number;
+  /** Give up (null) after this long without a message. */
+  giveUpAfterIdleMs?: number;
+  /** Called each time a wait for more samples came back empty, with how many are still missing. */
+  onIdle?: (missing: number) => Promise<void> | void;
+}
+
+/** Reads scored rows in stream order from a sequence: what the learner trains on and replay re-reads. */
+export class ScoredReader {
+  private readonly reader: StreamReader;
+
+  constructor(
+    private readonly channel: ScoredChannel,
+    private readonly wire: Wire,
+    fromSeq: number,
+    private readonly o: ScoredReaderOptions,
+  ) {
+    this.reader = new StreamReader(wire.js, { stream: wire.names.streams.rollouts, subject: wire.names.subjects.rolloutsScored, fromSeq });
+  }
+
+  /** Sequence of the next message this reader will return (stored in checkpoints). */
+  get position(): number {
+    return this.reader.position;
+  }
+
+  /** The rows of the next message, [] for a dead-lettered one, null when none arrived within waitMs. */
+  async next(waitMs = 1000, signal?: AbortSignal): Promise<RolloutRow[] | null> {
+    const msg = await this.reader.next(waitMs, signal);
+    if (!msg) return null;
+    try {
+      return (await this.channel.decodeMessage(msg)).rows;
+    } catch (e) {
+      if (!isPoison(e)) throw e; // the blob store was unreachable: fail and re-read, never skip
+      // Nothing is acked on this subject, so a bad batch is copied to the DLQ and skipped.
+      const reason = (e as Error).message;
+      if (!this.o.readOnly) await deadLetter(this.wire.js, this.wire.names.subjects.dlq, msg, reason, this.o.actor);
+      this.o.onDeadLetter?.(msg, reason);
+      return [];
+    }
+  }
+
+  /**
+   * One optimizer step's samples for policy `version`, in stream order; samples staler than
+   * maxOffPolicySteps are dropped and counted. Null when aborted or idle past giveUpAfterIdleMs.
+   */
+  async collect(version: number, o: CollectOptions): Promise<CollectedBatch | null> {
+    const kept: RolloutRow[] = [];
+    let dropped = 0, staleSum = 0, staleMax = 0;
+    let idleSince = Date.now();
+    while (kept.length < o.batchSize) {
+      if (o.signal?.aborted) return null;
+      const rows = await this.next(o.waitMs ?? 1000, o.signal);
+      if (!rows) {
+        if (Date.now() - idleSince > (o.giveUpAfterIdleMs ?? Infinity)) return null;
+        await o.onIdle?.(o.batchSize - kept.length);
+        continue;
+      }
+      idleSince = Date.now();
+      for (const row of rows) {
+        const staleness = version - row.policyVersionMin;
+        if (staleness > o.maxOffPolicySteps) {
+          dropped++;
+          continue;
+        }
+        staleSum += staleness;
+        staleMax = Math.max(staleMax, staleness);
+        kept.push(row);
+      }
+    }
+    return { kept, dropped, stalenessMean: staleSum / Math.max(1, kept.length), stalenessMax: staleMax };
+  }
+
+  close(): Promise<void> {
+    return this.reader.close();
+  }
+}

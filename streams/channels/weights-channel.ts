@@ -1,0 +1,72 @@
+// Policy weights: safetensors objects `v<n>` in the run's object store, announced on rs.<run>.weights
+// (msgpack). The object is written before its announcement, so an announced version is always there
+// until it is pruned; KV policy.version (written by the learner) says which one is current.
+import type { PubAck } from "@nats-io/jetstream";
+import type { ObjectStore } from "@nats-io/obj";
+import { WeightsAnnouncementSchema, type WeightsAnnouncement } from "../messages.js";
+import { weightsObjectName } from "../subjects.js";
+import type { Wire } from "../wire.js";
+import { MsgpackChannel } from "./msgpack-channel.js";
+import { getObject, putObject } from "./objects.js";
+
+export class WeightsChannel {
+  readonly announcements: MsgpackChannel<typeof WeightsAnnouncementSchema>;
+
+  constructor(private readonly wire: Wire) {
+    const n = wire.names;
+    this.announcements = new MsgpackChannel(wire, {
+      subject: n.subjects.weights,
+      stream: n.streams.events,
+      schema: WeightsAnnouncementSchema,
+      what: "weights announcement",
+      kind: "weights",
+      headers: (a) => ({ step: a.step, policyVersion: a.version }),
+      msgId: (a) => `weights:${a.version}:${a.sha256.slice(0, 16)}`,
+    });
+  }
+
+  /** Stores version `version` and announces it. */
+  async publish(v: { version: number; step: number; phase: "sft" | "rl"; bytes: Uint8Array }): Promise<{ ack: PubAck; announcement: WeightsAnnouncement }> {
+    const object = weightsObjectName(v.version);
+    const sha256 = await putObject(await this.wire.objects(), object, v.bytes, `policy weights version ${v.version} (safetensors)`);
+    const announcement = { run: this.wire.run, version: v.version, step: v.step, phase: v.phase, object, bytes: v.bytes.length, sha256 };
+    return { ack: await this.announcements.publish(announcement), announcement };
+  }
+
+  async fetch(version: number): Promise<Uint8Array> {
+    return getObject(await this.wire.objects(), weightsObjectName(version));
+  }
+
+  /** Calls fn for every announcement published from now on (core subscription: pruning needs no history). */
+  onAnnouncement(fn: (a: WeightsAnnouncement) => Promise<void>, signal: AbortSignal, onInvalid: (e: Error) => void): Promise<void> {
+    const sub = this.wire.nc.subscribe(this.announcements.subject);
+    signal.addEventListener("abort", () => sub.unsubscribe(), { once: true });
+    return (async () => {
+      for await (const m of sub) {
+        try {
+          await fn(this.announcements.decode(m.data));
+        } catch (e) {
+          onInvalid(e as Error);
+        }
+      }
+    })();
+  }
+
+  /** Deletes weight versions older than the newest `keep` (never the current one, never v0). */
+  async prune(current: number, keep: number): Promise<number[]> {
+    const store: ObjectStore = await this.wire.objects();
+    const removed: number[] = [];
+    for (const info of await store.list()) {
+      const m = /^v(\d+)$/.exec(info.name);
+      if (!m) continue;
+      const v = Number(m[1]);
+      // v0 is the policy RL started from (the SFT result): the "after SFT" evaluation and any later
+      // comparison read it, so it is kept however far the run goes.
+      if (v > 0 && v <= current - keep) {
+        await store.delete(info.name).catch(() => undefined);
+        removed.push(v);
+      }
+    }
+    return removed;
+  }
+}

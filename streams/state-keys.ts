@@ -1,0 +1,61 @@
+// Every key of the run's state KV bucket with the zod schema of its value. Values are JSON so
+// `nats kv get rs-<run>-state policy.version` prints something a person can read; a value that does
+// not match its schema is reported with the key's name, never cast through.
+import { z } from "zod";
+
+const int = z.number().int();
+
+/** The starved-learner refill handshake: the learner says which step waits on how many samples;
+ *  the orchestrator tops the pipeline up and answers by writing missing = 0 for that step. */
+export const LearnerStarvedSchema = z.object({ step: int.nonnegative(), missing: int.nonnegative() });
+export type LearnerStarved = z.infer<typeof LearnerStarvedSchema>;
+
+export const RunEnvironmentSchema = z.object({ key: z.string(), id: z.string(), weight: z.number().positive() });
+
+/** A held-out evaluation of one policy version (what `train` prints after SFT and after RL). */
+export const HeldOutResultSchema = z.object({
+  version: int,
+  n: int.nonnegative(),
+  passAt1: z.number(),
+  rewardMean: z.number(),
+  byEnv: z.record(z.string(), z.object({ n: int.nonnegative(), passAt1: z.number() })),
+  seconds: z.number().nonnegative(),
+});
+export type HeldOutResult = z.infer<typeof HeldOutResultSchema>;
+
+export const StateKeySchemas = {
+  /** The newest policy version inference should use (-1 before the first). */
+  "policy.version": int.min(-1),
+  /** RL optimizer steps the learner has done. */
+  "learner.step": int.nonnegative(),
+  "run.status": z.enum(["running", "done", "failed"]),
+  "run.phase": z.enum(["sft", "rl"]),
+  /** Index of the next regular task the orchestrator publishes. */
+  "orchestrator.next": int.nonnegative(),
+  /** Refill tasks published so far (their msg-ids count from here). */
+  "orchestrator.refills": int.nonnegative(),
+  "learner.starved": LearnerStarvedSchema,
+  /** Newest training state step written to disk. */
+  "checkpoint.latest": int.min(-1),
+  /** The run's environments as the orchestrator resolved them. */
+  "run.environments": z.array(RunEnvironmentSchema),
+  /** Held-out results after SFT and after RL. */
+  "eval.summary": z.object({ sft: HeldOutResultSchema.optional(), rl: HeldOutResultSchema.optional() }),
+} as const;
+
+export type StateKey = keyof typeof StateKeySchemas;
+export type StateValue<K extends StateKey> = z.infer<(typeof StateKeySchemas)[K]>;
+
+/** Key names by role, for code that reads better with names than with strings. */
+export const StateKeys = {
+  policyVersion: "policy.version",
+  learnerStep: "learner.step",
+  runStatus: "run.status",
+  runPhase: "run.phase",
+  orchestratorNext: "orchestrator.next",
+  orchestratorRefills: "orchestrator.refills",
+  learnerStarved: "learner.starved",
+  checkpointLatest: "checkpoint.latest",
+  environments: "run.environments",
+  evalSummary: "eval.summary",
+} as const satisfies Record<string, StateKey>;
