@@ -10,9 +10,7 @@ import { loadRunConfig } from "../actors/runtime/config.js";
 import { modelConfigOf } from "../actors/runtime/model-factory.js";
 
 /** The model of examples/demo.yaml, so the figures describe what the demo trains. */
-export const DEMO_CONFIG: ModelConfig = modelConfigOf(
-  loadRunConfig(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "examples", "demo.yaml")),
-);
+export const DEMO_CONFIG: ModelConfig = modelConfigOf(loadRunConfig(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "examples", "demo.yaml")));
 /** Sequence length of the packed rows and of decoding: the demo's context. */
 const CTX = Math.min(128, DEMO_CONFIG.maxPositionEmbeddings);
 
@@ -28,7 +26,9 @@ interface Shape {
 // The products one training step runs (N = tokens): forward x W^T, backward dX = dY W and dW = dY^T X.
 function demoShapes(tokens: number): Shape[] {
   const c = DEMO_CONFIG;
-  const D = c.hiddenSize, I = c.intermediateSize, V = c.vocabSize;
+  const D = c.hiddenSize,
+    I = c.intermediateSize,
+    V = c.vocabSize;
   const QKV = (c.numHeads + 2 * c.numKvHeads) * (c.hiddenSize / c.numHeads);
   const fwd = (name: string, inD: number, outD: number): Shape[] => [
     { name: `${name} fwd`, transA: false, transB: true, M: tokens, N: outD, K: inD },
@@ -49,7 +49,9 @@ function rand(n: number, seed: number): Float32Array {
 }
 
 async function timeGemm(s: Shape, impl: GemmImpl, threads: number, minMs: number): Promise<number> {
-  const A = rand(s.M * s.K, 1), B = rand(s.K * s.N, 2), C = new Float32Array(s.M * s.N);
+  const A = rand(s.M * s.K, 1),
+    B = rand(s.K * s.N, 2),
+    C = new Float32Array(s.M * s.N);
   const args = { transA: s.transA, transB: s.transB, M: s.M, N: s.N, K: s.K, A, B, C, impl, threads };
   await kernels.sgemmAsync(args); // warm-up: packing buffers, BLAS thread pool
   const times: number[] = [];
@@ -66,7 +68,8 @@ async function timeGemm(s: Shape, impl: GemmImpl, threads: number, minMs: number
 
 async function trainTokensPerSec(threads: number, seconds: number): Promise<number> {
   const model = PolicyModel.create(DEMO_CONFIG, { seed: 1, threads });
-  const T = 2048, ctx = CTX;
+  const T = 2048,
+    ctx = CTX;
   const tokens = new Int32Array(T).map((_, i) => (i * 7919) % DEMO_CONFIG.vocabSize);
   const segmentStarts = Int32Array.from({ length: T / ctx }, (_, i) => i * ctx);
   const lossMask = Uint8Array.from(tokens, (_, t) => (t % ctx < ctx / 4 ? 0 : 1)); // a quarter prompt, the rest completion
@@ -133,7 +136,10 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
   const tokens = opts.tokens ?? 2048;
   const haveBlas = info.blas.startsWith("openblas");
   const minMs = 150;
-  let flops = 0, tOwn = 0, tBlas = 0, tAuto = 0;
+  let flops = 0,
+    tOwn = 0,
+    tBlas = 0,
+    tAuto = 0;
   const rows: string[] = [];
   const pad = (s: string | number, n: number) => String(s).padStart(n);
   rows.push(`${"product".padEnd(14)}${pad("M", 6)}${pad("N", 6)}${pad("K", 6)}${pad("own GF/s", 10)}${pad("blas GF/s", 11)}${pad("own/blas", 10)}`);
@@ -174,10 +180,14 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
     top_p_vs_temperature: sampling.topP / sampling.temperature,
   };
   for (const r of rows) console.log(r);
-  console.log(`total: own ${result.own_gflops.toFixed(1)} GF/s, dispatch ${result.dispatch_gflops.toFixed(1)} GF/s, OpenBLAS ${result.blas_gflops.toFixed(1)} GF/s ` +
-    `(own/blas ${result.own_vs_blas.toFixed(2)}x, dispatch/blas ${result.dispatch_vs_blas.toFixed(2)}x; ${info.blas})`);
-  console.log(`train: ${train.toFixed(0)} tokens/s with BLAS dispatch, ${trainOwn.toFixed(0)} tokens/s on our sgemm (${(trainOwn / train).toFixed(2)}x) ` +
-    `(2048-token packed rows of ${2048 / CTX} x ${CTX}, rl loss, accumulate + AdamW step)`);
+  console.log(
+    `total: own ${result.own_gflops.toFixed(1)} GF/s, dispatch ${result.dispatch_gflops.toFixed(1)} GF/s, OpenBLAS ${result.blas_gflops.toFixed(1)} GF/s ` +
+      `(own/blas ${result.own_vs_blas.toFixed(2)}x, dispatch/blas ${result.dispatch_vs_blas.toFixed(2)}x; ${info.blas})`,
+  );
+  console.log(
+    `train: ${train.toFixed(0)} tokens/s with BLAS dispatch, ${trainOwn.toFixed(0)} tokens/s on our sgemm (${(trainOwn / train).toFixed(2)}x) ` +
+      `(2048-token packed rows of ${2048 / CTX} x ${CTX}, rl loss, accumulate + AdamW step)`,
+  );
   console.log(`decode: ${decode.toFixed(0)} tokens/s (batch 32, ${CTX - 24} new tokens each)`);
   console.log(
     `sampling at a ${SAMPLING_VOCAB}-id vocabulary (batch 16, 1-layer model): temperature ${sampling.temperature.toFixed(0)} tokens/s, ` +

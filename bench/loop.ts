@@ -20,8 +20,13 @@ async function secondsPerStep(base: Record<string, unknown>, asyncLevel: number,
   writeFileSync(path, stringify(cfg));
   const code = await train(path, { fresh: true, eval: false });
   if (code !== 0) throw new Error(`loop bench run with maxAsyncLevel ${asyncLevel} failed (exit ${code})`);
-  const times = readFileSync(join(dir, cfg.run, "metrics.jsonl"), "utf8").split("\n").filter(Boolean)
-    .map((l) => JSON.parse(l)).filter((e) => e.actor === "learner" && e.kind === "step").map((e) => e.time as number).sort((a, b) => a - b);
+  const times = readFileSync(join(dir, cfg.run, "metrics.jsonl"), "utf8")
+    .split("\n")
+    .filter(Boolean)
+    .map((l) => JSON.parse(l))
+    .filter((e) => e.actor === "learner" && e.kind === "step")
+    .map((e) => e.time as number)
+    .sort((a, b) => a - b);
   if (times.length < 2) throw new Error("too few steps recorded");
   // Skip the first step: it includes inference start-up.
   return (times[times.length - 1]! - times[0]!) / 1000 / (times.length - 1);
@@ -51,7 +56,11 @@ export async function runLoopBench(opts: { quick?: boolean; config?: string } = 
     speedupPerRound: sync.map((x, i) => +(x / asyncS[i]!).toFixed(3)),
   };
   console.log(
-    "\nmaxAsyncLevel | s/step (mean of " + rounds + " runs of " + steps + " steps)\n" +
+    "\nmaxAsyncLevel | s/step (mean of " +
+      rounds +
+      " runs of " +
+      steps +
+      " steps)\n" +
       `0             | ${s0.toFixed(3)}  (${sync.map((x) => x.toFixed(3)).join(", ")})\n` +
       `2             | ${s2.toFixed(3)}  (${asyncS.map((x) => x.toFixed(3)).join(", ")})\n` +
       `speedup (0 -> 2): ${(s0 / s2).toFixed(2)}x`,

@@ -222,7 +222,9 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     out.bare_python_p50_ms = r2(pct(bareSeq, 0.5));
     out.bare_python_p99_ms = r2(pct(bareSeq, 0.99));
     out.warm_speedup_p50 = r2(out.bare_python_p50_ms / out.warm_p50_ms);
-    print(`warm exec         p50 ${out.warm_p50_ms} ms  p99 ${out.warm_p99_ms} ms   | bare python3 -c p50 ${out.bare_python_p50_ms} ms p99 ${out.bare_python_p99_ms} ms  (${out.warm_speedup_p50}x faster)`);
+    print(
+      `warm exec         p50 ${out.warm_p50_ms} ms  p99 ${out.warm_p99_ms} ms   | bare python3 -c p50 ${out.bare_python_p50_ms} ms p99 ${out.bare_python_p99_ms} ms  (${out.warm_speedup_p50}x faster)`,
+    );
 
     // 2. Throughput at concurrency 1, 8, 64 (fresh sandbox per request).
     for (const c of [1, 8, 64]) {
@@ -288,7 +290,14 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     const idle0 = measure(sandboxPids);
     await sleep(2000);
     const idle1 = measure(sandboxPids);
-    const answers = await Promise.all(sessions.map((s) => s.exec({ language: "bash", code: "cat state.txt" }).then((r) => r.stdout === "ready\n").catch(() => false)));
+    const answers = await Promise.all(
+      sessions.map((s) =>
+        s
+          .exec({ language: "bash", code: "cat state.txt" })
+          .then((r) => r.stdout === "ready\n")
+          .catch(() => false),
+      ),
+    );
     const held = answers.filter(Boolean).length;
     const memPerSession = (idle1.memMb - before.memMb) / Math.max(1, sessions.length);
     const idleCpuPct = ((idle1.cpuS - idle0.cpuS) / 2) * 100;

@@ -422,13 +422,23 @@ export async function runTransportBench(opts: TransportBenchOptions = {}): Promi
     figures.ratioAlignedVsUnaligned = ratio(figures.endToEndAlignedMBps, figures.endToEndUnalignedMBps);
 
     const storage = opts.storage ?? "file";
-    log(`transport bench: ${batches} batches x ${shape.rows} samples x ${tokens} tokens (${shape.prompt} prompt + ${shape.completion} completion), ${figures.batchMB} MB/batch, ${cpus().length} CPUs`);
+    log(
+      `transport bench: ${batches} batches x ${shape.rows} samples x ${tokens} tokens (${shape.prompt} prompt + ${shape.completion} completion), ${figures.batchMB} MB/batch, ${cpus().length} CPUs`,
+    );
     log(`  encode alone      ${figures.encodeMBps} MB/s (${figures.encodeMsPerBatch} ms/batch)`);
-    log(`  decode alone      ${figures.decodeAlignedMBps} MB/s aligned, in place (${figures.decodeAlignedMsPerBatch} ms/batch); ${figures.decodeMBps} MB/s misaligned, copied first (${figures.decodeMsPerBatch} ms/batch)`);
+    log(
+      `  decode alone      ${figures.decodeAlignedMBps} MB/s aligned, in place (${figures.decodeAlignedMsPerBatch} ms/batch); ${figures.decodeMBps} MB/s misaligned, copied first (${figures.decodeMsPerBatch} ms/batch)`,
+    );
     log(`  publish (worker)  ${figures.publishMBps} MB/s (window ${publishWindow}, msg-id per batch)`);
-    log(`  end to end        ${figures.endToEndMBps} MB/s = ${figures.endToEndSamplesPerSec} samples/s (encode -> JetStream ${storage} -> pull ${p.maxMessages} in flight -> decode)`);
-    log(`    header padded   ${figures.endToEndAlignedMBps} MB/s (${figures.misalignedFraction} of payloads misaligned) vs unpadded ${figures.endToEndUnalignedMBps} MB/s (${figures.misalignedFractionUnpadded} misaligned): ${figures.ratioAlignedVsUnaligned}x`);
-    log(`  JetStream alone   ${figures.jetstreamOnlyMBps} MB/s (same bytes pre-encoded, consumer acks without decoding; publish ${figures.jetstreamOnlyPublishMBps} MB/s)`);
+    log(
+      `  end to end        ${figures.endToEndMBps} MB/s = ${figures.endToEndSamplesPerSec} samples/s (encode -> JetStream ${storage} -> pull ${p.maxMessages} in flight -> decode)`,
+    );
+    log(
+      `    header padded   ${figures.endToEndAlignedMBps} MB/s (${figures.misalignedFraction} of payloads misaligned) vs unpadded ${figures.endToEndUnalignedMBps} MB/s (${figures.misalignedFractionUnpadded} misaligned): ${figures.ratioAlignedVsUnaligned}x`,
+    );
+    log(
+      `  JetStream alone   ${figures.jetstreamOnlyMBps} MB/s (same bytes pre-encoded, consumer acks without decoding; publish ${figures.jetstreamOnlyPublishMBps} MB/s)`,
+    );
     log(`  core NATS         ${figures.coreNatsMBps} MB/s (same bytes, no persistence, no acks: the broker hop alone)`);
     log(`  TCP via a pipe    ${figures.tcpRelayMBps} MB/s (through a process that only forwards bytes: what any broker costs at least; median of 3)`);
     log(`  raw TCP loopback  ${figures.tcpLoopbackMBps} MB/s (baseline, same bytes, same run; median of 3)`);
@@ -468,7 +478,9 @@ function parseArgs(argv: string[]): TransportBenchOptions {
 }
 
 if (!isMainThread && (workerData as ProducerJob | undefined)?.role === "rollstream-transport-producer") {
-  producerMain(workerData as ProducerJob).catch((e: Error) => parentPort!.postMessage({ kind: "error", message: e.stack ?? e.message } satisfies ProducerReport));
+  producerMain(workerData as ProducerJob).catch((e: Error) =>
+    parentPort!.postMessage({ kind: "error", message: e.stack ?? e.message } satisfies ProducerReport),
+  );
 } else if (isMainThread && process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
   runTransportBench(parseArgs(process.argv.slice(2))).catch((e: Error) => {
     console.error(e.stack ?? e.message);

@@ -17,7 +17,9 @@ export async function heldOutEval(config: RunConfig, weights: Uint8Array, versio
   const sampling = { temperature: 0, topP: 1, topK: 0, maxTokens: config.eval.maxTokens ?? config.rl.sampling.maxTokens };
   const perEnv = Math.max(1, Math.floor(config.eval.n / envs.length));
   const byEnv: HeldOutResult["byEnv"] = {};
-  let passes = 0, rewardSum = 0, total = 0;
+  let passes = 0,
+    rewardSum = 0,
+    total = 0;
   for (const loaded of envs) {
     const ds = loaded.env.dataset("eval");
     const count = Math.min(perEnv, Number.isFinite(ds.size) ? ds.size : perEnv);

@@ -101,20 +101,26 @@ function packageEntry(dir: string, pkg: PackageJson): string {
 function info(pkg: PackageJson, source: EnvironmentSource, packageDir: string, entry: string): EnvironmentInfo | null {
   if (typeof pkg.name !== "string" || typeof pkg.version !== "string") return null;
   return {
-    name: pkg.name, version: pkg.version, source, packageDir, entry,
+    name: pkg.name,
+    version: pkg.version,
+    source,
+    packageDir,
+    entry,
     ...(typeof pkg.description === "string" ? { description: pkg.description } : {}),
   };
 }
 
 function subdirs(dir: string): string[] {
   if (!existsSync(dir)) return [];
-  return readdirSync(dir).map((n) => join(dir, n)).filter((p) => {
-    try {
-      return statSync(p).isDirectory();
-    } catch {
-      return false;
-    }
-  });
+  return readdirSync(dir)
+    .map((n) => join(dir, n))
+    .filter((p) => {
+      try {
+        return statSync(p).isDirectory();
+      } catch {
+        return false;
+      }
+    });
 }
 
 function projectModules(loc: ReturnType<typeof locations>): EnvironmentInfo[] {
@@ -194,14 +200,15 @@ export async function listEnvironments(opts: RegistryOptions = {}): Promise<Envi
 export async function findEnvironment(spec: string, opts: RegistryOptions = {}): Promise<EnvironmentInfo> {
   const { name, range } = parseEnvSpec(spec);
   const loc = locations(opts);
-  const candidates = sortInfos(
-    [...projectModules(loc), ...pathModules(loc), ...npmModule(loc, name)].filter((i) => i.name === name),
-  );
+  const candidates = sortInfos([...projectModules(loc), ...pathModules(loc), ...npmModule(loc, name)].filter((i) => i.name === name));
   if (candidates.length === 0) {
     const where = [join(loc.projectRoot, "environments"), ...loc.searchPaths, ...loc.nodeModules.map((nm) => join(nm, name))];
     throw new Error(`environment "${name}" not found (searched ${where.join(", ")})`);
   }
-  const best = semver.maxSatisfying(candidates.map((c) => c.version), range);
+  const best = semver.maxSatisfying(
+    candidates.map((c) => c.version),
+    range,
+  );
   if (best === null) {
     const found = candidates.map((c) => `${c.name}@${c.version} (${c.source}, ${c.packageDir})`).join(", ");
     throw new Error(`environment "${name}": no version matches "${range}"; found ${found}`);
@@ -245,12 +252,13 @@ export async function resolveEnvironment(spec: string, args: Record<string, unkn
 
 function checkEnvironment(id: string, env: unknown): asserts env is Environment {
   const e = env as Record<string, unknown> | null;
-  const missing = !e || typeof e !== "object"
-    ? ["(not an object)"]
-    : [
-        ...(["name", "version"] as const).filter((k) => typeof e[k] !== "string"),
-        ...(["dataset", "rollout", "scoreGroup"] as const).filter((k) => typeof e[k] !== "function"),
-      ];
+  const missing =
+    !e || typeof e !== "object"
+      ? ["(not an object)"]
+      : [
+          ...(["name", "version"] as const).filter((k) => typeof e[k] !== "string"),
+          ...(["dataset", "rollout", "scoreGroup"] as const).filter((k) => typeof e[k] !== "function"),
+        ];
   if (missing.length > 0) throw new Error(`environment ${id}: loadEnvironment did not return an Environment (missing ${missing.join(", ")})`);
 }
 

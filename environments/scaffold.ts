@@ -26,11 +26,13 @@ export function scaffoldEnvironment(name: string, opts: { root: string }): strin
 }
 
 function packageJson(name: string): string {
-  return JSON.stringify(
-    { name, version: "0.1.0", description: `The ${name} environment`, type: "module", main: "index.js", keywords: ["rollstream-environment"] },
-    null,
-    2,
-  ) + "\n";
+  return (
+    JSON.stringify(
+      { name, version: "0.1.0", description: `The ${name} environment`, type: "module", main: "index.js", keywords: ["rollstream-environment"] },
+      null,
+      2,
+    ) + "\n"
+  );
 }
 
 function indexTs(): string {

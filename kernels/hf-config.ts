@@ -38,7 +38,10 @@ const hfConfigSchema = z.looseObject({
     .looseObject({ rope_type: z.literal("default").optional(), type: z.literal("default").optional() }, { error: "must be null or a default rope type" })
     .nullish(),
   rope_parameters: z
-    .looseObject({ rope_type: z.literal("default", { error: "only default RoPE is supported" }).optional(), rope_theta: z.number().positive().finite().optional() })
+    .looseObject({
+      rope_type: z.literal("default", { error: "only default RoPE is supported" }).optional(),
+      rope_theta: z.number().positive().finite().optional(),
+    })
     .nullish(),
 });
 

@@ -96,7 +96,8 @@ export class HfTokenizer implements Tokenizer {
     const genEos = generation?.eos_token_id;
     const genEosIds = (Array.isArray(genEos) ? genEos : genEos === undefined ? [] : [genEos]).filter((x): x is number => Number.isInteger(x));
     const eosContent = tokenContent(config.eos_token) ?? (genEosIds.length ? this.hub.id_to_token(genEosIds[0]!) : undefined);
-    if (eosContent === undefined) throw new Error(`HF tokenizer in ${dir}: no eos_token in tokenizer_config.json and no eos_token_id in generation_config.json`);
+    if (eosContent === undefined)
+      throw new Error(`HF tokenizer in ${dir}: no eos_token in tokenizer_config.json and no eos_token_id in generation_config.json`);
     this.eosId = idOf(eosContent, "eos_token")!;
     const bosContent = tokenContent(config.bos_token);
     this.bosId = idOf(bosContent, "bos_token") ?? -1;
@@ -155,7 +156,8 @@ export class HfTokenizer implements Tokenizer {
     const list: number[] = [];
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
-      if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize) throw new Error(`token id ${id} at index ${i} is outside the tokenizer's vocab [0, ${this.vocabSize})`);
+      if (!Number.isInteger(id) || id < 0 || id >= this.vocabSize)
+        throw new Error(`token id ${id} at index ${i} is outside the tokenizer's vocab [0, ${this.vocabSize})`);
       list.push(id);
     }
     if (list.length === 0) return ""; // the library refuses an empty list
@@ -186,7 +188,9 @@ export class HfTokenizer implements Tokenizer {
     for (const candidate of [name, `<|${name}|>`, `<${name}>`]) {
       if (this.addedAll.has(candidate)) return this.hub.token_to_id(candidate)!;
     }
-    throw new Error(`unknown special token "${name}" (this tokenizer has ${[...this.addedAll].slice(0, 12).join(", ")}${this.addedAll.size > 12 ? ", ..." : ""}; aliases eos, pad, end${this.bosId >= 0 ? ", bos" : ""})`);
+    throw new Error(
+      `unknown special token "${name}" (this tokenizer has ${[...this.addedAll].slice(0, 12).join(", ")}${this.addedAll.size > 12 ? ", ..." : ""}; aliases eos, pad, end${this.bosId >= 0 ? ", bos" : ""})`,
+    );
   }
 
   stopTokenIds(): number[] {

@@ -56,9 +56,14 @@ export interface SgemmArgs {
 }
 
 function gemmArgs(a: SgemmArgs) {
-  const ta = a.transA ?? false, tb = a.transB ?? false;
-  const M = expectInt("sgemm: M", a.M, 0), N = expectInt("sgemm: N", a.N, 0), K = expectInt("sgemm: K", a.K, 0);
-  const lda = a.lda ?? Math.max(1, ta ? M : K), ldb = a.ldb ?? Math.max(1, tb ? K : N), ldc = a.ldc ?? Math.max(1, N);
+  const ta = a.transA ?? false,
+    tb = a.transB ?? false;
+  const M = expectInt("sgemm: M", a.M, 0),
+    N = expectInt("sgemm: N", a.N, 0),
+    K = expectInt("sgemm: K", a.K, 0);
+  const lda = a.lda ?? Math.max(1, ta ? M : K),
+    ldb = a.ldb ?? Math.max(1, tb ? K : N),
+    ldc = a.ldc ?? Math.max(1, N);
   const impl = a.impl ?? "auto";
   if (!(impl in IMPL)) throw new RangeError(`sgemm: impl must be "auto", "own" or "blas" (got ${impl})`);
   expectArray("sgemm: A", a.A, F);
@@ -102,7 +107,8 @@ export const kernels = {
   rmsnormForward(x: Float32Array, w: Float32Array, T: number, D: number, eps: number): { y: Float32Array; rstd: Float32Array } {
     expectArray("rmsnormForward: x", x, F, T * D);
     expectArray("rmsnormForward: w", w, F, D);
-    const y = f32(T * D), rstd = f32(T);
+    const y = f32(T * D),
+      rstd = f32(T);
     be().rmsnormFwd(x, w, T, D, expectFinite("rmsnormForward: eps", eps), y, rstd);
     return { y, rstd };
   },
@@ -111,31 +117,46 @@ export const kernels = {
     expectArray("rmsnormBackward: x", x, F, T * D);
     expectArray("rmsnormBackward: w", w, F, D);
     expectArray("rmsnormBackward: rstd", rstd, F, T);
-    const dx = f32(T * D), dw = f32(D);
+    const dx = f32(T * D),
+      dw = f32(D);
     be().rmsnormBwd(dy, x, w, rstd, T, D, dx, dw);
     return { dx, dw };
   },
   /** r = x + residual; y = rmsnorm(r). */
   residualRmsnormForward(
-    x: Float32Array, residual: Float32Array, w: Float32Array, T: number, D: number, eps: number,
+    x: Float32Array,
+    residual: Float32Array,
+    w: Float32Array,
+    T: number,
+    D: number,
+    eps: number,
   ): { r: Float32Array; y: Float32Array; rstd: Float32Array } {
     expectArray("residualRmsnormForward: x", x, F, T * D);
     expectArray("residualRmsnormForward: residual", residual, F, T * D);
     expectArray("residualRmsnormForward: w", w, F, D);
-    const r = f32(T * D), y = f32(T * D), rstd = f32(T);
+    const r = f32(T * D),
+      y = f32(T * D),
+      rstd = f32(T);
     be().residualRmsnormFwd(x, residual, w, T, D, expectFinite("residualRmsnormForward: eps", eps), r, y, rstd);
     return { r, y, rstd };
   },
   /** dx (= d x = d residual) = drIn + rmsnorm backward of dy. */
   residualRmsnormBackward(
-    dy: Float32Array, drIn: Float32Array | null, r: Float32Array, w: Float32Array, rstd: Float32Array, T: number, D: number,
+    dy: Float32Array,
+    drIn: Float32Array | null,
+    r: Float32Array,
+    w: Float32Array,
+    rstd: Float32Array,
+    T: number,
+    D: number,
   ): { dx: Float32Array; dw: Float32Array } {
     expectArray("residualRmsnormBackward: dy", dy, F, T * D);
     if (drIn !== null) expectArray("residualRmsnormBackward: drIn", drIn, F, T * D);
     expectArray("residualRmsnormBackward: r", r, F, T * D);
     expectArray("residualRmsnormBackward: w", w, F, D);
     expectArray("residualRmsnormBackward: rstd", rstd, F, T);
-    const dx = f32(T * D), dw = f32(D);
+    const dx = f32(T * D),
+      dw = f32(D);
     be().residualRmsnormBwd(dy, drIn, r, w, rstd, T, D, dx, dw);
     return { dx, dw };
   },
@@ -151,12 +172,19 @@ export const kernels = {
   },
   /** dx = dy W; dW = dy^T x; db = column sums of dy. */
   matmulBackward(
-    dy: Float32Array, x: Float32Array, W: Float32Array, N: number, inDim: number, outDim: number,
+    dy: Float32Array,
+    x: Float32Array,
+    W: Float32Array,
+    N: number,
+    inDim: number,
+    outDim: number,
   ): { dx: Float32Array; dW: Float32Array; db: Float32Array } {
     expectArray("matmulBackward: dy", dy, F, N * outDim);
     expectArray("matmulBackward: x", x, F, N * inDim);
     expectArray("matmulBackward: W", W, F, outDim * inDim);
-    const dx = f32(N * inDim), dW = f32(outDim * inDim), db = f32(outDim);
+    const dx = f32(N * inDim),
+      dW = f32(outDim * inDim),
+      db = f32(outDim);
     be().matmulBwd(dy, x, W, N, inDim, outDim, dx, dW, db);
     return { dx, dW, db };
   },
@@ -191,22 +219,32 @@ export const kernels = {
     expectArray("attentionForward: q", q, F, d.T * d.heads * d.headDim);
     expectArray("attentionForward: k", k, F, d.T * d.kvHeads * d.headDim);
     expectArray("attentionForward: v", v, F, d.T * d.kvHeads * d.headDim);
-    const out = f32(q.length), lse = f32(d.T * d.heads);
+    const out = f32(q.length),
+      lse = f32(d.T * d.heads);
     be().attentionFwd(q, k, v, d.T, d.heads, d.kvHeads, d.headDim, d.segmentStarts, out, lse);
     return { out, lse };
   },
   attentionBackward(
-    dout: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, out: Float32Array, lse: Float32Array, d: AttentionDims,
+    dout: Float32Array,
+    q: Float32Array,
+    k: Float32Array,
+    v: Float32Array,
+    out: Float32Array,
+    lse: Float32Array,
+    d: AttentionDims,
   ): { dq: Float32Array; dk: Float32Array; dv: Float32Array } {
     checkAttention("attentionBackward", d);
-    const nq = d.T * d.heads * d.headDim, nk = d.T * d.kvHeads * d.headDim;
+    const nq = d.T * d.heads * d.headDim,
+      nk = d.T * d.kvHeads * d.headDim;
     expectArray("attentionBackward: dout", dout, F, nq);
     expectArray("attentionBackward: q", q, F, nq);
     expectArray("attentionBackward: k", k, F, nk);
     expectArray("attentionBackward: v", v, F, nk);
     expectArray("attentionBackward: out", out, F, nq);
     expectArray("attentionBackward: lse", lse, F, d.T * d.heads);
-    const dq = f32(nq), dk = f32(nk), dv = f32(nk);
+    const dq = f32(nq),
+      dk = f32(nk),
+      dv = f32(nk);
     be().attentionBwd(dout, q, k, v, out, lse, d.T, d.heads, d.kvHeads, d.headDim, d.segmentStarts, dq, dk, dv);
     return { dq, dk, dv };
   },
@@ -223,7 +261,8 @@ export const kernels = {
     expectArray("swigluBackward: gate", gate, F);
     expectArray("swigluBackward: dh", dh, F, gate.length);
     expectArray("swigluBackward: up", up, F, gate.length);
-    const dgate = f32(gate.length), dup = f32(gate.length);
+    const dgate = f32(gate.length),
+      dup = f32(gate.length);
     be().swigluBwd(dh, gate, up, dgate, dup);
     return { dgate, dup };
   },
@@ -262,13 +301,33 @@ export const kernels = {
   },
   /** One AdamW update in place (PyTorch formula); the gradient is multiplied by gradScale first. */
   adamw(
-    p: Float32Array, g: Float32Array, m: Float32Array, v: Float32Array,
+    p: Float32Array,
+    g: Float32Array,
+    m: Float32Array,
+    v: Float32Array,
     o: { lr: number; beta1?: number; beta2?: number; eps?: number; weightDecay?: number; step: number; gradScale?: number },
   ): void {
     expectArray("adamw: p", p, F);
-    for (const [n, a] of [["g", g], ["m", m], ["v", v]] as const) expectArray(`adamw: ${n}`, a, F, p.length);
-    const d = OptimizerSchema.parse({});  // the one copy of the AdamW defaults
-    be().adamw(p, g, m, v, o.lr, o.beta1 ?? d.beta1, o.beta2 ?? d.beta2, o.eps ?? d.eps, o.weightDecay ?? d.weightDecay, expectInt("adamw: step", o.step, 1), o.gradScale ?? 1);
+    for (const [n, a] of [
+      ["g", g],
+      ["m", m],
+      ["v", v],
+    ] as const)
+      expectArray(`adamw: ${n}`, a, F, p.length);
+    const d = OptimizerSchema.parse({}); // the one copy of the AdamW defaults
+    be().adamw(
+      p,
+      g,
+      m,
+      v,
+      o.lr,
+      o.beta1 ?? d.beta1,
+      o.beta2 ?? d.beta2,
+      o.eps ?? d.eps,
+      o.weightDecay ?? d.weightDecay,
+      expectInt("adamw: step", o.step, 1),
+      o.gradScale ?? 1,
+    );
   },
 };
 

@@ -87,9 +87,7 @@ export function isPolicyLoss(spec: { name: LossName }): boolean {
 export function parseLossSpec(spec: unknown): ParsedLossSpec {
   const r = lossSpecSchema.safeParse(spec);
   if (!r.success) {
-    const issues = r.error.issues
-      .map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`)
-      .join("; ");
+    const issues = r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`).join("; ");
     throw new Error(`invalid loss spec ${JSON.stringify(spec)}: ${issues}`);
   }
   return r.data;

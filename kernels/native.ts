@@ -120,45 +120,129 @@ export interface NativeBackend {
   rmsnormFwd(x: Float32Array, w: Float32Array, T: number, D: number, eps: number, y: Float32Array, rstd: Float32Array): void;
   rmsnormBwd(dy: Float32Array, x: Float32Array, w: Float32Array, rstd: Float32Array, T: number, D: number, dx: Float32Array, dw: Float32Array | null): void;
   residualRmsnormFwd(
-    x: Float32Array, residual: Float32Array, w: Float32Array, T: number, D: number, eps: number, r: Float32Array, y: Float32Array, rstd: Float32Array,
+    x: Float32Array,
+    residual: Float32Array,
+    w: Float32Array,
+    T: number,
+    D: number,
+    eps: number,
+    r: Float32Array,
+    y: Float32Array,
+    rstd: Float32Array,
   ): void;
   residualRmsnormBwd(
-    dy: Float32Array, drIn: Float32Array | null, r: Float32Array, w: Float32Array, rstd: Float32Array, T: number, D: number, dx: Float32Array,
+    dy: Float32Array,
+    drIn: Float32Array | null,
+    r: Float32Array,
+    w: Float32Array,
+    rstd: Float32Array,
+    T: number,
+    D: number,
+    dx: Float32Array,
     dw: Float32Array | null,
   ): void;
   sgemm(
-    transA: boolean, transB: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number,
-    beta: number, C: Float32Array, ldc: number, impl: number,
+    transA: boolean,
+    transB: boolean,
+    M: number,
+    N: number,
+    K: number,
+    alpha: number,
+    A: Float32Array,
+    lda: number,
+    B: Float32Array,
+    ldb: number,
+    beta: number,
+    C: Float32Array,
+    ldc: number,
+    impl: number,
   ): void;
   sgemmAsync(
-    transA: boolean, transB: boolean, M: number, N: number, K: number, alpha: number, A: Float32Array, lda: number, B: Float32Array, ldb: number,
-    beta: number, C: Float32Array, ldc: number, impl: number, threads: number,
+    transA: boolean,
+    transB: boolean,
+    M: number,
+    N: number,
+    K: number,
+    alpha: number,
+    A: Float32Array,
+    lda: number,
+    B: Float32Array,
+    ldb: number,
+    beta: number,
+    C: Float32Array,
+    ldc: number,
+    impl: number,
+    threads: number,
   ): Promise<void>;
   matmulFwd(x: Float32Array, W: Float32Array, b: Float32Array | null, N: number, inDim: number, outDim: number, y: Float32Array): void;
   matmulBwd(
-    dy: Float32Array, x: Float32Array, W: Float32Array, N: number, inDim: number, outDim: number, dx: Float32Array | null, dW: Float32Array | null,
+    dy: Float32Array,
+    x: Float32Array,
+    W: Float32Array,
+    N: number,
+    inDim: number,
+    outDim: number,
+    dx: Float32Array | null,
+    dW: Float32Array | null,
     db: Float32Array | null,
   ): void;
   ropeFwd(x: Float32Array, T: number, heads: number, headDim: number, positions: Int32Array, theta: number, y: Float32Array): void;
   ropeBwd(dy: Float32Array, T: number, heads: number, headDim: number, positions: Int32Array, theta: number, dx: Float32Array): void;
   attentionFwd(
-    q: Float32Array, k: Float32Array, v: Float32Array, T: number, H: number, KV: number, hd: number, segmentStarts: Int32Array, out: Float32Array,
+    q: Float32Array,
+    k: Float32Array,
+    v: Float32Array,
+    T: number,
+    H: number,
+    KV: number,
+    hd: number,
+    segmentStarts: Int32Array,
+    out: Float32Array,
     lse: Float32Array,
   ): void;
   attentionBwd(
-    dout: Float32Array, q: Float32Array, k: Float32Array, v: Float32Array, out: Float32Array, lse: Float32Array, T: number, H: number, KV: number,
-    hd: number, segmentStarts: Int32Array, dq: Float32Array, dk: Float32Array, dv: Float32Array,
+    dout: Float32Array,
+    q: Float32Array,
+    k: Float32Array,
+    v: Float32Array,
+    out: Float32Array,
+    lse: Float32Array,
+    T: number,
+    H: number,
+    KV: number,
+    hd: number,
+    segmentStarts: Int32Array,
+    dq: Float32Array,
+    dk: Float32Array,
+    dv: Float32Array,
   ): void;
   swigluFwd(gate: Float32Array, up: Float32Array, h: Float32Array): void;
   swigluBwd(dh: Float32Array, gate: Float32Array, up: Float32Array, dgate: Float32Array, dup: Float32Array): void;
   lossFwdBwd(
-    logits: Float32Array, N: number, V: number, targets: Int32Array, mask: Uint8Array, advantages: Float32Array | null,
-    samplerLogprobs: Float32Array | null, spec: NativeLossSpec, dlogits: Float32Array | null, tokenLogprobs: Float32Array | null,
+    logits: Float32Array,
+    N: number,
+    V: number,
+    targets: Int32Array,
+    mask: Uint8Array,
+    advantages: Float32Array | null,
+    samplerLogprobs: Float32Array | null,
+    spec: NativeLossSpec,
+    dlogits: Float32Array | null,
+    tokenLogprobs: Float32Array | null,
   ): NativeLossStats;
   gradNorm(g: Float32Array): number;
   adamw(
-    p: Float32Array, g: Float32Array, m: Float32Array, v: Float32Array, lr: number, beta1: number, beta2: number, eps: number, weightDecay: number,
-    step: number, gradScale: number,
+    p: Float32Array,
+    g: Float32Array,
+    m: Float32Array,
+    v: Float32Array,
+    lr: number,
+    beta1: number,
+    beta2: number,
+    eps: number,
+    weightDecay: number,
+    step: number,
+    gradScale: number,
   ): void;
 }
 

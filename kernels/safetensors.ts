@@ -139,7 +139,11 @@ export function readSafetensorsHeader(bytes: Uint8Array): SafetensorsHeader {
     }
     const e = entrySchema.safeParse(raw);
     if (!e.success) throw new SafetensorsError(`tensor "${name}": malformed header entry: ${describeZod(e.error)}`);
-    const { dtype, shape, data_offsets: [begin, end] } = e.data;
+    const {
+      dtype,
+      shape,
+      data_offsets: [begin, end],
+    } = e.data;
     if (!(dtype in DTYPE_BYTES)) {
       const kind = KNOWN_UNSUPPORTED.has(dtype) ? "unsupported" : "unknown";
       throw new SafetensorsError(`tensor "${name}": ${kind} dtype "${dtype}" (supported: F32, BF16, F16)`);
@@ -184,7 +188,8 @@ function halfToFloatTable(): Float32Array {
     const sign = h & 0x8000 ? -1 : 1;
     const exp = (h >> 10) & 0x1f;
     const frac = h & 0x3ff;
-    if (exp === 0) t[h] = sign * frac * 2 ** -24; // zero and subnormals
+    if (exp === 0)
+      t[h] = sign * frac * 2 ** -24; // zero and subnormals
     else if (exp === 31) t[h] = frac ? NaN : sign * Infinity;
     else t[h] = sign * (1 + frac / 1024) * 2 ** (exp - 15);
   }

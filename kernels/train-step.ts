@@ -23,7 +23,11 @@ export async function trainOnSamples(model: PolicyModel, packed: PackResult, los
   const t0 = performance.now();
   model.zeroGrad();
   const normalizer = Math.max(1, packed.lossTokens);
-  let lossSum = 0, entropy = 0, kl = 0, masked = 0, lossTokens = 0;
+  let lossSum = 0,
+    entropy = 0,
+    kl = 0,
+    masked = 0,
+    lossTokens = 0;
   for (const mb of packed.microBatches) {
     const s = await model.accumulate(mb, loss, normalizer);
     lossSum += s.loss;
@@ -50,7 +54,15 @@ export async function trainOnSamples(model: PolicyModel, packed: PackResult, los
 }
 
 /** Packs, schedules the learning rate for `step` of `totalSteps`, and trains one optimizer step. */
-export async function runTrainStep(model: PolicyModel, samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number, microBatchTokens: number): Promise<StepReport> {
+export async function runTrainStep(
+  model: PolicyModel,
+  samples: TrainSample[],
+  loss: ParsedLossSpec,
+  opt: OptimizerConfig,
+  step: number,
+  totalSteps: number,
+  microBatchTokens: number,
+): Promise<StepReport> {
   const packed = packSamples(samples, microBatchTokens, model.config.maxPositionEmbeddings);
   return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) });
 }

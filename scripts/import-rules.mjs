@@ -21,7 +21,12 @@ export function importsOf(root, file, text) {
   return importedFiles
     .map((f) => f.fileName)
     .filter((s) => s.startsWith("."))
-    .map((s) => relative(root, resolve(dirname(file), s)).split(sep).join("/").replace(/\.js$/, ".ts"));
+    .map((s) =>
+      relative(root, resolve(dirname(file), s))
+        .split(sep)
+        .join("/")
+        .replace(/\.js$/, ".ts"),
+    );
 }
 
 /** Problems with one file's imports, as "file: imports target (rule)". */

@@ -18,9 +18,14 @@ function collect(dir, out) {
 let distDir = "dist";
 const argv = process.argv.slice(2);
 const di = argv.indexOf("--dist");
-if (di >= 0) { distDir = argv[di + 1]; argv.splice(di, 2); }
+if (di >= 0) {
+  distDir = argv[di + 1];
+  argv.splice(di, 2);
+}
 const filters = argv;
-const files = collect(join(distDir, "test"), []).filter((f) => filters.length === 0 || filters.some((s) => f.includes(s))).sort();
+const files = collect(join(distDir, "test"), [])
+  .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)))
+  .sort();
 if (files.length === 0) {
   console.error("no test files matched");
   process.exit(1);

@@ -93,7 +93,10 @@ function checkDuration(row: RolloutRow, i: number, field: "generateMs" | "envMs"
 // x*0 for NaN/Inf), word-wise for bytes, with a second pass only to locate an offender. They run on every
 // encode and decode; on a 256 x 1024-token batch this is ~3x faster than testing element by element.
 function anyNegative(a: Int32Array): boolean {
-  let a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  let a0 = 0,
+    a1 = 0,
+    a2 = 0,
+    a3 = 0;
   const n4 = a.length & ~3;
   let j = 0;
   for (; j < n4; j += 4) {
@@ -122,7 +125,10 @@ function anyAboveOne(m: Uint8Array): boolean {
 }
 
 function anyNonFinite(f: Float32Array): boolean {
-  let p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+  let p0 = 0,
+    p1 = 0,
+    p2 = 0,
+    p3 = 0;
   const n4 = f.length & ~3;
   let j = 0;
   for (; j < n4; j += 4) {
@@ -187,7 +193,8 @@ function checkMessages(row: RolloutRow, i: number): void {
   for (let j = 0; j < msgs.length; j++) {
     const m = msgs[j] as RolloutMessage | undefined;
     if (m === null || typeof m !== "object") rowError(i, "messages", `message ${j}: expected an object, got ${describe(m)}`);
-    if (!MESSAGE_ROLES.has(m.role)) rowError(i, "messages", `message ${j}: role ${String(JSON.stringify(m.role))} is not one of ${ROLLOUT_MESSAGE_ROLES.join(", ")}`);
+    if (!MESSAGE_ROLES.has(m.role))
+      rowError(i, "messages", `message ${j}: role ${String(JSON.stringify(m.role))} is not one of ${ROLLOUT_MESSAGE_ROLES.join(", ")}`);
     if (typeof m.content !== "string") rowError(i, "messages", `message ${j}: content: expected a string, got ${describe(m.content)}`);
     for (const k of ["name", "toolCallId"] as const) {
       const v = m[k];
@@ -462,7 +469,8 @@ function encodeMeta(meta: RolloutBatchMetaInput, rowCount: number): Map<string, 
   out.set("schemaVersion", String(ROLLOUT_SCHEMA_VERSION));
   for (const [k, v] of Object.entries(meta)) {
     if (v === undefined || k === "schemaVersion") continue;
-    if (k.startsWith(RESERVED_META_PREFIX)) throw new RolloutBatchError(`metadata "${k}": keys starting with "${RESERVED_META_PREFIX}" are reserved for the codec`);
+    if (k.startsWith(RESERVED_META_PREFIX))
+      throw new RolloutBatchError(`metadata "${k}": keys starting with "${RESERVED_META_PREFIX}" are reserved for the codec`);
     if (typeof v === "number") {
       if (!Number.isFinite(v)) throw new RolloutBatchError(`metadata "${k}": ${v} is not a finite number`);
       out.set(k, String(v));
@@ -497,10 +505,22 @@ export function encodeRolloutBatchUnchecked(rows: readonly RolloutRow[], meta: R
   if (!Array.isArray(rows)) throw new RolloutBatchError(`expected an array of rows, got ${describe(rows)}`);
   const schema = rolloutSchema(encodeMeta(meta, rows.length));
   const columns: Record<string, Data> = {
-    [Col.taskId]: utf8Data(rows.map((r) => r.taskId), Col.taskId),
-    [Col.groupId]: utf8Data(rows.map((r) => r.groupId), Col.groupId),
-    [Col.env]: utf8Data(rows.map((r) => r.env), Col.env),
-    [Col.exampleId]: utf8Data(rows.map((r) => r.exampleId), Col.exampleId),
+    [Col.taskId]: utf8Data(
+      rows.map((r) => r.taskId),
+      Col.taskId,
+    ),
+    [Col.groupId]: utf8Data(
+      rows.map((r) => r.groupId),
+      Col.groupId,
+    ),
+    [Col.env]: utf8Data(
+      rows.map((r) => r.env),
+      Col.env,
+    ),
+    [Col.exampleId]: utf8Data(
+      rows.map((r) => r.exampleId),
+      Col.exampleId,
+    ),
     [Col.exampleIndex]: int32Column(rows, (r) => r.exampleIndex),
     [Col.promptIds]: listColumn(rows, (r) => r.promptIds, Int32Array, rolloutTypes.listInt32, Col.promptIds),
     [Col.completionIds]: listColumn(rows, (r) => r.completionIds, Int32Array, rolloutTypes.listInt32, Col.completionIds),
@@ -521,7 +541,10 @@ export function encodeRolloutBatchUnchecked(rows: readonly RolloutRow[], meta: R
     [Col.scoreMs]: float64Column(rows, (r) => r.scoreMs),
     [Col.step]: int32Column(rows, (r) => r.step),
     [Col.messages]: messagesColumn(rows),
-    [Col.stateJson]: utf8Data(rows.map((r) => r.stateJson), Col.stateJson),
+    [Col.stateJson]: utf8Data(
+      rows.map((r) => r.stateJson),
+      Col.stateJson,
+    ),
     [Col.errors]: stringListColumn(rows, (r) => r.errors, Col.errors),
   };
   // Wire order is the schema's; a column missing here is a bug in this file, caught by every test.
@@ -834,7 +857,8 @@ function decodeBatch(batch: RecordBatch, idx: ReadonlyMap<string, number>, versi
 
   const truncData = col(Col.isTruncated);
   const truncBits = truncData.values as Uint8Array;
-  if (truncBits.length * 8 < truncData.offset + n) throw new RolloutBatchError(`column "${Col.isTruncated}": values buffer too short`, { column: Col.isTruncated });
+  if (truncBits.length * 8 < truncData.offset + n)
+    throw new RolloutBatchError(`column "${Col.isTruncated}": values buffer too short`, { column: Col.isTruncated });
 
   const stopData = col(Col.stopReason);
   const stopIdx = primitive<Int32Array>(stopData, Col.stopReason);

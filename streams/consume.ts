@@ -55,7 +55,15 @@ export function pullSlots(consumer: Consumer, opts: PullOptions): Observable<Slo
           for await (const msg of batch) {
             inFlight++;
             let released = false;
-            subscriber.next({ msg, release: () => { if (!released) { released = true; release(); } } });
+            subscriber.next({
+              msg,
+              release: () => {
+                if (!released) {
+                  released = true;
+                  release();
+                }
+              },
+            });
           }
         } catch {
           // The pull ended abnormally (server shutdown, leadership change). Messages it did not
@@ -109,7 +117,13 @@ async function process(slot: Slot, handler: (msg: JsMsg) => Promise<void>, o: Ha
     const exhausted = o.maxDeliver !== undefined && msg.info.deliveryCount >= o.maxDeliver;
     if (isPoison(e) || exhausted) {
       try {
-        await deadLetter(o.js, o.dlqSubject, msg, exhausted && !isPoison(e) ? `gave up after ${msg.info.deliveryCount} deliveries: ${reason}` : reason, o.actor);
+        await deadLetter(
+          o.js,
+          o.dlqSubject,
+          msg,
+          exhausted && !isPoison(e) ? `gave up after ${msg.info.deliveryCount} deliveries: ${reason}` : reason,
+          o.actor,
+        );
         // The DLQ now holds it: ack (not term) so a work-queue stream releases it too.
         await msg.ackAck().catch(() => msg.term(reason.slice(0, 200)));
         return { kind: "dead-lettered", msg, error: reason };

@@ -42,7 +42,12 @@ export function makeHeaders(values: HeaderValues): MsgHdrs {
   for (const [k, v] of Object.entries(values)) {
     if (v === undefined) continue;
     // Header values are single-line ASCII on the wire; errors may carry newlines.
-    h.set(Hdr[k as keyof typeof Hdr], String(v).replace(/[\r\n]+/g, " ").slice(0, 1024));
+    h.set(
+      Hdr[k as keyof typeof Hdr],
+      String(v)
+        .replace(/[\r\n]+/g, " ")
+        .slice(0, 1024),
+    );
   }
   return h;
 }

@@ -45,7 +45,16 @@ export { decodeRolloutBatch, RolloutBatchError, type DecodedRolloutBatch } from 
 
 // Run state (KV)
 export { RunState, StateValueError } from "./run-state.js";
-export { StateKeys, StateKeySchemas, LearnerStarvedSchema, HeldOutResultSchema, type StateKey, type StateValue, type LearnerStarved, type HeldOutResult } from "./state-keys.js";
+export {
+  StateKeys,
+  StateKeySchemas,
+  LearnerStarvedSchema,
+  HeldOutResultSchema,
+  type StateKey,
+  type StateValue,
+  type LearnerStarved,
+  type HeldOutResult,
+} from "./state-keys.js";
 
 // Errors and message plumbing that tools show
 export { PoisonMessageError, isPoison } from "./dead-letter.js";

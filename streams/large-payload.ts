@@ -48,8 +48,6 @@ export function inlineLimit(maxPayload: number): number {
   return Math.max(0, maxPayload - HEADER_ALLOWANCE_BYTES);
 }
 
-
-
 /**
  * Publishes `data` on `subject` inline when it fits (headers + payload + dead-letter headroom <= max_payload), else via the blob
  * bucket. Call it with the final headers: it adds the msg-id, the alignment padding (`align`) and, for a
@@ -64,7 +62,8 @@ export async function publishPayload(
 ): Promise<PublishedPayload> {
   o.headers.set(MSG_ID_HEADER, o.msgId);
   if (o.align) alignPayload(o.headers);
-  if (headerBlockBytes(o.headers) + data.byteLength + DEAD_LETTER_HEADROOM_BYTES <= o.maxPayload) return { ack: await js.publish(subject, data, { headers: o.headers }) };
+  if (headerBlockBytes(o.headers) + data.byteLength + DEAD_LETTER_HEADROOM_BYTES <= o.maxPayload)
+    return { ack: await js.publish(subject, data, { headers: o.headers }) };
   const sha256 = sha256Hex(data);
   const blob = `${o.msgId}.${sha256.slice(0, 16)}`;
   const store = typeof blobs === "function" ? await blobs() : blobs;

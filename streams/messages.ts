@@ -36,26 +36,29 @@ export type Task = z.infer<typeof TaskSchema>;
 // fields, names and nesting, so inference publishes what the environment returned and reward scores
 // exactly that, with no copy in between. `state` must be JSON-safe (it also becomes the scored row's
 // state column); tool messages keep their name and call id.
-export const RawRolloutSchema = z.object({
-  promptIds: z.array(nonNegInt),
-  completionIds: z.array(nonNegInt),
-  completionMask: z.array(z.union([z.literal(0), z.literal(1)])),
-  samplerLogprobs: z.array(z.number()),
-  messages: z.array(chatMessageSchema),
-  numTurns: nonNegInt,
-  /** Completion-token offset of each model turn; absent in groups recorded before it existed. */
-  turnOffsets: z.array(nonNegInt).default([]),
-  stopReason: z.string(),
-  isTruncated: z.boolean(),
-  policyVersionMin: int,
-  policyVersionMax: int,
-  state: z.record(z.string(), z.unknown()),
-  timings: z.object({ generateMs: z.number().nonnegative(), envMs: z.number().nonnegative() }),
-}).refine((r) => r.completionMask.length === r.completionIds.length && r.samplerLogprobs.length === r.completionIds.length, {
-  message: "completionMask and samplerLogprobs must have one entry per completion token",
-}).refine((r) => r.turnOffsets.every((o, k) => o <= r.completionIds.length && (k === 0 || o >= r.turnOffsets[k - 1]!)), {
-  message: "turnOffsets must be non-decreasing offsets into the completion",
-});
+export const RawRolloutSchema = z
+  .object({
+    promptIds: z.array(nonNegInt),
+    completionIds: z.array(nonNegInt),
+    completionMask: z.array(z.union([z.literal(0), z.literal(1)])),
+    samplerLogprobs: z.array(z.number()),
+    messages: z.array(chatMessageSchema),
+    numTurns: nonNegInt,
+    /** Completion-token offset of each model turn; absent in groups recorded before it existed. */
+    turnOffsets: z.array(nonNegInt).default([]),
+    stopReason: z.string(),
+    isTruncated: z.boolean(),
+    policyVersionMin: int,
+    policyVersionMax: int,
+    state: z.record(z.string(), z.unknown()),
+    timings: z.object({ generateMs: z.number().nonnegative(), envMs: z.number().nonnegative() }),
+  })
+  .refine((r) => r.completionMask.length === r.completionIds.length && r.samplerLogprobs.length === r.completionIds.length, {
+    message: "completionMask and samplerLogprobs must have one entry per completion token",
+  })
+  .refine((r) => r.turnOffsets.every((o, k) => o <= r.completionIds.length && (k === 0 || o >= r.turnOffsets[k - 1]!)), {
+    message: "turnOffsets must be non-decreasing offsets into the completion",
+  });
 export type RawRollout = z.infer<typeof RawRolloutSchema>;
 
 /** A task's group of rollouts, published by inference on rs.<run>.rollouts.raw. */

@@ -3,21 +3,7 @@
 // rather than guessing, so a replay of an old run fails loudly instead of training on misread columns.
 // Older versions this reader still understands are listed in ROLLOUT_SCHEMA_VERSIONS_READ, with their
 // column lists (ROLLOUT_FIELDS_V1, ...): the decoder fills the columns they lack with empty values.
-import {
-  Bool,
-  Dictionary,
-  Field,
-  Float32,
-  Float64,
-  Int32,
-  List,
-  Map_,
-  Schema,
-  Struct,
-  Uint8,
-  Utf8,
-  type DataType,
-} from "apache-arrow";
+import { Bool, Dictionary, Field, Float32, Float64, Int32, List, Map_, Schema, Struct, Uint8, Utf8, type DataType } from "apache-arrow";
 
 /**
  * Version history:

@@ -4,13 +4,7 @@
 // the time the model's first turn produces code; session commands are never retried (not idempotent).
 import { nuid, RequestError, TimeoutError, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import { ServiceErrorCodeHeader, ServiceErrorHeader } from "@nats-io/services";
-import type {
-  CodeSandbox,
-  SandboxExecRequest,
-  SandboxExecResult,
-  SandboxLanguage,
-  SandboxSession,
-} from "../environments/api/sandbox.js";
+import type { CodeSandbox, SandboxExecRequest, SandboxExecResult, SandboxLanguage, SandboxSession } from "../environments/api/sandbox.js";
 import { MessageValidationError } from "./msgpack-codec.js";
 import {
   decodeErrorBody,
@@ -70,7 +64,10 @@ export class NatsSandboxClient implements CodeSandbox {
   private readonly timeoutMs: number;
   private readonly retries: number;
 
-  constructor(private readonly nc: NatsConnection, opts: NatsSandboxClientOptions = {}) {
+  constructor(
+    private readonly nc: NatsConnection,
+    opts: NatsSandboxClientOptions = {},
+  ) {
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.retries = opts.retries ?? 2;
     if (!(this.timeoutMs > 0)) throw new Error(`NatsSandboxClient: timeoutMs must be > 0, got ${opts.timeoutMs}`);

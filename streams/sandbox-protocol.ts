@@ -126,7 +126,10 @@ export const decodeErrorBody = (d: Uint8Array) => decodeMsgpack(SandboxErrorBody
 
 /** A request the service refused or could not serve (the service error code follows HTTP). */
 export class SandboxServiceError extends Error {
-  constructor(readonly code: number, message: string) {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
     super(message);
     this.name = "SandboxServiceError";
   }

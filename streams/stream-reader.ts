@@ -28,7 +28,10 @@ export class StreamReader {
   /** Sequence of the next message this reader will return. */
   position: number;
 
-  constructor(private readonly js: JetStreamClient, private readonly o: StreamReaderOptions) {
+  constructor(
+    private readonly js: JetStreamClient,
+    private readonly o: StreamReaderOptions,
+  ) {
     this.position = Math.max(1, o.fromSeq);
   }
 
@@ -71,7 +74,10 @@ export class StreamReader {
         this.pending = it.next();
         this.pending.catch(() => undefined); // a rejection while nobody waits is seen by the next call's race
       }
-      const waits: Promise<Waited>[] = [this.pending, new Promise((r) => (timer = setTimeout(() => r("timeout"), Math.max(0, waitMs - (Date.now() - started)))))];
+      const waits: Promise<Waited>[] = [
+        this.pending,
+        new Promise((r) => (timer = setTimeout(() => r("timeout"), Math.max(0, waitMs - (Date.now() - started))))),
+      ];
       if (signal) waits.push(new Promise((r) => signal.addEventListener("abort", (onAbort = () => r("aborted")), { once: true })));
       const got = await Promise.race(waits);
       if (got === "timeout" || got === "aborted") return null;

@@ -28,10 +28,11 @@ export interface Wire {
 
 function once<T>(open: () => Promise<T>, fail: (e: Error) => Error): () => Promise<T> {
   let p: Promise<T> | undefined;
-  return () => (p ??= open().catch((e: Error) => {
-    p = undefined;
-    throw fail(e);
-  }));
+  return () =>
+    (p ??= open().catch((e: Error) => {
+      p = undefined;
+      throw fail(e);
+    }));
 }
 
 export interface WireParts {
@@ -50,14 +51,32 @@ export function openWire(nc: NatsConnection, run: string, parts: WireParts = {})
     names,
     nc,
     js: jetstream(nc),
-    jsm: parts.jsm ? () => Promise.resolve(parts.jsm!) : once(() => jetstreamManager(nc), (e) => e),
-    kv: parts.kv ? () => Promise.resolve(parts.kv!) : once(() => new Kvm(nc).open(names.kvBucket), (e) => new Error(`run ${run} has no state bucket ${names.kvBucket}: ${e.message}`)),
-    objects: parts.objects ? () => Promise.resolve(parts.objects!) : once(() => objm.open(names.objectBucket), (e) => new Error(`run ${run} has no weights bucket ${names.objectBucket}: ${e.message}`)),
+    jsm: parts.jsm
+      ? () => Promise.resolve(parts.jsm!)
+      : once(
+          () => jetstreamManager(nc),
+          (e) => e,
+        ),
+    kv: parts.kv
+      ? () => Promise.resolve(parts.kv!)
+      : once(
+          () => new Kvm(nc).open(names.kvBucket),
+          (e) => new Error(`run ${run} has no state bucket ${names.kvBucket}: ${e.message}`),
+        ),
+    objects: parts.objects
+      ? () => Promise.resolve(parts.objects!)
+      : once(
+          () => objm.open(names.objectBucket),
+          (e) => new Error(`run ${run} has no weights bucket ${names.objectBucket}: ${e.message}`),
+        ),
     // A run recorded before blobs existed has no bucket: only a pointer message needs it, and then its
     // absence is that message's fault.
     blobs: parts.blobs
       ? () => Promise.resolve(parts.blobs!)
-      : once(() => objm.open(names.blobBucket), (e) => new PoisonMessageError(`message points to a blob, but bucket ${names.blobBucket} cannot be opened: ${e.message}`)),
+      : once(
+          () => objm.open(names.blobBucket),
+          (e) => new PoisonMessageError(`message points to a blob, but bucket ${names.blobBucket} cannot be opened: ${e.message}`),
+        ),
     maxPayload: () => nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD,
   };
 }

@@ -56,22 +56,27 @@ export class InferenceActor implements Actor {
     const versionGauge = ctx.metrics.gauge("policy_version", "policy version in use");
     versionGauge.set(version);
     let fetching = Promise.resolve();
-    await state.watch(StateKeys.policyVersion, (v) => {
-      if (v === this.engine.version) return;
-      fetching = fetching.then(async () => {
+    await state.watch(
+      StateKeys.policyVersion,
+      (v) => {
         if (v === this.engine.version) return;
-        // A lower version means the learner was restored from a checkpoint: follow it back.
-        const rollback = v < this.engine.version;
-        if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
-        try {
-          this.engine.swapWeights(v, await this.weights.fetch(v), rollback);
-          versionGauge.set(v);
-          log.debug({ version: v }, "weights swapped");
-        } catch (e) {
-          log.warn({ version: v, err: (e as Error).message }, "could not fetch weights; keeping the current ones");
-        }
-      });
-    }, ctx.signal, (e) => log.warn({ err: e.message }, "invalid policy.version ignored"));
+        fetching = fetching.then(async () => {
+          if (v === this.engine.version) return;
+          // A lower version means the learner was restored from a checkpoint: follow it back.
+          const rollback = v < this.engine.version;
+          if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
+          try {
+            this.engine.swapWeights(v, await this.weights.fetch(v), rollback);
+            versionGauge.set(v);
+            log.debug({ version: v }, "weights swapped");
+          } catch (e) {
+            log.warn({ version: v, err: (e as Error).message }, "could not fetch weights; keeping the current ones");
+          }
+        });
+      },
+      ctx.signal,
+      (e) => log.warn({ err: e.message }, "invalid policy.version ignored"),
+    );
 
     await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
   }
@@ -92,13 +97,17 @@ export class InferenceActor implements Actor {
     const raw = rollouts.map(toRawRollout);
     const tokens = raw.reduce((s, r) => s + r.completionIds.length, 0);
     await this.rawRollouts.publish({ task, rollouts: raw, producer: ctx.instance });
-    await ctx.publishMetrics("task", {
-      step: task.step,
-      samples: raw.length,
-      tokens,
-      generatedTokens: this.engine.generatedTokens - tokensBefore,
-      ms: Date.now() - started,
-      policyVersion: this.engine.version,
-    }, task.step);
+    await ctx.publishMetrics(
+      "task",
+      {
+        step: task.step,
+        samples: raw.length,
+        tokens,
+        generatedTokens: this.engine.generatedTokens - tokensBefore,
+        ms: Date.now() - started,
+        policyVersion: this.engine.version,
+      },
+      task.step,
+    );
   }
 }

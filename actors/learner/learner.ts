@@ -136,17 +136,21 @@ export class LearnerActor implements Actor {
         stepGauge.set(this.counters.step);
         await this.publishWeights(this.counters.step, "rl");
         const rewardMean = kept.reduce((s, r) => s + r.reward, 0) / Math.max(1, kept.length);
-        await ctx.publishMetrics("step", {
-          ...flatReport(report),
-          rewardMean,
-          passRate: kept.filter((r) => r.reward >= 1 - 1e-6).length / Math.max(1, kept.length),
-          samples: kept.length,
-          droppedStale: droppedNow,
-          droppedStaleTotal: this.counters.droppedStale,
-          stalenessMean: batch.stalenessMean,
-          stalenessMax: batch.stalenessMax,
-          steps: rl.steps,
-        }, this.counters.step);
+        await ctx.publishMetrics(
+          "step",
+          {
+            ...flatReport(report),
+            rewardMean,
+            passRate: kept.filter((r) => r.reward >= 1 - 1e-6).length / Math.max(1, kept.length),
+            samples: kept.length,
+            droppedStale: droppedNow,
+            droppedStaleTotal: this.counters.droppedStale,
+            stalenessMean: batch.stalenessMean,
+            stalenessMax: batch.stalenessMax,
+            steps: rl.steps,
+          },
+          this.counters.step,
+        );
         log.info({ step: this.counters.step, loss: report.loss, rewardMean, dropped: droppedNow }, "step");
         if (this.counters.step % config.checkpoint.interval === 0 || this.counters.step === rl.steps) await this.saveState();
       }

@@ -23,11 +23,22 @@ export class OrchestratorActor implements Actor {
     const promptsPerStep = rl.batchSize / rl.groupSize;
     const totalTasks = rl.steps * promptsPerStep;
     const envs = [...(await loadRunEnvironments(config)).values()];
-    await state.put(StateKeys.environments, envs.map((e) => ({ key: e.key, id: e.id, weight: e.weight })));
+    await state.put(
+      StateKeys.environments,
+      envs.map((e) => ({ key: e.key, id: e.id, weight: e.weight })),
+    );
 
     let learnerStep = await state.learnerStep();
     let wake: (() => void) | null = null;
-    await state.watch(StateKeys.learnerStep, (v) => { learnerStep = v; wake?.(); }, ctx.signal, (e) => log.warn({ err: e.message }, "invalid learner.step ignored"));
+    await state.watch(
+      StateKeys.learnerStep,
+      (v) => {
+        learnerStep = v;
+        wake?.();
+      },
+      ctx.signal,
+      (e) => log.warn({ err: e.message }, "invalid learner.step ignored"),
+    );
     ctx.signal.addEventListener("abort", () => wake?.(), { once: true });
     const gate = ctx.metrics.gauge("orchestrator_gate_waiting", "1 while dispatch waits on the maxAsyncLevel gate");
 
@@ -69,7 +80,10 @@ export class OrchestratorActor implements Actor {
       } else {
         idleChecks = 0;
       }
-      await new Promise<void>((r) => { wake = r; setTimeout(r, 1000); });
+      await new Promise<void>((r) => {
+        wake = r;
+        setTimeout(r, 1000);
+      });
       wake = null;
     }
     if (ctx.signal.aborted) return;
@@ -90,7 +104,12 @@ export class OrchestratorActor implements Actor {
   }
 
   /** `label` makes the msg-id: the dataset position for regular tasks, refill-<n> for top-ups. */
-  private makeTask(index: number, step: number, envs: Awaited<ReturnType<typeof loadRunEnvironments>> extends Map<string, infer V> ? V[] : never, label: string): Task {
+  private makeTask(
+    index: number,
+    step: number,
+    envs: Awaited<ReturnType<typeof loadRunEnvironments>> extends Map<string, infer V> ? V[] : never,
+    label: string,
+  ): Task {
     const { config } = this.ctx;
     const chosen = pickEnvironment(envs, config.seed, index);
     const size = chosen.env.dataset("train").size;

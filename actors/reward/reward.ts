@@ -40,12 +40,11 @@ export class RewardActor implements Actor {
     const t0 = Date.now();
     const scores = await loaded.env.scoreGroup(group.rollouts, row, { sandbox: this.sandbox });
     const scoreMs = Date.now() - t0;
-    if (scores.length !== group.rollouts.length) throw new Error(`rubric of ${task.env} returned ${scores.length} scores for ${group.rollouts.length} rollouts`);
+    if (scores.length !== group.rollouts.length)
+      throw new Error(`rubric of ${task.env} returned ${scores.length} scores for ${group.rollouts.length} rollouts`);
     const rewards = scores.map((s) => (Number.isFinite(s.reward) ? s.reward : 0));
     const adv = groupAdvantages(rewards, ctx.config.rl.normalizeAdvantage);
-    const rows = group.rollouts.map((r, i) =>
-      toScoredRow(r, { task, exampleId: row.id, score: scores[i]!, reward: rewards[i]!, advantage: adv[i]!, scoreMs }),
-    );
+    const rows = group.rollouts.map((r, i) => toScoredRow(r, { task, exampleId: row.id, score: scores[i]!, reward: rewards[i]!, advantage: adv[i]!, scoreMs }));
     await this.scored.publish(rows, { batchId: task.taskId, step: task.step, env: task.env, producer: ctx.instance });
 
     const mean = rewards.reduce((s, r) => s + r, 0) / rewards.length;
@@ -58,7 +57,10 @@ export class RewardActor implements Actor {
       errors: scores.reduce((s, x) => s + x.errors.length, 0),
     };
     // Group means of every reward component and metric, so the training curves show them too.
-    for (const [prefix, pick] of [["reward_", (x: (typeof scores)[number]) => x.components], ["metric_", (x: (typeof scores)[number]) => x.metrics]] as const) {
+    for (const [prefix, pick] of [
+      ["reward_", (x: (typeof scores)[number]) => x.components],
+      ["metric_", (x: (typeof scores)[number]) => x.metrics],
+    ] as const) {
       const names = new Set(scores.flatMap((x) => Object.keys(pick(x))));
       for (const k of names) values[`${prefix}${k}`] = scores.reduce((s, x) => s + (pick(x)[k] ?? 0), 0) / scores.length;
     }

@@ -31,7 +31,10 @@ export type ActorClass = new (...args: never[]) => Actor;
 
 /** Thrown for failures that should exit with a specific process exit code. */
 export class ActorExit extends Error {
-  constructor(message: string, readonly code: number) {
+  constructor(
+    message: string,
+    readonly code: number,
+  ) {
     super(message);
     this.name = "ActorExit";
   }

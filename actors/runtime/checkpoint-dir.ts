@@ -28,11 +28,18 @@ function writeFileDurable(path: string, data: Uint8Array | string): void {
 
 function fsyncDir(path: string): void {
   const fd = openSync(path, "r");
-  try { fsyncSync(fd); } finally { closeSync(fd); }
+  try {
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
 }
 
 export class CheckpointDir {
-  constructor(readonly root: string, readonly run: string) {
+  constructor(
+    readonly root: string,
+    readonly run: string,
+  ) {
     mkdirSync(root, { recursive: true });
   }
 
@@ -47,7 +54,13 @@ export class CheckpointDir {
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
     const manifest: CheckpointManifest = {
-      format: "rollstream-checkpoint-1", run: this.run, step, file: "state.safetensors", bytes: state.length, sha256, createdAt: new Date().toISOString(),
+      format: "rollstream-checkpoint-1",
+      run: this.run,
+      step,
+      file: "state.safetensors",
+      bytes: state.length,
+      sha256,
+      createdAt: new Date().toISOString(),
     };
     writeFileDurable(join(tmp, manifest.file), state);
     writeFileDurable(join(tmp, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");

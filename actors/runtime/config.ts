@@ -81,63 +81,74 @@ export const NatsSchema = z.object({
   url: z.string().optional().describe("use this server; else NATS_URL; else start a local nats-server"),
   replicas: pos().default(1),
   rolloutsMaxBytes: int().default(-1),
-  taskAckWaitMs: pos().default(60_000).describe("a task (inference) or raw group (reward) held this long without a progress heartbeat is redelivered to another replica"),
+  taskAckWaitMs: pos()
+    .default(60_000)
+    .describe("a task (inference) or raw group (reward) held this long without a progress heartbeat is redelivered to another replica"),
 });
 
 export const ActorsSchema = z.object({
-  inference: z.object({
-    replicas: pos().default(1),
-    maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
-    threads: pos().optional(),
-  }).default({ replicas: 1, maxInFlight: 4 }),
+  inference: z
+    .object({
+      replicas: pos().default(1),
+      maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
+      threads: pos().optional(),
+    })
+    .default({ replicas: 1, maxInFlight: 4 }),
   reward: z.object({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
   learner: z
     .object({
-      rlThreads: pos().optional().describe("learner kernel threads during RL, when inference shares the machine (SFT uses model.threads); default model.threads"),
+      rlThreads: pos()
+        .optional()
+        .describe("learner kernel threads during RL, when inference shares the machine (SFT uses model.threads); default model.threads"),
     })
     .default({}),
   metricsPort: int().nonnegative().default(0).describe("first Prometheus port; each actor takes the next; 0 = off"),
 });
 
-export const RunConfigSchema = z.object({
-  run: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "1-64 characters from [A-Za-z0-9_-]"),
-  outDir: z.string().default("runs").describe("run folders live in <outDir>/<run>"),
-  seed: int().nonnegative().default(0),
-  model: ModelSectionSchema.default(ModelSectionSchema.parse({})),
-  tokenizer: z
-    .object({
-      kind: z.enum(["byte", "hf"]).default("byte").describe("byte: 256 bytes + specials (models from scratch); hf: a Hugging Face tokenizer folder"),
-      path: z.string().optional().describe("hf: folder with tokenizer.json (+ tokenizer_config.json, generation_config.json); default model.path"),
-    })
-    .default({ kind: "byte" }),
-  environments: z.array(EnvironmentEntrySchema).min(1),
-  sft: SftSchema.optional(),
-  rl: RlSchema.default(RlSchema.parse({})),
-  eval: EvalSchema.default(EvalSchema.parse({})),
-  checkpoint: CheckpointSchema.default(CheckpointSchema.parse({})),
-  nats: NatsSchema.default(NatsSchema.parse({})),
-  actors: ActorsSchema.default(ActorsSchema.parse({})),
-  sandbox: z.record(z.string(), z.unknown()).default({}).describe("sandbox actor settings (see actors/sandbox)"),
-}).superRefine((c, ctx) => {
-  if (c.rl.batchSize % c.rl.groupSize !== 0) {
-    ctx.addIssue({ code: "custom", path: ["rl", "batchSize"], message: `must be a multiple of rl.groupSize (${c.rl.groupSize})` });
-  }
-  if (c.model.hiddenSize % c.model.numHeads !== 0) {
-    ctx.addIssue({ code: "custom", path: ["model", "hiddenSize"], message: `must be divisible by numHeads (${c.model.numHeads})` });
-  }
-  if (c.model.numHeads % c.model.numKvHeads !== 0) {
-    ctx.addIssue({ code: "custom", path: ["model", "numKvHeads"], message: `must divide numHeads (${c.model.numHeads})` });
-  }
-  if (c.tokenizer.kind === "hf" && !c.tokenizer.path && !c.model.path) {
-    ctx.addIssue({ code: "custom", path: ["tokenizer", "path"], message: "kind hf needs tokenizer.path or model.path (the folder with tokenizer.json)" });
-  }
-});
+export const RunConfigSchema = z
+  .object({
+    run: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "1-64 characters from [A-Za-z0-9_-]"),
+    outDir: z.string().default("runs").describe("run folders live in <outDir>/<run>"),
+    seed: int().nonnegative().default(0),
+    model: ModelSectionSchema.default(ModelSectionSchema.parse({})),
+    tokenizer: z
+      .object({
+        kind: z.enum(["byte", "hf"]).default("byte").describe("byte: 256 bytes + specials (models from scratch); hf: a Hugging Face tokenizer folder"),
+        path: z.string().optional().describe("hf: folder with tokenizer.json (+ tokenizer_config.json, generation_config.json); default model.path"),
+      })
+      .default({ kind: "byte" }),
+    environments: z.array(EnvironmentEntrySchema).min(1),
+    sft: SftSchema.optional(),
+    rl: RlSchema.default(RlSchema.parse({})),
+    eval: EvalSchema.default(EvalSchema.parse({})),
+    checkpoint: CheckpointSchema.default(CheckpointSchema.parse({})),
+    nats: NatsSchema.default(NatsSchema.parse({})),
+    actors: ActorsSchema.default(ActorsSchema.parse({})),
+    sandbox: z.record(z.string(), z.unknown()).default({}).describe("sandbox actor settings (see actors/sandbox)"),
+  })
+  .superRefine((c, ctx) => {
+    if (c.rl.batchSize % c.rl.groupSize !== 0) {
+      ctx.addIssue({ code: "custom", path: ["rl", "batchSize"], message: `must be a multiple of rl.groupSize (${c.rl.groupSize})` });
+    }
+    if (c.model.hiddenSize % c.model.numHeads !== 0) {
+      ctx.addIssue({ code: "custom", path: ["model", "hiddenSize"], message: `must be divisible by numHeads (${c.model.numHeads})` });
+    }
+    if (c.model.numHeads % c.model.numKvHeads !== 0) {
+      ctx.addIssue({ code: "custom", path: ["model", "numKvHeads"], message: `must divide numHeads (${c.model.numHeads})` });
+    }
+    if (c.tokenizer.kind === "hf" && !c.tokenizer.path && !c.model.path) {
+      ctx.addIssue({ code: "custom", path: ["tokenizer", "path"], message: "kind hf needs tokenizer.path or model.path (the folder with tokenizer.json)" });
+    }
+  });
 
 export type RunConfig = z.infer<typeof RunConfigSchema>;
 export type { OptimizerConfig } from "../../kernels/optimizer.js";
 
 export class ConfigError extends Error {
-  constructor(readonly source: string, readonly problems: string[]) {
+  constructor(
+    readonly source: string,
+    readonly problems: string[],
+  ) {
     super(`invalid config ${source}:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
     this.name = "ConfigError";
   }
@@ -146,7 +157,10 @@ export class ConfigError extends Error {
 export function parseRunConfig(raw: unknown, source = "(inline)"): RunConfig {
   const r = RunConfigSchema.safeParse(raw);
   if (!r.success) {
-    throw new ConfigError(source, r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`));
+    throw new ConfigError(
+      source,
+      r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`),
+    );
   }
   return r.data;
 }
@@ -166,4 +180,3 @@ export function loadRunConfig(path: string): RunConfig {
   }
   return parseRunConfig(raw, path);
 }
-

@@ -32,7 +32,11 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
   const instance = opts.instance ?? `${hostname()}-${process.pid}`;
   const log = createLogger({ run: config.run, actor, instance });
   const nc = await connectNats(natsUrlFor(config.nats.url, opts.natsUrl), `rollstream-${actor}-${instance}`);
-  const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes, taskAckWaitMs: config.nats.taskAckWaitMs });
+  const topology = await ensureTopology(nc, config.run, {
+    replicas: config.nats.replicas,
+    rolloutsMaxBytes: config.nats.rolloutsMaxBytes,
+    taskAckWaitMs: config.nats.taskAckWaitMs,
+  });
   const channels = new RunChannels(topology.wire);
   const metricsOut = channels.metrics(actor);
   const runDir = resolve(config.outDir, config.run);
@@ -52,7 +56,6 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
   };
   return { ctx, topology, channels, state: new RunState(topology.kv) };
 }
-
 
 /** Resolves the actor class from a child container that holds this process's context and channels. */
 export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {

@@ -10,7 +10,10 @@ export class ActorMetrics {
   private gauges = new Map<string, Gauge>();
   private histograms = new Map<string, Histogram>();
 
-  constructor(readonly actor: string, run: string) {
+  constructor(
+    readonly actor: string,
+    run: string,
+  ) {
     this.registry.setDefaultLabels({ actor, run });
     collectDefaultMetrics({ register: this.registry, prefix: "rollstream_" });
   }

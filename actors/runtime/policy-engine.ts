@@ -28,7 +28,12 @@ export class PolicyEngine {
   version: number;
   generatedTokens = 0;
 
-  constructor(private model: PolicyModel, readonly tokenizer: Tokenizer, version: number, private readonly opts: PolicyEngineOptions = {}) {
+  constructor(
+    private model: PolicyModel,
+    readonly tokenizer: Tokenizer,
+    version: number,
+    private readonly opts: PolicyEngineOptions = {},
+  ) {
     this.version = version;
   }
 
@@ -47,15 +52,14 @@ export class PolicyEngine {
     let local = 0;
     return {
       tokenizer: this.tokenizer,
-      generate: (promptIds, args, signal) =>
-        this.enqueue(promptIds, args, seedBase === undefined ? undefined : (seedBase + local++) >>> 0, signal),
+      generate: (promptIds, args, signal) => this.enqueue(promptIds, args, seedBase === undefined ? undefined : (seedBase + local++) >>> 0, signal),
     };
   }
 
   private enqueue(promptIds: number[], args: SamplingArgs, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {
     if (signal?.aborted) return Promise.reject(new Error("generation aborted"));
     return new Promise<Generation>((resolve, reject) => {
-      this.queue.push({ promptIds, args, seed: seed ?? (((this.opts.seed ?? 0) + this.counter++) >>> 0), resolve, reject });
+      this.queue.push({ promptIds, args, seed: seed ?? ((this.opts.seed ?? 0) + this.counter++) >>> 0, resolve, reject });
       // Let every rollout that is about to ask join this batch.
       if (!this.running) setImmediate(() => void this.pump());
     });

@@ -2,7 +2,10 @@
 // clients read it without a table (400 bad request, 404 unknown session, 410 session lost,
 // 503 over capacity, 500 our fault).
 export class SandboxRequestError extends Error {
-  constructor(readonly code: number, message: string) {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
     super(message);
     this.name = "SandboxRequestError";
   }

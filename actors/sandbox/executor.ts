@@ -2,13 +2,7 @@
 // concurrency, and turns requests into sandboxed commands. The NATS service is a thin shell around it,
 // and tests or an in-process deployment can use it directly (see createLocalSandbox).
 import type { Logger } from "pino";
-import type {
-  CodeSandbox,
-  SandboxExecRequest,
-  SandboxExecResult,
-  SandboxLanguage,
-  SandboxSession,
-} from "../../environments/api/sandbox.js";
+import type { CodeSandbox, SandboxExecRequest, SandboxExecResult, SandboxLanguage, SandboxSession } from "../../environments/api/sandbox.js";
 import { badRequest, overloaded } from "./errors.js";
 import {
   bwrapVersion,
@@ -87,14 +81,22 @@ export class SandboxExecutor {
       if (canSetUid) for (const p of extraBinds) assertReachableByOthers(p);
       const iso = settings.isolation;
       const uidPool = canSetUid ? new HostUidPool(iso.hostUidBase, iso.hostUidCount) : null;
-      const candidates = featureCandidates({ seccompAvailable: runtime.seccompPath !== null && buildSeccompFilter() !== null, seccompMode: iso.seccomp, canSetUid });
+      const candidates = featureCandidates({
+        seccompAvailable: runtime.seccompPath !== null && buildSeccompFilter() !== null,
+        seccompMode: iso.seccomp,
+        canSetUid,
+      });
       const outcome = await probeIsolation({ bwrap, runtime, runtimes, extraBinds, settings }, candidates, uidPool, log);
       const layout: SandboxLayout = { bwrap, runtime, runtimes, extraBinds, features: outcome.features, settings };
       const report: IsolationReport = {
         features: outcome.features,
         lines: describeFeatures(outcome.features, uidPool ? [iso.hostUidBase, iso.hostUidBase + iso.hostUidCount] : undefined),
         bwrap: bwrapVersion(bwrap),
-        runtimes: { python: `${runtimes.python.binary} (${runtimes.python.version})`, node: runtimes.node ? `${runtimes.node.binary} (${runtimes.node.version})` : null, bash: runtimes.bash !== null },
+        runtimes: {
+          python: `${runtimes.python.binary} (${runtimes.python.version})`,
+          node: runtimes.node ? `${runtimes.node.binary} (${runtimes.node.version})` : null,
+          bash: runtimes.bash !== null,
+        },
         rejected: outcome.rejected,
       };
       log.info({ isolation: report.lines, bwrap: report.bwrap, runtimes: report.runtimes, rejected: report.rejected }, "sandbox isolation in force");

@@ -137,22 +137,45 @@ const MiB = 1024 * 1024;
 export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
   const { features, settings, runtimes, runtime } = layout;
   const iso = settings.isolation;
-  const a: string[] = [
-    "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-  ];
+  const a: string[] = ["--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"];
   if (features.disableUserns) a.push("--disable-userns");
   a.push(
-    "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL",
-    "--uid", String(SANDBOX_UID), "--gid", String(SANDBOX_UID), "--hostname", "sandbox",
+    "--die-with-parent",
+    "--new-session",
+    "--as-pid-1",
+    "--cap-drop",
+    "ALL",
+    "--uid",
+    String(SANDBOX_UID),
+    "--gid",
+    String(SANDBOX_UID),
+    "--hostname",
+    "sandbox",
     "--clearenv",
-    "--setenv", "PATH", "/usr/local/bin:/usr/bin:/bin",
-    "--setenv", "HOME", WORK_DIR,
-    "--setenv", "TMPDIR", "/tmp",
-    "--setenv", "USER", "sandbox",
-    "--setenv", "LOGNAME", "sandbox",
-    "--setenv", "LANG", "C.UTF-8",
-    "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-    "--ro-bind", "/usr", "/usr",
+    "--setenv",
+    "PATH",
+    "/usr/local/bin:/usr/bin:/bin",
+    "--setenv",
+    "HOME",
+    WORK_DIR,
+    "--setenv",
+    "TMPDIR",
+    "/tmp",
+    "--setenv",
+    "USER",
+    "sandbox",
+    "--setenv",
+    "LOGNAME",
+    "sandbox",
+    "--setenv",
+    "LANG",
+    "C.UTF-8",
+    "--setenv",
+    "PYTHONDONTWRITEBYTECODE",
+    "1",
+    "--ro-bind",
+    "/usr",
+    "/usr",
   );
   for (const top of ["/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32"]) {
     let st;
@@ -172,15 +195,35 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
   a.push("--ro-bind", runtime.dir, "/.rs");
   for (const p of layout.extraBinds) a.push("--ro-bind", p, p);
   a.push(
-    "--proc", "/proc",
-    "--dev", "/dev",
-    "--perms", "1777", "--size", String(iso.shmMb * MiB), "--tmpfs", "/dev/shm",
-    "--perms", "1777", "--size", String(iso.diskMb * MiB), "--tmpfs", "/tmp",
-    "--perms", "0700", "--size", String(iso.diskMb * MiB), "--tmpfs", WORK_DIR,
+    "--proc",
+    "/proc",
+    "--dev",
+    "/dev",
+    "--perms",
+    "1777",
+    "--size",
+    String(iso.shmMb * MiB),
+    "--tmpfs",
+    "/dev/shm",
+    "--perms",
+    "1777",
+    "--size",
+    String(iso.diskMb * MiB),
+    "--tmpfs",
+    "/tmp",
+    "--perms",
+    "0700",
+    "--size",
+    String(iso.diskMb * MiB),
+    "--tmpfs",
+    WORK_DIR,
     // bwrap's root and /dev are tmpfs without a size: read-only, so nothing can fill host memory there.
-    "--remount-ro", "/dev",
-    "--remount-ro", "/",
-    "--chdir", WORK_DIR,
+    "--remount-ro",
+    "/dev",
+    "--remount-ro",
+    "/",
+    "--chdir",
+    WORK_DIR,
   );
   if (features.seccomp) a.push("--seccomp", String(SECCOMP_FD));
   a.push("--", runtimes.python.binary, "-I", "-S", "-B", "/.rs/supervisor.py", runtimes.node?.binary ?? "", prestart);
@@ -192,7 +235,10 @@ export class HostUidPool {
   private free: number[] = [];
   private next: number;
 
-  constructor(private readonly base: number, private readonly count: number) {
+  constructor(
+    private readonly base: number,
+    private readonly count: number,
+  ) {
     this.next = base;
   }
 

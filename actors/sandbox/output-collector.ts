@@ -8,7 +8,10 @@ export class OutputCollector {
   private tail: Buffer = Buffer.alloc(0);
 
   /** `slack` is room for the end marker, so that a program writing exactly `cap` bytes is not cut. */
-  constructor(private readonly cap: number, private readonly slack: number) {}
+  constructor(
+    private readonly cap: number,
+    private readonly slack: number,
+  ) {}
 
   push(buf: Buffer): void {
     this.total += buf.length;

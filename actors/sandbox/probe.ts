@@ -93,10 +93,7 @@ function hiddenPaths(layout: SandboxLayout): string[] {
   if (!layout.extraBinds.some((b) => b.startsWith("/root/"))) paths.push("/root");
   const own = ["/tmp", "/workspace", "/dev", "/proc", "/usr", "/.rs"];
   return paths.filter(
-    (p) =>
-      p !== "/" &&
-      !own.some((o) => p === o || p.startsWith(o + "/")) &&
-      !layout.extraBinds.some((b) => b === p || b.startsWith(p + "/")),
+    (p) => p !== "/" && !own.some((o) => p === o || p.startsWith(o + "/")) && !layout.extraBinds.some((b) => b === p || b.startsWith(p + "/")),
   );
 }
 
@@ -104,16 +101,18 @@ async function probeOnce(layout: SandboxLayout, uidPool: HostUidPool | null): Pr
   const sandbox = await SandboxProcess.start(layout, "", uidPool);
   try {
     const limits = resolveLimits(layout.settings, { wallMs: 10_000 });
-    const r = await sandbox.run({
-      language: "python",
-      code: `HIDDEN = ${JSON.stringify(hiddenPaths(layout))}\n${PROBE_PY}`,
-      limits,
-      rlimits: toRlimits(limits, "python", layout.settings.isolation.addressSpaceHeadroomMb),
-      files: {},
-      stdin: "",
-    }).catch((e: Error) => {
-      throw new Error(`probe did not run: ${e.message}`);
-    });
+    const r = await sandbox
+      .run({
+        language: "python",
+        code: `HIDDEN = ${JSON.stringify(hiddenPaths(layout))}\n${PROBE_PY}`,
+        limits,
+        rlimits: toRlimits(limits, "python", layout.settings.isolation.addressSpaceHeadroomMb),
+        files: {},
+        stdin: "",
+      })
+      .catch((e: Error) => {
+        throw new Error(`probe did not run: ${e.message}`);
+      });
     if (r.exitCode !== 0) throw new Error(`probe failed (exit ${r.exitCode}, ${r.signal ?? "no signal"}): ${r.stderr.slice(-800)}`);
     return JSON.parse(r.stdout.trim().split("\n").pop() ?? "{}") as ProbeFacts;
   } finally {
@@ -163,7 +162,6 @@ export function featureCandidates(opts: { seccompAvailable: boolean; seccompMode
   const out: IsolationFeatures[] = [];
   // Drop --disable-userns first (seccomp refuses namespace creation anyway), then seccomp.
   for (const perSandboxHostUid of uidOptions)
-    for (const seccomp of seccompOptions)
-      for (const disableUserns of [true, false]) out.push({ seccomp, disableUserns, perSandboxHostUid });
+    for (const seccomp of seccompOptions) for (const disableUserns of [true, false]) out.push({ seccomp, disableUserns, perSandboxHostUid });
   return out;
 }

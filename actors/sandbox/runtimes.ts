@@ -65,10 +65,7 @@ function resolvePython(setting: string): ResolvedRuntime {
 }
 
 function resolveNode(setting: string): ResolvedRuntime {
-  const candidate =
-    setting !== "auto"
-      ? setting
-      : ["/usr/bin/node", "/usr/local/bin/node"].find((p) => existsSync(p) && isExecutable(p)) ?? process.execPath;
+  const candidate = setting !== "auto" ? setting : (["/usr/bin/node", "/usr/local/bin/node"].find((p) => existsSync(p) && isExecutable(p)) ?? process.execPath);
   let version: string;
   try {
     version = execFileSync(candidate, ["--version"], { encoding: "utf8", timeout: 15_000, env: {} }).trim().replace(/^v/, "");

@@ -76,7 +76,8 @@ const MARKER_LEN = 1 + 7 + 24 + 1;
 const BACKSTOP_GRACE_MS = 3000;
 const START_TIMEOUT_MS = 30_000;
 
-const OOM_PATTERN = /MemoryError|JavaScript heap out of memory|Array buffer allocation failed|Fatal process out of memory|std::bad_alloc|Cannot allocate memory|out of memory/i;
+const OOM_PATTERN =
+  /MemoryError|JavaScript heap out of memory|Array buffer allocation failed|Fatal process out of memory|std::bad_alloc|Cannot allocate memory|out of memory/i;
 
 let nextId = 1;
 
@@ -97,7 +98,11 @@ export class SandboxProcess {
   readonly exited: Promise<void>;
   private onExitHooks: Array<() => void> = [];
 
-  private constructor(layout: SandboxLayout, kind: PrestartKind, private readonly uidPool: HostUidPool | null) {
+  private constructor(
+    layout: SandboxLayout,
+    kind: PrestartKind,
+    private readonly uidPool: HostUidPool | null,
+  ) {
     this.kind = kind;
     const t0 = performance.now();
     this.hostUid = layout.features.perSandboxHostUid && uidPool ? uidPool.acquire() : undefined;
@@ -281,7 +286,17 @@ export class SandboxProcess {
     if (f?.error) {
       // The supervisor refused before running anything (e.g. a file could not be written): a result, not a crash.
       if (this.state !== "dead") this.state = "idle";
-      cmd.resolve({ stdout: "", stderr: `rollstream sandbox: ${f.error}\n`, exitCode: 126, signal: null, timedOut: false, outOfMemory: false, outputTruncated: false, wallMs: 0, cpuMs: 0 });
+      cmd.resolve({
+        stdout: "",
+        stderr: `rollstream sandbox: ${f.error}\n`,
+        exitCode: 126,
+        signal: null,
+        timedOut: false,
+        outOfMemory: false,
+        outputTruncated: false,
+        wallMs: 0,
+        cpuMs: 0,
+      });
       return;
     }
     const out = cmd.out.finish(cmd.marker);
@@ -290,16 +305,11 @@ export class SandboxProcess {
     const signal = f ? (f.signal ?? null) : "SIGKILL";
     const exitCode = f ? (f.exitCode ?? null) : null;
     const cpuMs = f?.cpuMs ?? 0;
-    const timedOut =
-      cmd.backstopFired ||
-      !!f?.timedOut ||
-      signal === "SIGXCPU" ||
-      (signal === "SIGKILL" && !f?.killed && cpuMs >= cmd.spec.limits.cpuMs);
+    const timedOut = cmd.backstopFired || !!f?.timedOut || signal === "SIGXCPU" || (signal === "SIGKILL" && !f?.killed && cpuMs >= cmd.spec.limits.cpuMs);
     if (died && !f) stderr += `${stderr && !stderr.endsWith("\n") ? "\n" : ""}[rollstream sandbox: the sandbox was killed (${died})]\n`;
     const outputTruncated = out.truncated || err.truncated || cmd.killRequested === "output";
     const tail = stderr.length > 4096 ? stderr.slice(-4096) : stderr;
-    const outOfMemory =
-      !timedOut && !outputTruncated && (exitCode !== 0 && OOM_PATTERN.test(tail) || (signal === "SIGKILL" && !f?.killed && !!f));
+    const outOfMemory = !timedOut && !outputTruncated && ((exitCode !== 0 && OOM_PATTERN.test(tail)) || (signal === "SIGKILL" && !f?.killed && !!f));
     if (this.state !== "dead") this.state = "idle";
     cmd.resolve({
       stdout: out.text,

@@ -11,7 +11,10 @@ export class Semaphore {
   private active = 0;
   private readonly waiting: Array<() => void> = [];
 
-  constructor(private readonly permits: number, private readonly maxQueued = Infinity) {}
+  constructor(
+    private readonly permits: number,
+    private readonly maxQueued = Infinity,
+  ) {}
 
   get running(): number {
     return this.active;

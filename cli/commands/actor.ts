@@ -4,7 +4,6 @@ import type { Command } from "commander";
 import { runActorProcess } from "../../actors/runtime/lifecycle.js";
 import { ACTORS } from "../../actors/registry.js";
 
-
 export function registerActorCommand(program: Command): void {
   program
     .command("actor <name>")

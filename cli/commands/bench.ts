@@ -5,16 +5,32 @@ import type { Command } from "commander";
 type BenchFn = (opts: Record<string, unknown>) => Promise<Record<string, number>>;
 
 const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = {
-  kernels: { what: "matmul vs OpenBLAS, train and decode tokens/s on the demo shapes", load: async () => (await import("../../bench/kernels.js")).runKernelsBench as BenchFn },
-  transport: { what: "rollout batches through JetStream vs a raw loopback TCP copy", load: async () => (await import("../../bench/transport.js")).runTransportBench as BenchFn },
-  sandbox: { what: "sandbox warm-exec latency and throughput vs a bare python3 subprocess", load: async () => (await import("../../bench/sandbox.js")).runSandboxBench as BenchFn },
-  loop: { what: "seconds per RL step with maxAsyncLevel 2 vs 0 on the demo config", load: async () => (await import("../../bench/loop.js")).runLoopBench as BenchFn },
+  kernels: {
+    what: "matmul vs OpenBLAS, train and decode tokens/s on the demo shapes",
+    load: async () => (await import("../../bench/kernels.js")).runKernelsBench as BenchFn,
+  },
+  transport: {
+    what: "rollout batches through JetStream vs a raw loopback TCP copy",
+    load: async () => (await import("../../bench/transport.js")).runTransportBench as BenchFn,
+  },
+  sandbox: {
+    what: "sandbox warm-exec latency and throughput vs a bare python3 subprocess",
+    load: async () => (await import("../../bench/sandbox.js")).runSandboxBench as BenchFn,
+  },
+  loop: {
+    what: "seconds per RL step with maxAsyncLevel 2 vs 0 on the demo config",
+    load: async () => (await import("../../bench/loop.js")).runLoopBench as BenchFn,
+  },
 };
 
 export function registerBenchCommand(program: Command): void {
   program
     .command("bench <name>")
-    .description(`benchmarks: ${Object.entries(BENCHES).map(([k, v]) => `${k} (${v.what})`).join("; ")}`)
+    .description(
+      `benchmarks: ${Object.entries(BENCHES)
+        .map(([k, v]) => `${k} (${v.what})`)
+        .join("; ")}`,
+    )
     .option("--threads <n>", "kernel threads")
     .option("--quick", "smaller sizes, for a smoke run")
     .action(async (name: string, opts: { threads?: string; quick?: boolean }) => {

@@ -49,11 +49,13 @@ const int = (min: number) => (v: string) => {
   if (!Number.isInteger(n) || n < min) throw new InvalidArgumentError(`expected an integer >= ${min}, got "${v}"`);
   return n;
 };
-const num = (min: number, max = Number.POSITIVE_INFINITY) => (v: string) => {
-  const n = Number(v);
-  if (!Number.isFinite(n) || n < min || n > max) throw new InvalidArgumentError(`expected a number in [${min}, ${max}], got "${v}"`);
-  return n;
-};
+const num =
+  (min: number, max = Number.POSITIVE_INFINITY) =>
+  (v: string) => {
+    const n = Number(v);
+    if (!Number.isFinite(n) || n < min || n > max) throw new InvalidArgumentError(`expected a number in [${min}, ${max}], got "${v}"`);
+    return n;
+  };
 const jsonObject = (v: string) => {
   try {
     const o: unknown = JSON.parse(v);
@@ -73,10 +75,15 @@ export function registerEvalCommand(program: Command, deps: EvalCommandDeps): vo
     .option("-r, --rollouts <r>", "rollouts per example (pass@k up to r)", int(1), 4)
     .option("-c, --concurrency <c>", "rollouts in flight", int(1), 8)
     .option("-a, --env-args <json>", "environment args as a JSON object", jsonObject, {})
-    .option("--split <split>", "dataset split: eval or train", (v: string) => {
-      if (v !== "eval" && v !== "train") throw new InvalidArgumentError(`expected eval or train, got "${v}"`);
-      return v;
-    }, "eval")
+    .option(
+      "--split <split>",
+      "dataset split: eval or train",
+      (v: string) => {
+        if (v !== "eval" && v !== "train") throw new InvalidArgumentError(`expected eval or train, got "${v}"`);
+        return v;
+      },
+      "eval",
+    )
     .option("--temperature <t>", "sampling temperature", num(0), 1)
     .option("--top-p <p>", "nucleus sampling mass", num(Number.MIN_VALUE, 1), 1)
     .option("--top-k <k>", "top-k (0 = off)", int(0), 0)
@@ -105,7 +112,10 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
   if (flags.baseUrl && !flags.model) throw new Error("--base-url needs --model <name>");
   const env = await resolveEnvironment(spec, flags.envArgs);
   const sampling: SamplingArgs = {
-    temperature: flags.temperature, topP: flags.topP, topK: flags.topK, maxTokens: flags.maxTokens,
+    temperature: flags.temperature,
+    topP: flags.topP,
+    topK: flags.topK,
+    maxTokens: flags.maxTokens,
     ...(flags.stop?.length ? { stop: flags.stop } : {}),
   };
 
@@ -131,17 +141,33 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
     ac.abort(new Error("interrupted"));
   };
   process.on("SIGINT", onSigint);
-  const bar = flags.progress && process.stderr.isTTY
-    ? new cliProgress.SingleBar({ format: "eval [{bar}] {value}/{total} rollouts | reward {reward} | {eta_formatted} left", hideCursor: true, stream: process.stderr }, cliProgress.Presets.shades_classic)
-    : null;
+  const bar =
+    flags.progress && process.stderr.isTTY
+      ? new cliProgress.SingleBar(
+          { format: "eval [{bar}] {value}/{total} rollouts | reward {reward} | {eta_formatted} left", hideCursor: true, stream: process.stderr },
+          cliProgress.Presets.shades_classic,
+        )
+      : null;
   let started = false;
   try {
     const report = await runEval({
-      env, model, sampling, outDir,
-      n: flags.numExamples, rollouts: flags.rollouts, concurrency: flags.concurrency,
-      split: flags.split, sandbox: sandbox?.sandbox, signal: ac.signal,
-      passThreshold: flags.passThreshold, overwrite: flags.overwrite,
-      info: { model: flags.checkpoint ? { checkpoint: resolve(flags.checkpoint) } : { baseUrl: flags.baseUrl, model: flags.model }, envArgs: flags.envArgs, argv: process.argv.slice(2) },
+      env,
+      model,
+      sampling,
+      outDir,
+      n: flags.numExamples,
+      rollouts: flags.rollouts,
+      concurrency: flags.concurrency,
+      split: flags.split,
+      sandbox: sandbox?.sandbox,
+      signal: ac.signal,
+      passThreshold: flags.passThreshold,
+      overwrite: flags.overwrite,
+      info: {
+        model: flags.checkpoint ? { checkpoint: resolve(flags.checkpoint) } : { baseUrl: flags.baseUrl, model: flags.model },
+        envArgs: flags.envArgs,
+        argv: process.argv.slice(2),
+      },
       onProgress: (p) => {
         if (!bar) return;
         if (!started) {

@@ -12,7 +12,16 @@ import { natsForRun } from "../run-nats.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
 import { blobOf, ContentType, decodeRolloutBatch, Hdr, headerRecord, openWire, readPayload, runNames } from "../../streams/index.js";
 
-interface InspectOptions { run?: string; config?: string; subject?: string; last: string; nats?: string; json?: boolean; rows: string; outDir?: string }
+interface InspectOptions {
+  run?: string;
+  config?: string;
+  subject?: string;
+  last: string;
+  nats?: string;
+  json?: boolean;
+  rows: string;
+  outDir?: string;
+}
 
 export function registerInspectCommand(program: Command): void {
   program
@@ -57,10 +66,14 @@ async function inspect(opts: InspectOptions): Promise<number> {
           console.log(`stream ${s}: missing`);
           continue;
         }
-        console.log(`stream ${s}: ${info.state.messages} msgs, ${(info.state.bytes / 1e6).toFixed(2)} MB, seq ${info.state.first_seq}..${info.state.last_seq}, retention ${info.config.retention}`);
+        console.log(
+          `stream ${s}: ${info.state.messages} msgs, ${(info.state.bytes / 1e6).toFixed(2)} MB, seq ${info.state.first_seq}..${info.state.last_seq}, retention ${info.config.retention}`,
+        );
         for (const [subj, n] of Object.entries(info.state.subjects ?? {})) console.log(`  ${subj}: ${n}`);
         for await (const ci of jsm.consumers.list(s)) {
-          console.log(`  consumer ${ci.name}: pending ${ci.num_pending}, ack pending ${ci.num_ack_pending}, redelivered ${ci.num_redelivered}, delivered seq ${ci.delivered.stream_seq}`);
+          console.log(
+            `  consumer ${ci.name}: pending ${ci.num_pending}, ack pending ${ci.num_ack_pending}, redelivered ${ci.num_redelivered}, delivered seq ${ci.delivered.stream_seq}`,
+          );
         }
       }
       const kv = await new Kvm(nc).open(names.kvBucket).catch(() => null);
@@ -118,7 +131,12 @@ function lastMessage(messages: readonly { role: string; content: string; name?: 
   const m = messages[messages.length - 1];
   if (!m) return "";
   // Only a bounded prefix of a long message is looked at; code points, so an emoji is never cut in half.
-  const chars = [...`${m.role}${m.name ? `(${m.name})` : ""}: ${m.content.slice(0, 4 * max).replace(/\s+/g, " ").trim()}`];
+  const chars = [
+    ...`${m.role}${m.name ? `(${m.name})` : ""}: ${m.content
+      .slice(0, 4 * max)
+      .replace(/\s+/g, " ")
+      .trim()}`,
+  ];
   return chars.length > max ? `${chars.slice(0, max - 1).join("")}…` : chars.join("");
 }
 
@@ -133,11 +151,22 @@ async function printMessage(nc: NatsConnection, m: StoredMsg, opts: InspectOptio
       const { meta, rows } = decodeRolloutBatch(data);
       console.log(`  arrow batch: ${rows.length} rows, meta ${JSON.stringify(meta)}`);
       const shown = rows.slice(0, Number(opts.rows)).map((r) => ({
-        task: r.taskId, env: r.env, prompt: r.promptIds.length, completion: r.completionIds.length,
-        trained: r.completionMask.reduce((s, x) => s + x, 0), reward: +r.reward.toFixed(4), advantage: +r.advantage.toFixed(4),
-        version: `${r.policyVersionMin}..${r.policyVersionMax}`, stop: r.stopReason, step: r.step,
-        metrics: Object.entries(r.metrics).map(([k, v]) => `${k}=${+v.toFixed(4)}`).join(", "),
-        messages: r.messages.length, last: lastMessage(r.messages, opts.json ? 200 : 40), errors: r.errors.length,
+        task: r.taskId,
+        env: r.env,
+        prompt: r.promptIds.length,
+        completion: r.completionIds.length,
+        trained: r.completionMask.reduce((s, x) => s + x, 0),
+        reward: +r.reward.toFixed(4),
+        advantage: +r.advantage.toFixed(4),
+        version: `${r.policyVersionMin}..${r.policyVersionMax}`,
+        stop: r.stopReason,
+        step: r.step,
+        metrics: Object.entries(r.metrics)
+          .map(([k, v]) => `${k}=${+v.toFixed(4)}`)
+          .join(", "),
+        messages: r.messages.length,
+        last: lastMessage(r.messages, opts.json ? 200 : 40),
+        errors: r.errors.length,
       }));
       if (opts.json) console.log(JSON.stringify(shown, null, 2));
       else console.table(shown);

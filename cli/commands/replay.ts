@@ -13,7 +13,16 @@ import { decodeTrainState } from "../../kernels/train-state.js";
 import { runTrainStep } from "../../kernels/train-step.js";
 import { MetricsEventSchema, openWire, RunChannels } from "../../streams/index.js";
 
-interface ReplayOptions { config?: string; run?: string; outDir?: string; checkpoint?: string; fromSeq?: string; steps: string; nats?: string; json?: boolean }
+interface ReplayOptions {
+  config?: string;
+  run?: string;
+  outDir?: string;
+  checkpoint?: string;
+  fromSeq?: string;
+  steps: string;
+  nats?: string;
+  json?: boolean;
+}
 
 export function registerReplayCommand(program: Command): void {
   program
@@ -32,7 +41,14 @@ export function registerReplayCommand(program: Command): void {
     });
 }
 
-export interface ReplayStep { step: number; loss: number; recordedLoss: number | null; gradNorm: number; samples: number; exact: boolean | null }
+export interface ReplayStep {
+  step: number;
+  loss: number;
+  recordedLoss: number | null;
+  gradNorm: number;
+  samples: number;
+  exact: boolean | null;
+}
 
 export async function replay(opts: ReplayOptions): Promise<number> {
   const configPath = opts.config ?? (opts.run ? join(opts.outDir ?? "runs", opts.run, "config.yaml") : undefined);
@@ -68,7 +84,12 @@ export async function replay(opts: ReplayOptions): Promise<number> {
     console.log(`replaying from checkpoint step ${counters.step} (stream seq ${reader.position})`);
     for (let i = 0; i < Number(opts.steps); i++) {
       const version = counters.step;
-      const batch = await reader.collect(version, { batchSize: config.rl.batchSize, maxOffPolicySteps: config.rl.maxOffPolicySteps, waitMs: 1000, giveUpAfterIdleMs: 3000 });
+      const batch = await reader.collect(version, {
+        batchSize: config.rl.batchSize,
+        maxOffPolicySteps: config.rl.maxOffPolicySteps,
+        waitMs: 1000,
+        giveUpAfterIdleMs: 3000,
+      });
       if (!batch) {
         console.log(`stream exhausted after ${i} steps`);
         break;
@@ -79,7 +100,11 @@ export async function replay(opts: ReplayOptions): Promise<number> {
       const exact = rec === null ? null : rec === r.loss;
       if (exact === false) mismatches++;
       const row: ReplayStep = { step: counters.step, loss: r.loss, recordedLoss: rec, gradNorm: r.gradNorm, samples: batch.kept.length, exact };
-      console.log(opts.json ? JSON.stringify(row) : `step ${row.step}: loss ${row.loss} recorded ${row.recordedLoss ?? "-"} ${exact === null ? "" : exact ? "bit-exact" : "MISMATCH"} (grad norm ${r.gradNorm.toFixed(4)}, ${row.samples} samples)`);
+      console.log(
+        opts.json
+          ? JSON.stringify(row)
+          : `step ${row.step}: loss ${row.loss} recorded ${row.recordedLoss ?? "-"} ${exact === null ? "" : exact ? "bit-exact" : "MISMATCH"} (grad norm ${r.gradNorm.toFixed(4)}, ${row.samples} samples)`,
+      );
     }
   } finally {
     await reader.close();

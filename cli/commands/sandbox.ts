@@ -103,7 +103,11 @@ async function statsCommand(opts: { server?: string }, io: SandboxCliIo): Promis
       }
       const data = s.endpoints?.[0]?.data;
       if (data && typeof data === "object") {
-        io.out(`  ${Object.entries(data as Record<string, unknown>).map(([k, v]) => `${k}=${String(v)}`).join(" ")}\n`);
+        io.out(
+          `  ${Object.entries(data as Record<string, unknown>)
+            .map(([k, v]) => `${k}=${String(v)}`)
+            .join(" ")}\n`,
+        );
       }
     }
     if (n === 0) {

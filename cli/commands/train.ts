@@ -91,7 +91,11 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   }
   const nc = await connectNats(url, "rollstream-train");
   if (opts.fresh) await deleteTopology(nc, config.run);
-  const topology = await ensureTopology(nc, config.run, { replicas: config.nats.replicas, rolloutsMaxBytes: config.nats.rolloutsMaxBytes, taskAckWaitMs: config.nats.taskAckWaitMs });
+  const topology = await ensureTopology(nc, config.run, {
+    replicas: config.nats.replicas,
+    rolloutsMaxBytes: config.nats.rolloutsMaxBytes,
+    taskAckWaitMs: config.nats.taskAckWaitMs,
+  });
   const state = new RunState(topology.kv);
   const channels = new RunChannels(topology.wire);
   const evals: { sft?: HeldOutResult; rl?: HeldOutResult } = (await state.get(StateKeys.evalSummary)) ?? {};
@@ -122,7 +126,9 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     metricsPortBase: Number(opts.metricsPort ?? config.actors.metricsPort),
     onExit: (spec, code, signal, willRestart) => {
       if ((code === 0 && !signal) || stopping) return;
-      progress.say(`actor ${spec.name}-${spec.replica} exited (code ${code}, signal ${signal})${willRestart ? "; restarting" : ""} — see ${join(runDir, "logs", `${spec.name}-${spec.replica}.log`)}`);
+      progress.say(
+        `actor ${spec.name}-${spec.replica} exited (code ${code}, signal ${signal})${willRestart ? "; restarting" : ""} — see ${join(runDir, "logs", `${spec.name}-${spec.replica}.log`)}`,
+      );
       if (!willRestart && code !== 130) fatal = `${spec.name} failed`;
     },
   });
@@ -195,7 +201,9 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
 
 function printSummary(evals: { sft?: HeldOutResult; rl?: HeldOutResult }): void {
   const line = (label: string, r?: HeldOutResult) =>
-    r ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}  (n=${r.n}, policy v${r.version})` : `  ${label.padEnd(10)} (not evaluated)`;
+    r
+      ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}  (n=${r.n}, policy v${r.version})`
+      : `  ${label.padEnd(10)} (not evaluated)`;
   process.stdout.write(["held-out evaluation:", line("after SFT", evals.sft), line("after RL", evals.rl)].join("\n") + "\n");
   if (evals.sft && evals.rl) {
     const d = evals.rl.passAt1 - evals.sft.passAt1;

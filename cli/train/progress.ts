@@ -28,8 +28,22 @@ export interface ProgressState {
 
 export class RunProgress {
   readonly state: ProgressState = {
-    phase: "starting", sftStep: 0, sftSteps: 0, sftLoss: NaN, step: 0, steps: 0, rewardMean: NaN, passRate: NaN, loss: NaN,
-    stalenessMean: 0, droppedStaleTotal: 0, genTokensPerSec: 0, trainTokensPerSec: 0, tasksPending: 0, groupsPending: 0, dlq: 0,
+    phase: "starting",
+    sftStep: 0,
+    sftSteps: 0,
+    sftLoss: NaN,
+    step: 0,
+    steps: 0,
+    rewardMean: NaN,
+    passRate: NaN,
+    loss: NaN,
+    stalenessMean: 0,
+    droppedStaleTotal: 0,
+    genTokensPerSec: 0,
+    trainTokensPerSec: 0,
+    tasksPending: 0,
+    groupsPending: 0,
+    dlq: 0,
   };
   private sub: Subscription | null = null;
   private timer: NodeJS.Timeout | null = null;
@@ -40,7 +54,13 @@ export class RunProgress {
   readonly tty = process.stdout.isTTY === true;
   listeners: Array<(e: MetricsEvent) => void> = [];
 
-  constructor(private readonly nc: NatsConnection, private readonly jsm: JetStreamManager, private readonly names: RunNames, private readonly metricsFile: string, rlSteps: number) {
+  constructor(
+    private readonly nc: NatsConnection,
+    private readonly jsm: JetStreamManager,
+    private readonly names: RunNames,
+    private readonly metricsFile: string,
+    rlSteps: number,
+  ) {
     this.state.steps = rlSteps;
   }
 
@@ -110,7 +130,8 @@ export class RunProgress {
     if (!this.tty) {
       if (Date.now() - this.lastPlain < 5000) return;
       this.lastPlain = Date.now();
-      if (s.phase === "sft") process.stdout.write(`[sft] step ${s.sftStep}/${s.sftSteps} loss ${fmt(s.sftLoss)} train ${s.trainTokensPerSec.toFixed(0)} tok/s\n`);
+      if (s.phase === "sft")
+        process.stdout.write(`[sft] step ${s.sftStep}/${s.sftSteps} loss ${fmt(s.sftLoss)} train ${s.trainTokensPerSec.toFixed(0)} tok/s\n`);
       else if (s.phase === "rl") {
         process.stdout.write(
           `[rl] step ${s.step}/${s.steps} reward ${fmt(s.rewardMean)} pass ${fmt(s.passRate)} gen ${s.genTokensPerSec.toFixed(0)} tok/s ` +
@@ -125,19 +146,31 @@ export class RunProgress {
       if (this.barPhase === "sft" && this.bar) this.bar.update(s.sftSteps);
       this.bar?.stop();
       this.barPhase = s.phase;
-      this.bar = new cliProgress.SingleBar({
-        format: s.phase === "sft"
-          ? "SFT {bar} {value}/{total} | loss {loss} | {train} tok/s"
-          : "RL  {bar} {value}/{total} | reward {reward} | pass {pass} | gen {gen} tok/s | train {train} tok/s | stale {stale} (dropped {dropped}) | queues {tasks}/{groups} | dlq {dlq}",
-        hideCursor: true,
-        clearOnComplete: false,
-      }, cliProgress.Presets.shades_classic);
+      this.bar = new cliProgress.SingleBar(
+        {
+          format:
+            s.phase === "sft"
+              ? "SFT {bar} {value}/{total} | loss {loss} | {train} tok/s"
+              : "RL  {bar} {value}/{total} | reward {reward} | pass {pass} | gen {gen} tok/s | train {train} tok/s | stale {stale} (dropped {dropped}) | queues {tasks}/{groups} | dlq {dlq}",
+          hideCursor: true,
+          clearOnComplete: false,
+        },
+        cliProgress.Presets.shades_classic,
+      );
       this.bar.start(s.phase === "sft" ? s.sftSteps : s.steps, 0);
     }
     if (!this.bar) return;
     const payload = {
-      loss: fmt(s.sftLoss), reward: fmt(s.rewardMean), pass: fmt(s.passRate), gen: s.genTokensPerSec.toFixed(0), train: s.trainTokensPerSec.toFixed(0),
-      stale: fmt(s.stalenessMean, 2), dropped: s.droppedStaleTotal, tasks: s.tasksPending, groups: s.groupsPending, dlq: s.dlq,
+      loss: fmt(s.sftLoss),
+      reward: fmt(s.rewardMean),
+      pass: fmt(s.passRate),
+      gen: s.genTokensPerSec.toFixed(0),
+      train: s.trainTokensPerSec.toFixed(0),
+      stale: fmt(s.stalenessMean, 2),
+      dropped: s.droppedStaleTotal,
+      tasks: s.tasksPending,
+      groups: s.groupsPending,
+      dlq: s.dlq,
     };
     this.bar.update(s.phase === "sft" ? s.sftStep : s.step, payload);
   }

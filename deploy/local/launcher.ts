@@ -55,7 +55,10 @@ export class ActorLauncher {
       const unexpected = !this.stopping && code !== 0;
       const willRestart = unexpected && restarts < (this.o.maxRestarts ?? 3);
       this.o.onExit?.(spec, code, signal, willRestart);
-      if (willRestart) setTimeout(() => { if (!this.stopping) this.start(spec, restarts + 1); }, 1000);
+      if (willRestart)
+        setTimeout(() => {
+          if (!this.stopping) this.start(spec, restarts + 1);
+        }, 1000);
     });
   }
 
@@ -66,13 +69,16 @@ export class ActorLauncher {
   /** SIGTERM to every actor (they drain), SIGKILL to any still alive after `graceMs`. */
   async stopAll(graceMs = 15_000): Promise<void> {
     this.stopping = true;
-    const waits = [...this.running.values()].map(({ child }) =>
-      new Promise<void>((resolve) => {
-        if (child.exitCode !== null || child.signalCode !== null) return resolve();
-        child.once("exit", () => resolve());
-        child.kill("SIGTERM");
-        setTimeout(() => { child.kill("SIGKILL"); }, graceMs).unref();
-      }),
+    const waits = [...this.running.values()].map(
+      ({ child }) =>
+        new Promise<void>((resolve) => {
+          if (child.exitCode !== null || child.signalCode !== null) return resolve();
+          child.once("exit", () => resolve());
+          child.kill("SIGTERM");
+          setTimeout(() => {
+            child.kill("SIGKILL");
+          }, graceMs).unref();
+        }),
     );
     await Promise.all(waits);
     for (const r of this.running.values()) r.log.end();
@@ -80,8 +86,9 @@ export class ActorLauncher {
 
   /** Waits for one actor (all replicas) to exit on its own. */
   async waitExit(name: string): Promise<void> {
-    const waits = [...this.running.values()].filter((r) => r.spec.name === name).map((r) =>
-      new Promise<void>((resolve) => (r.child.exitCode !== null ? resolve() : r.child.once("exit", () => resolve()))));
+    const waits = [...this.running.values()]
+      .filter((r) => r.spec.name === name)
+      .map((r) => new Promise<void>((resolve) => (r.child.exitCode !== null ? resolve() : r.child.once("exit", () => resolve()))));
     await Promise.all(waits);
   }
 }

@@ -58,7 +58,10 @@ async function waitForPort(port: number, timeoutMs: number, child: ChildProcess)
     if (child.exitCode !== null) throw new Error(`nats-server exited early with code ${child.exitCode}`);
     const ok = await new Promise<boolean>((resolve) => {
       const s = netConnect(port, "127.0.0.1");
-      s.once("connect", () => { s.destroy(); resolve(true); });
+      s.once("connect", () => {
+        s.destroy();
+        resolve(true);
+      });
       s.once("error", () => resolve(false));
     });
     if (ok) return;
@@ -89,7 +92,9 @@ export async function startNatsServer(opts: StartNatsOptions): Promise<LocalNats
   if (opts.logFile) args.push("-l", opts.logFile);
   const child = spawn(bin, args, { stdio: ["ignore", "ignore", opts.logFile ? "ignore" : "pipe"] });
   let stderr = "";
-  child.stderr?.on("data", (d: Buffer) => { stderr = (stderr + d.toString()).slice(-4000); });
+  child.stderr?.on("data", (d: Buffer) => {
+    stderr = (stderr + d.toString()).slice(-4000);
+  });
   try {
     await waitForPort(port, 10_000, child);
   } catch (e) {

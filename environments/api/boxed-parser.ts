@@ -10,9 +10,15 @@ export function extractBoxed(text: string): string | null {
       let depth = 0;
       for (let i = at; i < text.length; i++) {
         const c = text[i];
-        if (c === "\\") { i++; continue; } // \{ and \} are literal braces inside the box
+        if (c === "\\") {
+          i++;
+          continue;
+        } // \{ and \} are literal braces inside the box
         if (c === "{") depth++;
-        else if (c === "}" && --depth === 0) { best = text.slice(at + 1, i); break; }
+        else if (c === "}" && --depth === 0) {
+          best = text.slice(at + 1, i);
+          break;
+        }
       }
     } else {
       const short = /^[^\s$]+/.exec(text.slice(at));

@@ -12,7 +12,12 @@ export type { ScoreResult } from "./score.js";
 export type { Environment, LoadEnvironment, EnvironmentDefinition } from "./environment.js";
 export { createEnvironment, envId } from "./environment.js";
 export type {
-  CodeSandbox, SandboxSession, SandboxExecRequest, SandboxExecResult, SandboxLimits, SandboxLanguage,
+  CodeSandbox,
+  SandboxSession,
+  SandboxExecRequest,
+  SandboxExecResult,
+  SandboxLimits,
+  SandboxLanguage,
 } from "./sandbox.js";
 export type { ParseResult } from "./parser.js";
 export { Parser, PlainParser } from "./parser.js";

@@ -15,7 +15,12 @@ export interface EnvResponse {
 
 export interface MultiTurnOptions {
   /** Called after every model turn that did not complete the rollout; may mutate state. */
-  envResponse(messages: ChatMessage[], state: RolloutState, row: DatasetRow, ctx: RolloutContext): EnvResponse | ChatMessage[] | Promise<EnvResponse | ChatMessage[]>;
+  envResponse(
+    messages: ChatMessage[],
+    state: RolloutState,
+    row: DatasetRow,
+    ctx: RolloutContext,
+  ): EnvResponse | ChatMessage[] | Promise<EnvResponse | ChatMessage[]>;
   /** Checked after each model turn (before envResponse): true ends the rollout with stopReason "completed". */
   isCompleted?(messages: ChatMessage[], state: RolloutState, row: DatasetRow): boolean | Promise<boolean>;
   /** Initial state for the rollout. */

@@ -159,13 +159,25 @@ export class Rubric {
       return p;
     };
     return {
-      rollout, row, prompt, completion, parsed, memo, sandbox,
-      answer: row.answer, info: row.info, state: rollout.state,
+      rollout,
+      row,
+      prompt,
+      completion,
+      parsed,
+      memo,
+      sandbox,
+      answer: row.answer,
+      info: row.info,
+      state: rollout.state,
       signal: new AbortController().signal,
     };
   }
 
-  private async call<T>(name: string, fn: (signal: AbortSignal) => T | Promise<T>, raw = false): Promise<{ ok: true; value: T } | { ok: false; error: string }> {
+  private async call<T>(
+    name: string,
+    fn: (signal: AbortSignal) => T | Promise<T>,
+    raw = false,
+  ): Promise<{ ok: true; value: T } | { ok: false; error: string }> {
     try {
       const value = await withTimeLimit(this.timeoutMs, `reward function "${name}"`, fn);
       if (!raw) {

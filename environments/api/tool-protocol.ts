@@ -14,9 +14,7 @@ import { toolJsonSchema } from "./tools.js";
 export const TOOL_OPEN = "<tool>";
 export const TOOL_CLOSE = "</tool>";
 
-export type ParsedToolCall =
-  | { ok: true; name: string; args: unknown; raw: string }
-  | { ok: false; error: string; raw: string };
+export type ParsedToolCall = { ok: true; name: string; args: unknown; raw: string } | { ok: false; error: string; raw: string };
 
 /** True when a reply attempts at least one tool call. */
 export function hasToolCall(text: string): boolean {

@@ -105,7 +105,7 @@ async function runCall(
       (signal) => tool.run(args.data, { sandbox: ctx.sandbox, signal, state, row }),
       ctx.signal,
     );
-    const content = typeof result === "string" ? result : JSON.stringify(result) ?? "null";
+    const content = typeof result === "string" ? result : (JSON.stringify(result) ?? "null");
     return { message: { role: "tool", name: tool.name, content }, counted: true, failed: false };
   } catch (err) {
     if (ctx.signal?.aborted) throw err;

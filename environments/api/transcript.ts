@@ -26,7 +26,10 @@ export class TokenTranscript {
   private lastStopToken: number | undefined;
   private readonly stopIds: Set<number>;
 
-  constructor(private readonly tokenizer: TokenizerLike, prompt: readonly ChatMessage[]) {
+  constructor(
+    private readonly tokenizer: TokenizerLike,
+    prompt: readonly ChatMessage[],
+  ) {
     if (prompt.length === 0) throw new Error("TokenTranscript: the prompt has no messages");
     this.messages = prompt.map((m) => ({ ...m }));
     this.promptLength = prompt.length;
@@ -111,12 +114,7 @@ export class TokenTranscript {
     return closer.concat(envPart);
   }
 
-  toResult(end: {
-    stopReason: string;
-    isTruncated: boolean;
-    state: Record<string, unknown>;
-    timings: { generateMs: number; envMs: number };
-  }): RolloutResult {
+  toResult(end: { stopReason: string; isTruncated: boolean; state: Record<string, unknown>; timings: { generateMs: number; envMs: number } }): RolloutResult {
     const noTurns = this.numTurns === 0;
     return {
       promptIds: this.promptIds,

@@ -53,7 +53,10 @@ export class XMLParser extends Parser {
 
   /** Render fields in declared order, e.g. for an SFT target. */
   format(values: Record<string, string>): string {
-    return this.fields.filter((f) => values[f] !== undefined).map((f) => `<${f}>${values[f]}</${f}>`).join("\n");
+    return this.fields
+      .filter((f) => values[f] !== undefined)
+      .map((f) => `<${f}>${values[f]}</${f}>`)
+      .join("\n");
   }
 }
 

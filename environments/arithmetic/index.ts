@@ -1,7 +1,14 @@
 import { z } from "zod";
 import {
-  createEnvironment, generatorDataset, Parser, Rubric,
-  type DatasetRow, type DatasetSplit, type Environment, type LoadEnvironment, type ParseResult,
+  createEnvironment,
+  generatorDataset,
+  Parser,
+  Rubric,
+  type DatasetRow,
+  type DatasetSplit,
+  type Environment,
+  type LoadEnvironment,
+  type ParseResult,
 } from "../api/index.js";
 import { parseEnvArgs } from "../util/args.js";
 import pkg from "./package.json" with { type: "json" };
@@ -25,7 +32,10 @@ export const argsSchema = z
   .object({
     /** Operands have 1..digits digits. */
     digits: z.number().int().min(1).max(7).default(2),
-    ops: z.array(z.enum(["+", "-", "*"])).min(1).default(["+"]),
+    ops: z
+      .array(z.enum(["+", "-", "*"]))
+      .min(1)
+      .default(["+"]),
     seed: z.number().int().default(0),
     /** Eval split size (smaller when the space has fewer eval problems). */
     evalSize: z.number().int().min(1).default(200),
@@ -88,9 +98,7 @@ export const loadEnvironment: LoadEnvironment = (rawArgs) => {
       const p = { a: Number(r.info["a"]), op: r.info["op"] as ArithmeticProblem["op"], b: Number(r.info["b"]) };
       if (!args.worked) return String(solve(p));
       // Each SFT example draws its own teacher, deterministically from the row id.
-      return args.teacherCarryDropRate > 0 && unitHash(`${args.seed}:${r.id}`) < args.teacherCarryDropRate
-        ? carryDroppingSolution(p)
-        : workedSolution(p);
+      return args.teacherCarryDropRate > 0 && unitHash(`${args.seed}:${r.id}`) < args.teacherCarryDropRate ? carryDroppingSolution(p) : workedSolution(p);
     },
   });
   return env;

@@ -87,8 +87,7 @@ export class OpenAICompletionsClient implements ModelClient {
     const tokenIds = asIds ? tokens.map((t) => Number(t.slice("token_id:".length))) : this.tokenizer.encode(choice.text ?? "");
     const logprobs = lps.length === tokenIds.length ? lps : tokenIds.map(() => 0);
     // vLLM reports the matched stop string in stop_reason; a stop token or EOS leaves it a number or null.
-    const stopReason: Generation["stopReason"] =
-      choice.finish_reason === "length" ? "length" : typeof choice.stop_reason === "string" ? "stop" : "eos";
+    const stopReason: Generation["stopReason"] = choice.finish_reason === "length" ? "length" : typeof choice.stop_reason === "string" ? "stop" : "eos";
     // Our text convention: no special tokens, cut before a matched stop string.
     let text = asIds ? this.tokenizer.decode(tokenIds, { skipSpecial: true }) : (choice.text ?? "");
     if (typeof choice.stop_reason === "string") {

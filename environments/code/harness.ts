@@ -48,7 +48,10 @@ export async function runHiddenTests(
 ): Promise<TestRun> {
   const nonce = `RS-VERDICT-${randomBytes(12).toString("hex")}`;
   const res = await sandbox.exec({ language: "python", code: HARNESS, stdin: JSON.stringify({ nonce, code, tests }), limits });
-  const line = res.stdout.split("\n").reverse().find((l) => l.startsWith(`${nonce} `));
+  const line = res.stdout
+    .split("\n")
+    .reverse()
+    .find((l) => l.startsWith(`${nonce} `));
   if (!line) {
     const why = res.timedOut ? "timed out" : res.outOfMemory ? "out of memory" : `exit code ${res.exitCode}${res.signal ? ` (${res.signal})` : ""}`;
     return { passed: 0, total: tests.length, error: `tests did not finish: ${why}${res.stderr ? `: ${res.stderr.slice(-300)}` : ""}` };

@@ -1,8 +1,5 @@
 import { z } from "zod";
-import {
-  buildPrompt, createEnvironment, listDataset, Parser, Rubric,
-  type DatasetRow, type LoadEnvironment, type ParseResult,
-} from "../api/index.js";
+import { buildPrompt, createEnvironment, listDataset, Parser, Rubric, type DatasetRow, type LoadEnvironment, type ParseResult } from "../api/index.js";
 import { parseEnvArgs } from "../util/args.js";
 import pkg from "./package.json" with { type: "json" };
 import builtin from "./problems.json" with { type: "json" };
@@ -51,7 +48,9 @@ export const loadEnvironment: LoadEnvironment = (rawArgs) => {
 
   const toRow = (p: CodeProblem): DatasetRow => ({
     id: p.id,
-    prompt: buildPrompt(`Write a Python function \`${p.signature}\` that ${p.description}\nReply with the function in a \`\`\`python code block.`, { system: args.system }),
+    prompt: buildPrompt(`Write a Python function \`${p.signature}\` that ${p.description}\nReply with the function in a \`\`\`python code block.`, {
+      system: args.system,
+    }),
     answer: "",
     info: { entryPoint: p.entryPoint, tests: p.tests },
   });

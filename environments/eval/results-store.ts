@@ -26,7 +26,10 @@ export class ResultsStore {
   }
 
   /** Opens (creating or, with overwrite, clearing) the folder; refuses one that holds a different eval. */
-  open(identity: EvalIdentity, opts: { overwrite?: boolean; rolloutsPerExample: number }): { records: EvalRecord[]; pending: PendingRollout[]; metadata: EvalMetadata | null } {
+  open(
+    identity: EvalIdentity,
+    opts: { overwrite?: boolean; rolloutsPerExample: number },
+  ): { records: EvalRecord[]; pending: PendingRollout[]; metadata: EvalMetadata | null } {
     mkdirSync(this.dir, { recursive: true });
     if (opts.overwrite) for (const p of [this.resultsPath, this.pendingPath, this.metadataPath]) rmSync(p, { force: true });
     let metadata: EvalMetadata | null = null;

@@ -84,10 +84,23 @@ export async function runEval(opts: RunEvalOptions): Promise<EvalReport> {
   const createdAt = opened.metadata?.createdAt ?? new Date().toISOString();
   let sessionModelTokens = 0;
   const summaryNow = () =>
-    summarize(id, records.filter((r) => r.example < n), { rolloutsPerExample: R, passThreshold, wallSeconds: (Date.now() - startedAt) / 1000, sessionModelTokens });
+    summarize(
+      id,
+      records.filter((r) => r.example < n),
+      { rolloutsPerExample: R, passThreshold, wallSeconds: (Date.now() - startedAt) / 1000, sessionModelTokens },
+    );
   const writeMetadata = (completed: boolean) => {
     const done = records.filter((r) => r.example < n).length;
-    const m: EvalMetadata = { ...identity, n, createdAt, updatedAt: new Date().toISOString(), completed, done, info: opts.info ?? opened.metadata?.info ?? {}, summary: summaryNow() };
+    const m: EvalMetadata = {
+      ...identity,
+      n,
+      createdAt,
+      updatedAt: new Date().toISOString(),
+      completed,
+      done,
+      info: opts.info ?? opened.metadata?.info ?? {},
+      summary: summaryNow(),
+    };
     store.writeMetadata(m);
   };
   writeMetadata(false);
@@ -109,7 +122,12 @@ export async function runEval(opts: RunEvalOptions): Promise<EvalReport> {
   let finished = n * R - jobs.length;
   const progress = () => {
     const scored = records.filter((r) => r.example < n);
-    opts.onProgress?.({ done: finished, total: n * R, scored: scored.length, rewardMean: scored.length ? scored.reduce((s, r) => s + r.reward, 0) / scored.length : 0 });
+    opts.onProgress?.({
+      done: finished,
+      total: n * R,
+      scored: scored.length,
+      rewardMean: scored.length ? scored.reduce((s, r) => s + r.reward, 0) / scored.length : 0,
+    });
   };
   progress();
 
@@ -126,7 +144,14 @@ export async function runEval(opts: RunEvalOptions): Promise<EvalReport> {
     const t0 = performance.now();
     let scores: Awaited<ReturnType<Environment["scoreGroup"]>>;
     try {
-      scores = ok.length && row ? await env.scoreGroup(ok.map((g) => g.result), row, { sandbox: opts.sandbox }) : [];
+      scores =
+        ok.length && row
+          ? await env.scoreGroup(
+              ok.map((g) => g.result),
+              row,
+              { sandbox: opts.sandbox },
+            )
+          : [];
       if (scores.length !== ok.length) throw new Error(`scoreGroup returned ${scores.length} scores for ${ok.length} rollouts`);
     } catch (err) {
       scores = ok.map(() => ({ reward: 0, components: {}, metrics: {}, errors: [`scoring failed: ${errorMessage(err)}`] }));
@@ -185,16 +210,33 @@ export async function runEval(opts: RunEvalOptions): Promise<EvalReport> {
   return { summary: summaryNow(), outDir: opts.outDir, resumed, interrupted };
 }
 
-function toRecord(example: number, rollout: number, row: DatasetRow, r: RolloutResult, s: { reward: number; components: Record<string, number>; metrics: Record<string, number>; errors: string[] }, scoreMs: number): EvalRecord {
+function toRecord(
+  example: number,
+  rollout: number,
+  row: DatasetRow,
+  r: RolloutResult,
+  s: { reward: number; components: Record<string, number>; metrics: Record<string, number>; errors: string[] },
+  scoreMs: number,
+): EvalRecord {
   const completion = completionMessages(r, row);
   return {
-    example, rollout, rowId: row.id,
-    reward: s.reward, components: s.components, metrics: s.metrics, errors: s.errors,
-    stopReason: r.stopReason, isTruncated: r.isTruncated, numTurns: r.numTurns,
-    promptTokens: r.promptIds.length, completionTokens: r.completionIds.length,
+    example,
+    rollout,
+    rowId: row.id,
+    reward: s.reward,
+    components: s.components,
+    metrics: s.metrics,
+    errors: s.errors,
+    stopReason: r.stopReason,
+    isTruncated: r.isTruncated,
+    numTurns: r.numTurns,
+    promptTokens: r.promptIds.length,
+    completionTokens: r.completionIds.length,
     modelTokens: r.completionMask.reduce((a, m) => a + m, 0),
     policyVersion: [r.policyVersionMin, r.policyVersionMax],
-    generateMs: r.timings.generateMs, envMs: r.timings.envMs, scoreMs,
+    generateMs: r.timings.generateMs,
+    envMs: r.timings.envMs,
+    scoreMs,
     answer: row.answer,
     prompt: r.messages.slice(0, r.messages.length - completion.length),
     completion,
@@ -203,8 +245,25 @@ function toRecord(example: number, rollout: number, row: DatasetRow, r: RolloutR
 
 function failedRecord(example: number, rollout: number, row: DatasetRow | null, error: string): EvalRecord {
   return {
-    example, rollout, rowId: row?.id ?? `#${example}`, reward: 0, components: {}, metrics: {}, errors: [`rollout failed: ${error}`],
-    stopReason: "error", isTruncated: false, numTurns: 0, promptTokens: 0, completionTokens: 0, modelTokens: 0,
-    policyVersion: [0, 0], generateMs: 0, envMs: 0, scoreMs: 0, answer: row?.answer ?? "", prompt: row?.prompt ?? [], completion: [],
+    example,
+    rollout,
+    rowId: row?.id ?? `#${example}`,
+    reward: 0,
+    components: {},
+    metrics: {},
+    errors: [`rollout failed: ${error}`],
+    stopReason: "error",
+    isTruncated: false,
+    numTurns: 0,
+    promptTokens: 0,
+    completionTokens: 0,
+    modelTokens: 0,
+    policyVersion: [0, 0],
+    generateMs: 0,
+    envMs: 0,
+    scoreMs: 0,
+    answer: row?.answer ?? "",
+    prompt: row?.prompt ?? [],
+    completion: [],
   };
 }

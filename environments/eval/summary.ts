@@ -33,7 +33,11 @@ export interface EvalSummary {
 
 const mean = (xs: number[]) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : 0);
 
-export function summarize(env: string, records: EvalRecord[], opts: { rolloutsPerExample: number; passThreshold: number; wallSeconds: number; sessionModelTokens: number }): EvalSummary {
+export function summarize(
+  env: string,
+  records: EvalRecord[],
+  opts: { rolloutsPerExample: number; passThreshold: number; wallSeconds: number; sessionModelTokens: number },
+): EvalSummary {
   const rewards = records.map((r) => r.reward);
   const m = mean(rewards);
   const std = Math.sqrt(mean(rewards.map((x) => (x - m) ** 2)));
@@ -91,10 +95,19 @@ export function formatSummary(s: EvalSummary): string {
     `${s.env}: ${s.examples} examples x ${s.rolloutsPerExample} rollouts = ${s.samples} samples`,
     `reward      mean ${f(s.reward.mean)}  std ${f(s.reward.std)}`,
   ];
-  if (Object.keys(s.passAtK).length) lines.push(`pass@k      ${Object.entries(s.passAtK).map(([k, v]) => `${k} ${f(v)}`).join("  ")}  (reward >= ${s.passThreshold})`);
+  if (Object.keys(s.passAtK).length)
+    lines.push(
+      `pass@k      ${Object.entries(s.passAtK)
+        .map(([k, v]) => `${k} ${f(v)}`)
+        .join("  ")}  (reward >= ${s.passThreshold})`,
+    );
   for (const [k, v] of Object.entries(s.components)) lines.push(`  reward fn ${k.padEnd(20)} ${f(v)}`);
   for (const [k, v] of Object.entries(s.metrics)) lines.push(`  metric    ${k.padEnd(20)} ${f(v)}`);
-  lines.push(`stop        ${Object.entries(s.stopReasons).map(([k, v]) => `${k} ${v}`).join("  ")}  (truncated ${(100 * s.truncatedRate).toFixed(1)}%)`);
+  lines.push(
+    `stop        ${Object.entries(s.stopReasons)
+      .map(([k, v]) => `${k} ${v}`)
+      .join("  ")}  (truncated ${(100 * s.truncatedRate).toFixed(1)}%)`,
+  );
   const errs = Object.entries(s.errors);
   lines.push(`errors      ${errs.length ? `${(100 * s.errorRate).toFixed(1)}% of samples` : "none"}`);
   for (const [k, v] of errs.slice(0, 10)) lines.push(`  ${String(v).padStart(5)}  ${k}`);

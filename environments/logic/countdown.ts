@@ -43,7 +43,10 @@ export function generatePuzzle(rng: Rng, level: Level): CountdownPuzzle | null {
     const a = pool.pop()!;
     const b = pool.pop()!;
     const [hi, lo] = a.value >= b.value ? [a, b] : [b, a];
-    const options: Array<[string, number]> = [["+", hi.value + lo.value], ["*", hi.value * lo.value]];
+    const options: Array<[string, number]> = [
+      ["+", hi.value + lo.value],
+      ["*", hi.value * lo.value],
+    ];
     if (hi.value > lo.value) options.push(["-", hi.value - lo.value]);
     if (lo.value > 1 && hi.value % lo.value === 0) options.push(["/", hi.value / lo.value]);
     const [op, value] = rng.pick(options);

@@ -1,8 +1,5 @@
 import { z } from "zod";
-import {
-  buildPrompt, createEnvironment, generatorDataset, Rubric, XMLParser,
-  type DatasetRow, type DatasetSplit, type LoadEnvironment,
-} from "../api/index.js";
+import { buildPrompt, createEnvironment, generatorDataset, Rubric, XMLParser, type DatasetRow, type DatasetSplit, type LoadEnvironment } from "../api/index.js";
 import { parseEnvArgs } from "../util/args.js";
 import pkg from "./package.json" with { type: "json" };
 import { LEVELS, puzzleFor, verifyCountdown, type CountdownPuzzle } from "./countdown.js";

@@ -19,15 +19,24 @@ export function normalizeLatex(raw: string): string {
   if (s.length > MAX_LENGTH) throw new Error(`answer longer than ${MAX_LENGTH} characters`);
   for (let changed = true; changed; ) {
     const before = s;
-    s = s.replace(/^\$+([\s\S]*?)\$+$/, "$1").replace(/^\\\(([\s\S]*)\\\)$/, "$1").replace(/^\\\[([\s\S]*)\\\]$/, "$1").trim();
+    s = s
+      .replace(/^\$+([\s\S]*?)\$+$/, "$1")
+      .replace(/^\\\(([\s\S]*)\\\)$/, "$1")
+      .replace(/^\\\[([\s\S]*)\\\]$/, "$1")
+      .trim();
     changed = s !== before;
   }
   s = s
-    .replace(/[\u2212\u2013]/g, "-").replace(/[\u00d7\u22c5\u00b7]/g, "\\cdot ").replace(/\u00f7/g, "\\div ")
-    .replace(/\u03c0/g, "\\pi ").replace(/\u221e/g, "\\infty ").replace(/\u221a/g, "\\sqrt")
+    .replace(/[\u2212\u2013]/g, "-")
+    .replace(/[\u00d7\u22c5\u00b7]/g, "\\cdot ")
+    .replace(/\u00f7/g, "\\div ")
+    .replace(/\u03c0/g, "\\pi ")
+    .replace(/\u221e/g, "\\infty ")
+    .replace(/\u221a/g, "\\sqrt")
     .replace(/\\(?:left|right|big|Big|bigg|Bigg)(?![A-Za-z])\.?/g, "")
     .replace(/\\(?:displaystyle|textstyle|scriptstyle)(?![A-Za-z])/g, "")
-    .replace(/\\[,;:! ]/g, " ").replace(/~/g, " ")
+    .replace(/\\[,;:! ]/g, " ")
+    .replace(/~/g, " ")
     .replace(/\\[dt]frac(?![A-Za-z])/g, "\\frac")
     .replace(/\^\s*\{\s*\\circ\s*\}|\^\s*\\circ(?![A-Za-z])|\u00b0/g, "")
     .replace(/\{,\}/g, "")
@@ -104,7 +113,7 @@ function structure(s: string): MathAnswer {
 function depthDelta(s: string, i: number): { delta: number; width: number } {
   const c = s[i];
   if (c === "\\" && (s[i + 1] === "{" || s[i + 1] === "}")) return { delta: s[i + 1] === "{" ? 1 : -1, width: 2 };
-  if (c === "\\") return { delta: 0, width: (/^\\[A-Za-z]+/.exec(s.slice(i))?.[0].length ?? 2) };
+  if (c === "\\") return { delta: 0, width: /^\\[A-Za-z]+/.exec(s.slice(i))?.[0].length ?? 2 };
   if (c === "(" || c === "[" || c === "{") return { delta: 1, width: 1 };
   if (c === ")" || c === "]" || c === "}") return { delta: -1, width: 1 };
   return { delta: 0, width: 1 };

@@ -63,8 +63,13 @@ function answersEqual(g: MathAnswer, p: MathAnswer): boolean {
       return items !== null && unorderedEqual(g.items, items.map(unwrapEquation));
     }
     case "tuple":
-      return p.kind === "tuple" && p.open === g.open && p.close === g.close && p.items.length === g.items.length &&
-        g.items.every((gi, k) => answersEqual(gi, p.items[k]!));
+      return (
+        p.kind === "tuple" &&
+        p.open === g.open &&
+        p.close === g.close &&
+        p.items.length === g.items.length &&
+        g.items.every((gi, k) => answersEqual(gi, p.items[k]!))
+      );
     case "union": {
       const parts = p.kind === "union" ? p.parts : g.parts.length === 1 ? [p] : null;
       return parts !== null && unorderedEqual(g.parts, parts);
@@ -109,7 +114,10 @@ function safeEqual(a: MathAnswer, b: MathAnswer): boolean {
 }
 
 function normText(s: string): string {
-  return s.toLowerCase().replace(/\\text\{([^{}]*)\}/g, "$1").replace(/[\s.$]/g, "");
+  return s
+    .toLowerCase()
+    .replace(/\\text\{([^{}]*)\}/g, "$1")
+    .replace(/[\s.$]/g, "");
 }
 
 interface Compiled {
@@ -182,7 +190,17 @@ function scalarEqual(g: Extract<MathAnswer, { kind: "expr" }>, p: Extract<MathAn
   const vars = [...new Set([...cg.vars, ...cp.vars])];
   // Percentages: the gold's form decides; 25\% matches 25\%, 25 and 0.25; a gold 0.25 accepts 25\%.
   const scales: Array<[number, number]> =
-    g.percent && !p.percent ? [[1, 1], [0.01, 1]] : !g.percent && p.percent ? [[1, 1], [1, 0.01]] : [[1, 1]];
+    g.percent && !p.percent
+      ? [
+          [1, 1],
+          [0.01, 1],
+        ]
+      : !g.percent && p.percent
+        ? [
+            [1, 1],
+            [1, 0.01],
+          ]
+        : [[1, 1]];
   return scales.some(([sg, sp]) => {
     for (let t = 0; t < TRIALS; t++) {
       const scope = Object.fromEntries(vars.map((v) => [v, pointValue(v, t)]));
@@ -196,7 +214,10 @@ function scalarEqual(g: Extract<MathAnswer, { kind: "expr" }>, p: Extract<MathAn
 }
 
 function close(a: { re: number; im: number }, b: { re: number; im: number }, sa: number, sb: number, infA: boolean, infB: boolean): boolean {
-  const ar = a.re * sa, ai = a.im * sa, br = b.re * sb, bi = b.im * sb;
+  const ar = a.re * sa,
+    ai = a.im * sa,
+    br = b.re * sb,
+    bi = b.im * sb;
   if (![ar, ai, br, bi].every(Number.isFinite)) {
     // Infinity only counts where the answer wrote \infty; overflowing arithmetic is not an answer.
     if (!(infA && infB)) return false;

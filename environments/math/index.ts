@@ -1,7 +1,14 @@
 import { z } from "zod";
 import {
-  BoxedParser, buildPrompt, createEnvironment, listDataset, Rubric, ThinkParser,
-  type DatasetRow, type FewShotExample, type LoadEnvironment,
+  BoxedParser,
+  buildPrompt,
+  createEnvironment,
+  listDataset,
+  Rubric,
+  ThinkParser,
+  type DatasetRow,
+  type FewShotExample,
+  type LoadEnvironment,
 } from "../api/index.js";
 import { parseEnvArgs } from "../util/args.js";
 import pkg from "./package.json" with { type: "json" };

@@ -5,19 +5,60 @@
  * multiplication of single-letter variables (2xy = 2*x*y). Unsupported notation throws.
  */
 const FUNCTIONS: Record<string, string> = {
-  sin: "sin", cos: "cos", tan: "tan", sec: "sec", csc: "csc", cot: "cot",
-  arcsin: "asin", arccos: "acos", arctan: "atan", sinh: "sinh", cosh: "cosh", tanh: "tanh",
-  ln: "log", log: "log10", exp: "exp",
+  sin: "sin",
+  cos: "cos",
+  tan: "tan",
+  sec: "sec",
+  csc: "csc",
+  cot: "cot",
+  arcsin: "asin",
+  arccos: "acos",
+  arctan: "atan",
+  sinh: "sinh",
+  cosh: "cosh",
+  tanh: "tanh",
+  ln: "log",
+  log: "log10",
+  exp: "exp",
 };
 const GREEK = [
-  "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota", "kappa",
-  "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega",
-  "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma", "Phi", "Psi", "Omega",
+  "alpha",
+  "beta",
+  "gamma",
+  "delta",
+  "epsilon",
+  "varepsilon",
+  "zeta",
+  "eta",
+  "theta",
+  "vartheta",
+  "iota",
+  "kappa",
+  "lambda",
+  "mu",
+  "nu",
+  "xi",
+  "rho",
+  "sigma",
+  "tau",
+  "upsilon",
+  "phi",
+  "varphi",
+  "chi",
+  "psi",
+  "omega",
+  "Gamma",
+  "Delta",
+  "Theta",
+  "Lambda",
+  "Xi",
+  "Sigma",
+  "Phi",
+  "Psi",
+  "Omega",
 ];
 /** Identifiers our output may contain that are not single-letter variables. */
-export const MATHJS_FUNCTIONS = new Set([
-  ...Object.values(FUNCTIONS), "sqrt", "nthRoot", "combinations", "abs", "factorial",
-]);
+export const MATHJS_FUNCTIONS = new Set([...Object.values(FUNCTIONS), "sqrt", "nthRoot", "combinations", "abs", "factorial"]);
 export const MATHJS_CONSTANTS = new Set(["pi", "e", "i", "Infinity"]);
 const KEEP = new Set([...MATHJS_FUNCTIONS, ...MATHJS_CONSTANTS, ...GREEK.map((g) => `g_${g}`)]);
 
@@ -174,7 +215,10 @@ class Converter {
   private matching(at: number, open: string, close: string): number {
     let depth = 0;
     for (let j = at; j < this.s.length; j++) {
-      if (this.s[j] === "\\") { j++; continue; }
+      if (this.s[j] === "\\") {
+        j++;
+        continue;
+      }
       if (this.s[j] === open) depth++;
       else if (this.s[j] === close && --depth === 0) return j;
     }

@@ -22,13 +22,16 @@ export function loadProblems(file?: string): MathProblem[] {
     where = file;
     const text = readFileSync(file, "utf8");
     if (file.endsWith(".jsonl")) {
-      raw = text.split("\n").filter((l) => l.trim()).map((l, i) => {
-        try {
-          return JSON.parse(l) as unknown;
-        } catch (err) {
-          throw new Error(`${file}:${i + 1}: invalid JSON: ${(err as Error).message}`);
-        }
-      });
+      raw = text
+        .split("\n")
+        .filter((l) => l.trim())
+        .map((l, i) => {
+          try {
+            return JSON.parse(l) as unknown;
+          } catch (err) {
+            throw new Error(`${file}:${i + 1}: invalid JSON: ${(err as Error).message}`);
+          }
+        });
     } else {
       const v = JSON.parse(text) as unknown;
       raw = Array.isArray(v) ? v : ((v as { problems?: unknown[] }).problems ?? []);

@@ -24,7 +24,11 @@ export class ScriptedModelClient implements ModelClient {
   readonly calls: Array<{ promptIds: number[]; args: SamplingArgs; generation?: Generation }> = [];
   private readonly script: ScriptFn;
 
-  constructor(readonly tokenizer: TokenizerLike, replies: readonly string[] | ScriptFn, private readonly opts: ScriptedModelOptions = {}) {
+  constructor(
+    readonly tokenizer: TokenizerLike,
+    replies: readonly string[] | ScriptFn,
+    private readonly opts: ScriptedModelOptions = {},
+  ) {
     if (typeof replies === "function") this.script = replies;
     else {
       const list = replies.slice();
@@ -59,7 +63,7 @@ export class ScriptedModelClient implements ModelClient {
       stopReason = "length";
     }
     // Deterministic, varied logprobs so tests can check they land on the right tokens.
-    const logprobs = ids.map((_, i) => -0.01 * ((call * 7 + i) % 13 + 1));
+    const logprobs = ids.map((_, i) => -0.01 * (((call * 7 + i) % 13) + 1));
     record.generation = { tokenIds: ids, logprobs, text, stopReason, policyVersion: this.opts.policyVersion ?? 0 };
     return record.generation;
   }

@@ -1,7 +1,16 @@
 import { z } from "zod";
 import {
-  buildPrompt, createEnvironment, defineTool, generatorDataset, lastAssistantText, Rubric, toolRollout, XMLParser,
-  type DatasetRow, type DatasetSplit, type LoadEnvironment,
+  buildPrompt,
+  createEnvironment,
+  defineTool,
+  generatorDataset,
+  lastAssistantText,
+  Rubric,
+  toolRollout,
+  XMLParser,
+  type DatasetRow,
+  type DatasetSplit,
+  type LoadEnvironment,
 } from "../api/index.js";
 import { parseEnvArgs } from "../util/args.js";
 import { formatRational, parseRationalExpr } from "../util/rational-expr.js";

@@ -55,7 +55,10 @@ function pow(a: Rational, b: Rational): Rational {
 
 export function parseRationalExpr(text: string): ParsedExpr {
   if (text.length > MAX_LENGTH) throw new Error(`expression longer than ${MAX_LENGTH} characters`);
-  const src = text.replace(/\u00d7/g, "*").replace(/\u00f7/g, "/").replace(/\u2212/g, "-");
+  const src = text
+    .replace(/\u00d7/g, "*")
+    .replace(/\u00f7/g, "/")
+    .replace(/\u2212/g, "-");
   let i = 0;
   const numbers: string[] = [];
   const ops = new Set<string>();

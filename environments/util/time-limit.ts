@@ -1,6 +1,9 @@
 /** Thrown when work exceeds its time limit; `label` names the work in the message. */
 export class TimeLimitError extends Error {
-  constructor(readonly label: string, readonly ms: number) {
+  constructor(
+    readonly label: string,
+    readonly ms: number,
+  ) {
     super(`${label} timed out after ${ms} ms`);
     this.name = "TimeLimitError";
   }
@@ -11,18 +14,18 @@ export class TimeLimitError extends Error {
  * cooperative work can stop; work that ignores it is abandoned, never awaited forever. Synchronous CPU
  * work cannot be interrupted this way: run it in a worker (see timed-worker.ts).
  */
-export async function withTimeLimit<T>(
-  ms: number,
-  label: string,
-  fn: (signal: AbortSignal) => T | Promise<T>,
-  parent?: AbortSignal,
-): Promise<T> {
+export async function withTimeLimit<T>(ms: number, label: string, fn: (signal: AbortSignal) => T | Promise<T>, parent?: AbortSignal): Promise<T> {
   if (parent?.aborted) throw abortError(parent);
   const ac = new AbortController();
   let stop!: (err: Error) => void;
-  const stopped = new Promise<never>((_, reject) => { stop = reject; });
+  const stopped = new Promise<never>((_, reject) => {
+    stop = reject;
+  });
   stopped.catch(() => undefined);
-  const halt = (err: Error) => { ac.abort(err); stop(err); };
+  const halt = (err: Error) => {
+    ac.abort(err);
+    stop(err);
+  };
   const onParentAbort = () => halt(abortError(parent!));
   parent?.addEventListener("abort", onParentAbort, { once: true });
   const timer = Number.isFinite(ms) ? setTimeout(() => halt(new TimeLimitError(label, ms)), ms) : undefined;
@@ -51,8 +54,14 @@ export function raceAbort<T>(p: Promise<T>, signal: AbortSignal | undefined): Pr
     };
     signal.addEventListener("abort", onAbort, { once: true });
     p.then(
-      (v) => { signal.removeEventListener("abort", onAbort); resolve(v); },
-      (e) => { signal.removeEventListener("abort", onAbort); reject(e); },
+      (v) => {
+        signal.removeEventListener("abort", onAbort);
+        resolve(v);
+      },
+      (e) => {
+        signal.removeEventListener("abort", onAbort);
+        reject(e);
+      },
     );
   });
 }

@@ -15,7 +15,10 @@ export class TimedWorker<Req, Res> {
   private closed = false;
   private nextId = 0;
 
-  constructor(private readonly url: URL, private readonly opts: { name: string; startupTimeoutMs?: number }) {}
+  constructor(
+    private readonly url: URL,
+    private readonly opts: { name: string; startupTimeoutMs?: number },
+  ) {}
 
   run(req: Req, timeoutMs: number): Promise<Res> {
     if (this.closed) return Promise.reject(new Error(`${this.opts.name}: worker is closed`));
@@ -52,7 +55,10 @@ export class TimedWorker<Req, Res> {
         }
       };
       w.on("message", onMsg);
-      w.once("error", (err) => { clearTimeout(timer); reject(err); });
+      w.once("error", (err) => {
+        clearTimeout(timer);
+        reject(err);
+      });
       w.once("exit", (code) => {
         clearTimeout(timer);
         reject(new Error(`${this.opts.name}: worker exited with code ${code} during startup`));

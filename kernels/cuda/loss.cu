@@ -101,19 +101,8 @@ extern "C" {
 int32_t rs_loss_fwd_bwd(const float* logits, int32_t N, int32_t V, const int32_t* targets, const uint8_t* mask, const float* advantages,
                         const float* sampler_logp, const rs_loss_spec* spec, float* dlogits, float* token_logp, rs_loss_stats* stats,
                         rs_error* err) {
-  if (N < 1 || V < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: sizes must be positive (N=%d V=%d)", N, V);
-  if (!logits || !targets || !mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: null buffer");
-  if (int32_t st = check_loss_spec(spec, err)) return st;
+  if (int32_t st = rs_shared::check_loss_call(logits, N, V, targets, mask, advantages, sampler_logp, spec, stats, err)) return st;
   const bool policy = rs_shared::loss_uses_policy(spec->kind);
-  if (policy && (!advantages || !sampler_logp))
-    return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: advantages and sampler logprobs are required for this loss");
-  for (int32_t r = 0; r < N; r++) {
-    if (!mask[r]) continue;
-    if (targets[r] < 0 || targets[r] >= V)
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: target %d at row %d is outside the vocab [0, %d)", targets[r], r, V);
-    if (policy && (!std::isfinite(advantages[r]) || !std::isfinite(sampler_logp[r])))
-      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: advantage or sampler logprob at row %d is not finite", r);
-  }
   return guard(err, "loss", [&] {
     require_device();
     cudaStream_t s = thread_stream();

@@ -62,6 +62,24 @@ inline int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err) {
   return RS_OK;
 }
 
+// The inputs of rs_loss_fwd_bwd (N rows of V logits, one target each), the same on both backends.
+inline int32_t check_loss_call(const float* logits, int32_t N, int32_t V, const int32_t* targets, const uint8_t* mask, const float* advantages,
+                               const float* sampler_logp, const rs_loss_spec* spec, const rs_loss_stats* stats, rs_error* err) {
+  if (N < 1 || V < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: sizes must be positive (N=%d V=%d)", N, V);
+  if (!logits || !targets || !mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: null buffer");
+  if (int32_t s = check_loss_spec(spec, err)) return s;
+  const bool policy = loss_uses_policy(spec->kind);
+  if (policy && (!advantages || !sampler_logp))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: advantages and sampler logprobs are required for this loss");
+  for (int32_t r = 0; r < N; r++) {
+    if (!mask[r]) continue;
+    if (targets[r] < 0 || targets[r] >= V) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: target %d at row %d is outside the vocab [0, %d)", targets[r], r, V);
+    if (policy && (!std::isfinite(advantages[r]) || !std::isfinite(sampler_logp[r])))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: advantage or sampler logprob at row %d is not finite", r);
+  }
+  return RS_OK;
+}
+
 // The per-token inputs of rs_model_train_micro, once the batch and the loss spec passed their checks.
 inline int32_t check_train_micro(const rs_loss_spec* spec, const uint8_t* mask, const float* adv, const float* slp, const rs_loss_stats* stats,
                                  const int32_t* seg, int32_t S, int32_t T, rs_error* err) {

@@ -52,7 +52,8 @@ export class CheckpointChannel {
       const state = await store.getBlob(ann.object);
       if (state !== null) {
         const sha = sha256Hex(state);
-        if (sha !== ann.sha256) throw new PoisonMessageError(`state ${ann.object}: checksum ${sha.slice(0, 12)}… does not match the announced ${ann.sha256.slice(0, 12)}…`);
+        if (sha !== ann.sha256)
+          throw new PoisonMessageError(`state ${ann.object}: checksum ${sha.slice(0, 12)}… does not match the announced ${ann.sha256.slice(0, 12)}…`);
       }
       await handler(ann, state);
     }, o);
@@ -80,7 +81,9 @@ export class RestoreChannel {
 
   /** Asks the checkpoint actor for the newest state; the reply names the object holding it (or step -1). */
   async request(timeoutMs: number): Promise<RestoreReply> {
-    const reply = await this.wire.nc.request(this.wire.names.subjects.checkpointRestore, encodeMsgpack(RestoreRequestSchema, { run: this.wire.run }), { timeout: timeoutMs });
+    const reply = await this.wire.nc.request(this.wire.names.subjects.checkpointRestore, encodeMsgpack(RestoreRequestSchema, { run: this.wire.run }), {
+      timeout: timeoutMs,
+    });
     return decodeMsgpack(RestoreReplySchema, reply.data, "restore reply");
   }
 

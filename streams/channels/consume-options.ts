@@ -22,13 +22,7 @@ export interface ConsumeOptions {
 
 export type { Outcome };
 
-export async function consumeDurable(
-  wire: Wire,
-  stream: string,
-  durable: string,
-  handler: (msg: JsMsg) => Promise<void>,
-  o: ConsumeOptions,
-): Promise<void> {
+export async function consumeDurable(wire: Wire, stream: string, durable: string, handler: (msg: JsMsg) => Promise<void>, o: ConsumeOptions): Promise<void> {
   const consumer = await wire.js.consumers.get(stream, durable);
   await lastValueFrom(
     pullSlots(consumer, { maxInFlight: o.maxInFlight, expiresMs: 1000, signal: o.signal }).pipe(

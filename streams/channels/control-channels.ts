@@ -58,7 +58,9 @@ export function metricsChannel(wire: Wire, actor: string) {
 export type MetricsChannel = ReturnType<typeof metricsChannel>;
 
 function evalMsgId(e: EvalMessage): string {
-  return e.kind === "result" ? `eval:${e.version}:${e.env}:result` : `eval:${e.version}:${e.env}:${e.greedy ? "greedy" : "sampled"}:${e.exampleId}:${e.sampleIndex}`;
+  return e.kind === "result"
+    ? `eval:${e.version}:${e.env}:result`
+    : `eval:${e.version}:${e.env}:${e.greedy ? "greedy" : "sampled"}:${e.exampleId}:${e.sampleIndex}`;
 }
 
 /** Held-out evaluation results and samples on rs.<run>.eval; msg-ids make a re-evaluated version count once. */

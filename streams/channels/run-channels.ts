@@ -3,7 +3,16 @@
 import { RunState } from "../run-state.js";
 import type { Wire } from "../wire.js";
 import { CheckpointChannel, RestoreChannel } from "./checkpoint-channels.js";
-import { evalChannel, metricsChannel, rawRolloutChannel, taskChannel, type EvalChannel, type MetricsChannel, type RawRolloutChannel, type TaskChannel } from "./control-channels.js";
+import {
+  evalChannel,
+  metricsChannel,
+  rawRolloutChannel,
+  taskChannel,
+  type EvalChannel,
+  type MetricsChannel,
+  type RawRolloutChannel,
+  type TaskChannel,
+} from "./control-channels.js";
 import { DeadLetterChannel } from "./dead-letter-channel.js";
 import { ScoredChannel } from "./scored-channel.js";
 import { WeightsChannel } from "./weights-channel.js";

@@ -140,7 +140,9 @@ export class ScoredReader {
    */
   async collect(version: number, o: CollectOptions): Promise<CollectedBatch | null> {
     const kept: RolloutRow[] = [];
-    let dropped = 0, staleSum = 0, staleMax = 0;
+    let dropped = 0,
+      staleSum = 0,
+      staleMax = 0;
     let idleSince = Date.now();
     while (kept.length < o.batchSize) {
       if (o.signal?.aborted) return null;

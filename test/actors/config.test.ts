@@ -20,13 +20,16 @@ test("a minimal config gets every default", () => {
 test("a bad config is rejected with every problem listed by path", () => {
   const dir = mkdtempSync(join(tmpdir(), "rs-cfg-"));
   const path = join(dir, "bad.yaml");
-  writeFileSync(path, [
-    "run: 'has space'",
-    "environments: []",
-    "model: { hiddenSize: 100, numHeads: 3, numKvHeads: 2 }",
-    "rl: { batchSize: 10, groupSize: 4, maxAsyncLevel: -1, sampling: { topP: 2 } }",
-    "checkpoint: { interval: 0 }",
-  ].join("\n"));
+  writeFileSync(
+    path,
+    [
+      "run: 'has space'",
+      "environments: []",
+      "model: { hiddenSize: 100, numHeads: 3, numKvHeads: 2 }",
+      "rl: { batchSize: 10, groupSize: 4, maxAsyncLevel: -1, sampling: { topP: 2 } }",
+      "checkpoint: { interval: 0 }",
+    ].join("\n"),
+  );
   try {
     loadRunConfig(path);
     assert.fail("accepted a bad config");
@@ -39,8 +42,14 @@ test("a bad config is rejected with every problem listed by path", () => {
     assert.ok(e.problems.length >= 5);
   }
   // Cross-field rules are reported once the shapes are valid.
-  assert.throws(() => parseRunConfig({ run: "r", environments: [{ id: "a" }], rl: { batchSize: 10, groupSize: 4 } }), /rl\.batchSize: must be a multiple of rl\.groupSize/);
-  assert.throws(() => parseRunConfig({ run: "r", environments: [{ id: "a" }], model: { hiddenSize: 100, numHeads: 3 } }), /model\.hiddenSize: must be divisible by numHeads/);
+  assert.throws(
+    () => parseRunConfig({ run: "r", environments: [{ id: "a" }], rl: { batchSize: 10, groupSize: 4 } }),
+    /rl\.batchSize: must be a multiple of rl\.groupSize/,
+  );
+  assert.throws(
+    () => parseRunConfig({ run: "r", environments: [{ id: "a" }], model: { hiddenSize: 100, numHeads: 3 } }),
+    /model\.hiddenSize: must be divisible by numHeads/,
+  );
   assert.throws(() => loadRunConfig(join(dir, "missing.yaml")), /cannot read file/);
   writeFileSync(path, "run: [unclosed");
   assert.throws(() => loadRunConfig(path), /not valid YAML/);
@@ -66,7 +75,15 @@ test("the config's rl.loss defaults are what the kernels get", () => {
   // ppo_clip: clipEpsHigh follows clipEps, ratio masking off ([0, Infinity]).
   const ppo = parseRunConfig({ ...minimal, rl: { loss: { name: "ppo_clip", clipEps: 0.1 } } }).rl.loss;
   assert.deepEqual(ppo, { name: "ppo_clip", clipEps: 0.1, clipEpsHigh: 0.1, maskLow: 0, maskHigh: Infinity, klCoef: 0 });
-  assert.deepEqual(toNativeLossSpec(ppo, 1), { kind: LOSS_KIND.ppo_clip, maskLow: 0, maskHigh: Infinity, clipEps: 0.1, clipEpsHigh: 0.1, klCoef: 0, normalizer: 1 });
+  assert.deepEqual(toNativeLossSpec(ppo, 1), {
+    kind: LOSS_KIND.ppo_clip,
+    maskLow: 0,
+    maskHigh: Infinity,
+    clipEps: 0.1,
+    clipEpsHigh: 0.1,
+    klCoef: 0,
+    normalizer: 1,
+  });
 });
 
 test("rl.loss: unknown keys are rejected by name; a valid spec (YAML .inf included) parses", () => {

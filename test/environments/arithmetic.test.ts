@@ -66,8 +66,14 @@ test("arithmetic rubric: right and wrong answers", async () => {
   const env = await loadEnvironment({});
   const row: DatasetRow = { id: "x", prompt: [{ role: "user", content: "37+45" }], answer: "82", info: { a: 37, op: "+", b: 45 } };
   const s = await scoreReplies(env, row, ["82", " 82\n", "The answer is 82", "83", "", "8 2", "-82", "820"]);
-  assert.deepEqual(s.map((x) => x.reward), [1, 1, 1, 0, 0, 0, 0, 0]);
-  assert.deepEqual(s.map((x) => x.metrics["format"]), [1, 1, 0, 1, 0, 0, 1, 1]);
+  assert.deepEqual(
+    s.map((x) => x.reward),
+    [1, 1, 1, 0, 0, 0, 0, 0],
+  );
+  assert.deepEqual(
+    s.map((x) => x.metrics["format"]),
+    [1, 1, 0, 1, 0, 0, 1, 1],
+  );
   assert.deepEqual(s[4]!.errors, ["parse: no integer in reply"]);
 });
 
@@ -110,7 +116,8 @@ test("the weak teacher drops every carry, consistently, at the configured rate",
   const { loadEnvironment } = await import("../../environments/arithmetic/index.js");
   const env = await loadEnvironment({ digits: 2, worked: true, teacherCarryDropRate: 0.6, seed: 4 });
   const ds = env.dataset("train");
-  let carried = 0, dropped = 0;
+  let carried = 0,
+    dropped = 0;
   for (let i = 0; i < 2000; i++) {
     const row = ds.row(i);
     const target = env.sftTarget!(row);

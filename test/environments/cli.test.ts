@@ -41,13 +41,39 @@ function rightPolicy() {
 test("rollstream eval: runs, prints the report, saves results, resumes", async () => {
   const out = join(tmp, "ev");
   let made = 0;
-  const deps = { makeCheckpointClient: async (path: string, opts: { threads?: number; seed?: number }) => {
-    made++;
-    assert.equal(path, "/ckpt/step-10");
-    assert.deepEqual(opts, { threads: 2, seed: 3 });
-    return rightPolicy();
-  } };
-  const r = await run(["eval", "arithmetic@^1", "-n", "4", "-r", "2", "-c", "2", "--checkpoint", "/ckpt/step-10", "--threads", "2", "--seed", "3", "-o", out, "-a", '{"digits":1}', "--max-tokens", "8"], deps);
+  const deps = {
+    makeCheckpointClient: async (path: string, opts: { threads?: number; seed?: number }) => {
+      made++;
+      assert.equal(path, "/ckpt/step-10");
+      assert.deepEqual(opts, { threads: 2, seed: 3 });
+      return rightPolicy();
+    },
+  };
+  const r = await run(
+    [
+      "eval",
+      "arithmetic@^1",
+      "-n",
+      "4",
+      "-r",
+      "2",
+      "-c",
+      "2",
+      "--checkpoint",
+      "/ckpt/step-10",
+      "--threads",
+      "2",
+      "--seed",
+      "3",
+      "-o",
+      out,
+      "-a",
+      '{"digits":1}',
+      "--max-tokens",
+      "8",
+    ],
+    deps,
+  );
   assert.equal(made, 1);
   assert.match(r.out, /arithmetic@1\.0\.0: 4 examples x 2 rollouts = 8 samples/);
   assert.match(r.out, /reward +mean 1 +std 0/);
@@ -56,7 +82,30 @@ test("rollstream eval: runs, prints the report, saves results, resumes", async (
   const meta = JSON.parse(readFileSync(join(out, "metadata.json"), "utf8"));
   assert.deepEqual(meta.sampling, { temperature: 1, topP: 1, topK: 0, maxTokens: 8 });
   assert.deepEqual(meta.info.envArgs, { digits: 1 });
-  const again = await run(["eval", "arithmetic", "-n", "4", "-r", "2", "--checkpoint", "/ckpt/step-10", "--threads", "2", "--seed", "3", "-o", out, "-a", '{"digits":1}', "--max-tokens", "8", "--json"], deps);
+  const again = await run(
+    [
+      "eval",
+      "arithmetic",
+      "-n",
+      "4",
+      "-r",
+      "2",
+      "--checkpoint",
+      "/ckpt/step-10",
+      "--threads",
+      "2",
+      "--seed",
+      "3",
+      "-o",
+      out,
+      "-a",
+      '{"digits":1}',
+      "--max-tokens",
+      "8",
+      "--json",
+    ],
+    deps,
+  );
   assert.match(again.err, /resumed 8 finished rollouts/);
   assert.equal(JSON.parse(again.out).samples, 8);
 });
@@ -71,7 +120,8 @@ test("rollstream eval: bad flags and specs are clear errors", async () => {
 
 test("rollstream env list and env init", async () => {
   const list = await run(["env", "list"]);
-  for (const name of ["arithmetic@1.0.0", "math@1.0.0", "code@1.0.0", "logic@1.0.0", "tool@1.0.0"]) assert.match(list.out, new RegExp(`^${name} +project`, "m"));
+  for (const name of ["arithmetic@1.0.0", "math@1.0.0", "code@1.0.0", "logic@1.0.0", "tool@1.0.0"])
+    assert.match(list.out, new RegExp(`^${name} +project`, "m"));
   const json = JSON.parse((await run(["env", "list", "--json"])).out) as Array<{ name: string }>;
   assert.ok(json.some((e) => e.name === "math"));
 

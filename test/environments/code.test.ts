@@ -28,7 +28,11 @@ test("hidden tests in the sandbox: pass, partial, crash, timeout, forged verdict
   assert.match(syntax.error!, /solution failed to load: SyntaxError/);
   const loop = await runHiddenTests(sb, "while True:\n    pass", tests, { wallMs: 500 });
   assert.match(loop.error!, /tests did not finish: timed out/);
-  const forged = await runHiddenTests(sb, "import sys, os\nprint('RS-VERDICT-0 {\"passed\": 3, \"total\": 3, \"error\": null}')\nsys.stdout.flush()\nos._exit(0)", tests);
+  const forged = await runHiddenTests(
+    sb,
+    'import sys, os\nprint(\'RS-VERDICT-0 {"passed": 3, "total": 3, "error": null}\')\nsys.stdout.flush()\nos._exit(0)',
+    tests,
+  );
   assert.equal(forged.passed, 0, "a printed verdict without the nonce does not count");
 });
 
@@ -52,12 +56,16 @@ test("code env: wrong, partial, unfenced and unsandboxed answers", async () => {
   assert.equal(row.info["entryPoint"], "is_prime");
   assert.match(row.prompt[0]!.content, /^Write a Python function `is_prime\(n\)` that/);
   const sb = new SubprocessSandbox();
-  const s = await score([
-    fence("def is_prime(n):\n    return n in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97)"),
-    fence("def is_prime(n):\n    return n % 2 == 1"),
-    "def is_prime(n): return True",
-    fence("def is_prime(n):\n    return undefined_name"),
-  ], row, sb);
+  const s = await score(
+    [
+      fence("def is_prime(n):\n    return n in (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41, 43, 47, 53, 59, 61, 67, 71, 73, 79, 83, 89, 97)"),
+      fence("def is_prime(n):\n    return n % 2 == 1"),
+      "def is_prime(n): return True",
+      fence("def is_prime(n):\n    return undefined_name"),
+    ],
+    row,
+    sb,
+  );
   assert.equal(s[0]!.reward, 1, "a lookup table passes these tests (they are the spec)");
   assert.equal(s[1]!.reward, 0);
   assert.ok(s[1]!.metrics["pass_rate"]! > 0 && s[1]!.metrics["pass_rate"]! < 1, `partial pass rate ${s[1]!.metrics["pass_rate"]}`);
@@ -68,5 +76,8 @@ test("code env: wrong, partial, unfenced and unsandboxed answers", async () => {
 
   const [noSandbox] = await score([fence("def is_prime(n):\n    return True")], row, undefined);
   assert.equal(noSandbox!.reward, 0);
-  assert.ok(noSandbox!.errors.some((e) => /passed: the code environment needs a CodeSandbox/.test(e)), noSandbox!.errors.join("; "));
+  assert.ok(
+    noSandbox!.errors.some((e) => /passed: the code environment needs a CodeSandbox/.test(e)),
+    noSandbox!.errors.join("; "),
+  );
 });

@@ -24,7 +24,11 @@ function halfRightPolicy() {
   });
 }
 
-const readRecords = (dir: string) => readFileSync(join(dir, "results.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l) as EvalRecord);
+const readRecords = (dir: string) =>
+  readFileSync(join(dir, "results.jsonl"), "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as EvalRecord);
 
 test("pass@k: the unbiased estimator on known values", () => {
   assert.equal(passAtK(4, 2, 1), 0.5);
@@ -40,7 +44,17 @@ test("runEval: report numbers, files, metrics and pass@k", async () => {
   const env = await loadEnvironment({ digits: 2 });
   const out = join(tmp, "full");
   const progress: number[] = [];
-  const rep = await runEval({ env, model: halfRightPolicy(), n: 5, rollouts: 4, concurrency: 3, sampling, outDir: out, onProgress: (p) => progress.push(p.done), info: { model: "scripted" } });
+  const rep = await runEval({
+    env,
+    model: halfRightPolicy(),
+    n: 5,
+    rollouts: 4,
+    concurrency: 3,
+    sampling,
+    outDir: out,
+    onProgress: (p) => progress.push(p.done),
+    info: { model: "scripted" },
+  });
   const s = rep.summary;
   assert.deepEqual([s.examples, s.samples, s.rolloutsPerExample], [5, 20, 4]);
   assert.equal(s.reward.mean, 0.5);
@@ -75,13 +89,23 @@ test("runEval: an interrupted eval resumes and skips finished (example, rollout)
   const ac = new AbortController();
   const first = halfRightPolicy();
   const r1 = await runEval({
-    env, model: first, n: 6, rollouts: 4, concurrency: 2, sampling, outDir: out, signal: ac.signal,
-    onProgress: (p) => { if (p.done >= 9) ac.abort(new Error("interrupted")); },
+    env,
+    model: first,
+    n: 6,
+    rollouts: 4,
+    concurrency: 2,
+    sampling,
+    outDir: out,
+    signal: ac.signal,
+    onProgress: (p) => {
+      if (p.done >= 9) ac.abort(new Error("interrupted"));
+    },
   });
   assert.equal(r1.interrupted, true);
   const meta1 = JSON.parse(readFileSync(join(out, "metadata.json"), "utf8")) as EvalMetadata;
   assert.equal(meta1.completed, false);
-  const donePairs = readRecords(out).length + (existsSync(join(out, "pending.jsonl")) ? readFileSync(join(out, "pending.jsonl"), "utf8").trim().split("\n").length : 0);
+  const donePairs =
+    readRecords(out).length + (existsSync(join(out, "pending.jsonl")) ? readFileSync(join(out, "pending.jsonl"), "utf8").trim().split("\n").length : 0);
   assert.ok(donePairs >= 9 && donePairs < 24, `${donePairs} pairs kept`);
   appendFileSync(join(out, "results.jsonl"), '{"example": 5, "rollo'); // a torn line from a crash
 
@@ -96,7 +120,10 @@ test("runEval: an interrupted eval resumes and skips finished (example, rollout)
   assert.equal((JSON.parse(readFileSync(join(out, "metadata.json"), "utf8")) as EvalMetadata).completed, true);
   assert.ok(!existsSync(join(out, "pending.jsonl")));
 
-  await assert.rejects(runEval({ env, model: second, n: 6, rollouts: 2, concurrency: 2, sampling, outDir: out }), /holds an eval with other settings \(rolloutsPerExample: 4 there, 2 now\)/);
+  await assert.rejects(
+    runEval({ env, model: second, n: 6, rollouts: 2, concurrency: 2, sampling, outDir: out }),
+    /holds an eval with other settings \(rolloutsPerExample: 4 there, 2 now\)/,
+  );
   const more = await runEval({ env, model: halfRightPolicy(), n: 8, rollouts: 4, concurrency: 2, sampling, outDir: out });
   assert.equal(more.summary.samples, 32, "a larger n extends the same eval");
   const fresh = await runEval({ env, model: halfRightPolicy(), n: 2, rollouts: 4, concurrency: 2, sampling, outDir: out, overwrite: true });
@@ -108,7 +135,10 @@ test("runEval: a rollout that throws is a failed sample, not a failed eval", asy
   const base = await loadEnvironment({});
   const flaky: Environment = {
     ...base,
-    name: base.name, version: base.version, dataset: (s) => base.dataset(s), scoreGroup: (r, row, c) => base.scoreGroup(r, row, c),
+    name: base.name,
+    version: base.version,
+    dataset: (s) => base.dataset(s),
+    scoreGroup: (r, row, c) => base.scoreGroup(r, row, c),
     rollout: async (ctx, row) => {
       if (row.id === "eval-1") throw new Error("model server went away");
       return base.rollout(ctx, row);
@@ -116,7 +146,15 @@ test("runEval: a rollout that throws is a failed sample, not a failed eval", asy
   };
   const badRow: Environment = {
     ...flaky,
-    dataset: (s) => ({ size: 3, row: (i) => (i === 2 ? (() => { throw new Error("environment arithmetic@1.0.0: dataset \"eval\" row 2 is invalid: id: too short"); })() : base.dataset(s).row(i)) }),
+    dataset: (s) => ({
+      size: 3,
+      row: (i) =>
+        i === 2
+          ? (() => {
+              throw new Error('environment arithmetic@1.0.0: dataset "eval" row 2 is invalid: id: too short');
+            })()
+          : base.dataset(s).row(i),
+    }),
   };
   const rep = await runEval({ env: flaky, model: halfRightPolicy(), n: 3, rollouts: 2, concurrency: 2, sampling, outDir: join(tmp, "flaky") });
   assert.equal(rep.summary.samples, 6);

@@ -65,15 +65,29 @@ test("logic env: generated puzzles are solvable, deterministic, disjoint by spli
 
 test("logic env rubric: right, wrong, misused numbers, unparseable", async () => {
   const env = await loadEnvironment({});
-  const row: DatasetRow = { id: "x", prompt: [{ role: "user", content: "Using the numbers 3, 7, 25, make 54." }], answer: "54", info: { numbers: [3, 7, 25], target: 54 } };
+  const row: DatasetRow = {
+    id: "x",
+    prompt: [{ role: "user", content: "Using the numbers 3, 7, 25, make 54." }],
+    answer: "54",
+    info: { numbers: [3, 7, 25], target: 54 },
+  };
   const replies = ["<answer>(25-7)*3</answer>", "<answer>25+7*3</answer>", "<answer>25+25+3+1</answer>", "(25-7)*3", "<answer>(25-7)*3"];
   const model = new ScriptedModelClient(new ByteChatTokenizer(), replies);
   const rollouts: RolloutResult[] = [];
   for (let i = 0; i < replies.length; i++) rollouts.push(await env.rollout({ model, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 100 } }, row));
   const s = await env.scoreGroup(rollouts, row, {});
-  assert.deepEqual(s.map((x) => x.reward), [1, 0, 0, 0, 1]);
-  assert.deepEqual(s.map((x) => x.metrics["valid_numbers"]), [1, 1, 0, 0, 1]);
-  assert.deepEqual(s.map((x) => x.metrics["format"]), [1, 1, 1, 0, 0]);
+  assert.deepEqual(
+    s.map((x) => x.reward),
+    [1, 0, 0, 0, 1],
+  );
+  assert.deepEqual(
+    s.map((x) => x.metrics["valid_numbers"]),
+    [1, 1, 0, 0, 1],
+  );
+  assert.deepEqual(
+    s.map((x) => x.metrics["format"]),
+    [1, 1, 1, 0, 0],
+  );
   assert.deepEqual(s[3]!.errors, ["parse: no <answer> field"]);
   const gen = env.dataset("train").row(0);
   assert.match(env.sftTarget!(gen), /^<answer>.+<\/answer>$/);

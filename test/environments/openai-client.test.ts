@@ -28,7 +28,13 @@ const sampling = { temperature: 0.7, topP: 0.9, topK: 20, maxTokens: 8 };
 test("token-id prompts out, token ids and logprobs back (vLLM return_tokens_as_token_ids)", async () => {
   const client = new OpenAICompletionsClient({ baseUrl: `${base}/v1/`, model: "m", tokenizer: tok, apiKey: "k", policyVersion: 2 });
   const ids = [...tok.encode("82"), ByteChatTokenizer.IM_END];
-  replies.push({ body: { choices: [{ text: "82", finish_reason: "stop", stop_reason: null, logprobs: { tokens: ids.map((i) => `token_id:${i}`), token_logprobs: [-0.1, -0.2, -0.3] } }] } });
+  replies.push({
+    body: {
+      choices: [
+        { text: "82", finish_reason: "stop", stop_reason: null, logprobs: { tokens: ids.map((i) => `token_id:${i}`), token_logprobs: [-0.1, -0.2, -0.3] } },
+      ],
+    },
+  });
   const row = { id: "r", prompt: [{ role: "user" as const, content: "37+45" }], answer: "82", info: {} };
   const r = await singleTurnRollout({ model: client, sampling }, row);
   const req = requests.at(-1)!;
@@ -50,7 +56,18 @@ test("plain-text servers, stop strings, length, and errors", async () => {
   assert.deepEqual([g.tokenIds, g.logprobs, g.text, g.stopReason], [tok.encode("12"), [-1, 0], "12", "length"]);
   assert.equal(requests.at(-1)!.url, "/v1/completions");
 
-  replies.push({ body: { choices: [{ text: "7", finish_reason: "stop", stop_reason: "\n\n", logprobs: { tokens: ["token_id:55", "token_id:10", "token_id:10"], token_logprobs: [-1, -2, -3] } }] } });
+  replies.push({
+    body: {
+      choices: [
+        {
+          text: "7",
+          finish_reason: "stop",
+          stop_reason: "\n\n",
+          logprobs: { tokens: ["token_id:55", "token_id:10", "token_id:10"], token_logprobs: [-1, -2, -3] },
+        },
+      ],
+    },
+  });
   const s = await client.generate([1], { ...sampling, stop: ["\n\n"] });
   assert.deepEqual([s.text, s.stopReason, s.tokenIds.length], ["7", "stop", 3]);
 

@@ -34,8 +34,15 @@ projectEnv("broken", "broken", "1.0.0", "export function loadEnvironment( {");
 projectEnv("notenv", "notenv", "1.0.0", "export function loadEnvironment() { return { name: 'notenv', version: '1.0.0' }; }");
 write(join(root, "node_modules", "good", "package.json"), JSON.stringify({ name: "good", version: "3.0.0", main: "lib.js" }));
 write(join(root, "node_modules", "good", "lib.js"), envModule("good", "3.0.0"));
-write(join(root, "node_modules", "@org", "npmenv", "package.json"),
-  JSON.stringify({ name: "@org/npmenv", version: "1.4.0", keywords: ["rollstream-environment"], exports: { ".": { import: "./esm/main.js", require: "./cjs.js" } } }));
+write(
+  join(root, "node_modules", "@org", "npmenv", "package.json"),
+  JSON.stringify({
+    name: "@org/npmenv",
+    version: "1.4.0",
+    keywords: ["rollstream-environment"],
+    exports: { ".": { import: "./esm/main.js", require: "./cjs.js" } },
+  }),
+);
 write(join(root, "node_modules", "@org", "npmenv", "esm", "main.js"), envModule("@org/npmenv", "1.4.0"));
 write(join(root, "node_modules", "left-pad", "package.json"), JSON.stringify({ name: "left-pad", version: "1.3.0" }));
 write(join(root, "extra", "pathenv", "package.json"), JSON.stringify({ name: "pathenv", version: "0.2.0", main: "index.js" }));
@@ -65,19 +72,29 @@ test("resolves project, path and npm modules by range; highest matching version 
 
 test("clear errors: missing, no matching version, unbuilt, import failure, no loadEnvironment, load throws, wrong shape, wrong version", async () => {
   await assert.rejects(resolveEnvironment("nosuch", {}, opts), /environment "nosuch" not found \(searched .*environments/);
-  await assert.rejects(resolveEnvironment("good@^4", {}, opts), /environment "good": no version matches "\^4"; found good@3\.0\.0 \(npm, .*\), good@2\.1\.0 \(project, .*\)/);
-  await assert.rejects(resolveEnvironment("unbuilt", {}, opts), /environment unbuilt@0\.1\.0: entry .*dist-x\/environments\/unbuilt\/index\.js does not exist \(is the project built/);
+  await assert.rejects(
+    resolveEnvironment("good@^4", {}, opts),
+    /environment "good": no version matches "\^4"; found good@3\.0\.0 \(npm, .*\), good@2\.1\.0 \(project, .*\)/,
+  );
+  await assert.rejects(
+    resolveEnvironment("unbuilt", {}, opts),
+    /environment unbuilt@0\.1\.0: entry .*dist-x\/environments\/unbuilt\/index\.js does not exist \(is the project built/,
+  );
   await assert.rejects(resolveEnvironment("broken", {}, opts), /environment broken@1\.0\.0: importing .* failed/);
   await assert.rejects(resolveEnvironment("noload", {}, opts), /environment noload@1\.0\.0: .* does not export a loadEnvironment function/);
   await assert.rejects(resolveEnvironment("throws", { seed: 7 }, opts), /environment throws@1\.0\.0: loadEnvironment\(\{"seed":7\}\) threw: bad seed 7/);
-  await assert.rejects(resolveEnvironment("notenv", {}, opts), /environment notenv@1\.0\.0: loadEnvironment did not return an Environment \(missing dataset, rollout, scoreGroup\)/);
+  await assert.rejects(
+    resolveEnvironment("notenv", {}, opts),
+    /environment notenv@1\.0\.0: loadEnvironment did not return an Environment \(missing dataset, rollout, scoreGroup\)/,
+  );
   await assert.rejects(resolveEnvironment("liar", {}, opts), /environment liar@1\.0\.0: loadEnvironment returned liar@9\.9\.9/);
 });
 
 test("listEnvironments: project and path modules, and npm packages marked as environments", async () => {
   const list = await listEnvironments(opts);
   const ids = list.map((i) => `${i.name}@${i.version}:${i.source}`);
-  for (const want of ["good@2.1.0:project", "pathenv@0.2.0:path", "@org/npmenv@1.4.0:npm", "unbuilt@0.1.0:project"]) assert.ok(ids.includes(want), `${want} in ${ids.join(", ")}`);
+  for (const want of ["good@2.1.0:project", "pathenv@0.2.0:path", "@org/npmenv@1.4.0:npm", "unbuilt@0.1.0:project"])
+    assert.ok(ids.includes(want), `${want} in ${ids.join(", ")}`);
   assert.ok(!ids.some((i) => i.startsWith("left-pad")), "plain npm packages are not listed");
   assert.ok(!ids.includes("good@3.0.0:npm"), "npm packages without the rollstream-environment keyword are not listed");
 });

@@ -1,15 +1,16 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import {
-  multiTurnRollout, singleTurnRollout, type DatasetRow, type SamplingArgs, type TokenizerLike,
-} from "../../environments/api/index.js";
+import { multiTurnRollout, singleTurnRollout, type DatasetRow, type SamplingArgs, type TokenizerLike } from "../../environments/api/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../../environments/testing/index.js";
 import { ByteTokenizer } from "../../kernels/tokenizer.js";
 import { checkTokens } from "./rollout-check.js";
 
 const sampling: SamplingArgs = { temperature: 1, topP: 1, topK: 0, maxTokens: 64 };
 const row: DatasetRow = { id: "g0", prompt: [{ role: "user", content: "Guess my number (1-10)." }], answer: "7", info: {} };
-const tokenizers: Array<[string, TokenizerLike]> = [["ChatML byte tokenizer", new ByteChatTokenizer()], ["kernels ByteTokenizer", new ByteTokenizer()]];
+const tokenizers: Array<[string, TokenizerLike]> = [
+  ["ChatML byte tokenizer", new ByteChatTokenizer()],
+  ["kernels ByteTokenizer", new ByteTokenizer()],
+];
 
 test("single turn: prompt is the templated row prompt; completion is the reply and its stop token, all mask 1", async () => {
   const tok = new ByteChatTokenizer();
@@ -54,12 +55,21 @@ for (const [label, tok] of tokenizers) {
     assert.equal(r.stopReason, "completed");
     assert.equal(r.numTurns, 3);
     assert.equal(r.state["guesses"], 2);
-    assert.deepEqual(r.messages.slice(1).map((m) => `${m.role}:${m.content}`), ["assistant:5", "user:higher", "assistant:8", "user:lower", "assistant:7"]);
+    assert.deepEqual(
+      r.messages.slice(1).map((m) => `${m.role}:${m.content}`),
+      ["assistant:5", "user:higher", "assistant:8", "user:lower", "assistant:7"],
+    );
     checkTokens(r, model);
     // The whole sequence is the template rendering of the transcript (the model ended turns on its stop token).
     const rendered = tok.applyChatTemplate(r.messages, { addGenerationPrompt: false });
     assert.deepEqual([...r.promptIds, ...r.completionIds], rendered.slice(0, r.promptIds.length + r.completionIds.length));
-    assert.equal(tok.decode(r.completionIds.filter((_, i) => r.completionMask[i] === 1), { skipSpecial: true }), "587");
+    assert.equal(
+      tok.decode(
+        r.completionIds.filter((_, i) => r.completionMask[i] === 1),
+        { skipSpecial: true },
+      ),
+      "587",
+    );
   });
 }
 
@@ -100,14 +110,20 @@ test("multi-turn stop conditions: max_turns, env_done (final message not tokeniz
   checkTokens(budget, budgetModel);
 
   const t0 = Date.now();
-  const slow = await multiTurnRollout({ model: new ScriptedModelClient(tok, () => "x", { delayMs: 40 }), sampling }, row, { timeoutMs: 100, maxTurns: 50, envResponse: echo });
+  const slow = await multiTurnRollout({ model: new ScriptedModelClient(tok, () => "x", { delayMs: 40 }), sampling }, row, {
+    timeoutMs: 100,
+    maxTurns: 50,
+    envResponse: echo,
+  });
   assert.equal(slow.stopReason, "timeout");
   assert.equal(slow.isTruncated, true);
   assert.ok(slow.numTurns >= 1 && slow.numTurns < 5);
   assert.ok(Date.now() - t0 < 1000);
 
   const broken = await multiTurnRollout({ model: new ScriptedModelClient(tok, () => "x"), sampling }, row, {
-    envResponse: () => { throw new Error("env exploded"); },
+    envResponse: () => {
+      throw new Error("env exploded");
+    },
   });
   assert.equal(broken.stopReason, "env_error");
   assert.deepEqual(broken.state["errors"], ["envResponse: env exploded"]);
@@ -116,17 +132,25 @@ test("multi-turn stop conditions: max_turns, env_done (final message not tokeniz
 test("multi-turn: the runtime's abort rejects the rollout; bad options are rejected", async () => {
   const tok = new ByteChatTokenizer();
   const ac = new AbortController();
-  const p = multiTurnRollout({ model: new ScriptedModelClient(tok, () => "x", { delayMs: 1000 }), sampling, signal: ac.signal }, row, { envResponse: () => [] });
+  const p = multiTurnRollout({ model: new ScriptedModelClient(tok, () => "x", { delayMs: 1000 }), sampling, signal: ac.signal }, row, {
+    envResponse: () => [],
+  });
   setTimeout(() => ac.abort(new Error("shutting down")), 20);
   await assert.rejects(p, /shutting down/);
-  await assert.rejects(multiTurnRollout({ model: new ScriptedModelClient(tok, []), sampling }, row, { maxTurns: 0, envResponse: () => [] }), /maxTurns must be an integer >= 1/);
+  await assert.rejects(
+    multiTurnRollout({ model: new ScriptedModelClient(tok, []), sampling }, row, { maxTurns: 0, envResponse: () => [] }),
+    /maxTurns must be an integer >= 1/,
+  );
 });
 
 test("a template that is not prefix-stable is a clear error, not a wrong token sequence", async () => {
   const base = new ByteChatTokenizer();
   // Renders the message count first: adding a message changes every earlier token.
   const unstable: TokenizerLike = {
-    vocabSize: base.vocabSize, eosId: base.eosId, encode: (t) => base.encode(t), decode: (i, o) => base.decode(i, o),
+    vocabSize: base.vocabSize,
+    eosId: base.eosId,
+    encode: (t) => base.encode(t),
+    decode: (i, o) => base.decode(i, o),
     stopTokenIds: () => base.stopTokenIds(),
     applyChatTemplate: (m, o) => [...base.encode(String(m.length)), ...base.applyChatTemplate(m, o)],
   };

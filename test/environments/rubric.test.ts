@@ -6,10 +6,19 @@ const row: DatasetRow = { id: "r0", prompt: [{ role: "user", content: "q" }], an
 
 function rollout(reply: string, state: Record<string, unknown> = {}): RolloutResult {
   return {
-    promptIds: [1], completionIds: [2], completionMask: [1], samplerLogprobs: [-0.1],
+    promptIds: [1],
+    completionIds: [2],
+    completionMask: [1],
+    samplerLogprobs: [-0.1],
     messages: [...row.prompt, { role: "assistant", content: reply }],
-    numTurns: 1, turnOffsets: [0], stopReason: "eos", isTruncated: false, policyVersionMin: 0, policyVersionMax: 0,
-    state, timings: { generateMs: 0, envMs: 0 },
+    numTurns: 1,
+    turnOffsets: [0],
+    stopReason: "eos",
+    isTruncated: false,
+    policyVersionMin: 0,
+    policyVersionMax: 0,
+    state,
+    timings: { generateMs: 0, envMs: 0 },
   };
 }
 
@@ -28,7 +37,13 @@ test("weighted sum of components; metrics reported but not rewarded; async and b
 test("a throwing, hanging or non-finite function scores 0 and is recorded; others still count", async () => {
   const rubric = new Rubric({ timeoutMs: 50 })
     .reward("ok", () => 1, 2)
-    .reward("throws", () => { throw new Error("boom"); }, 1)
+    .reward(
+      "throws",
+      () => {
+        throw new Error("boom");
+      },
+      1,
+    )
     .reward("hangs", () => new Promise<number>(() => undefined), 1)
     .reward("nan", () => Number.NaN, 1);
   const t0 = Date.now();
@@ -44,9 +59,16 @@ test("a throwing, hanging or non-finite function scores 0 and is recorded; other
 
 test("the time limit's signal reaches the function", async () => {
   let aborted = false;
-  const rubric = new Rubric({ timeoutMs: 30 }).reward("slow", ({ signal }) => new Promise<number>((resolve) => {
-    signal.addEventListener("abort", () => { aborted = true; resolve(1); });
-  }));
+  const rubric = new Rubric({ timeoutMs: 30 }).reward(
+    "slow",
+    ({ signal }) =>
+      new Promise<number>((resolve) => {
+        signal.addEventListener("abort", () => {
+          aborted = true;
+          resolve(1);
+        });
+      }),
+  );
   const s = await rubric.score(rollout("x"), row);
   assert.equal(aborted, true);
   assert.equal(s.components["slow"], 0);
@@ -57,7 +79,10 @@ test("group functions see all rollouts; a wrong-length result is an error for ev
     .groupReward("rank", (inputs) => inputs.map((inp) => (inp.completion[0]!.content === "best" ? 1 : 0)), 0.5)
     .groupMetric("bad", () => [1]);
   const s = await rubric.scoreGroup([rollout("best"), rollout("meh"), rollout("best")], row);
-  assert.deepEqual(s.map((x) => x.reward), [0.5, 0, 0.5]);
+  assert.deepEqual(
+    s.map((x) => x.reward),
+    [0.5, 0, 0.5],
+  );
   for (const x of s) {
     assert.equal(x.metrics["bad"], 0);
     assert.match(x.errors[0]!, /bad: group function returned 1 values for 3 rollouts/);
@@ -75,10 +100,20 @@ test("unparseable output is recorded with its reason; rollout metrics and errors
 test("memo runs shared work once per rollout", async () => {
   let runs = 0;
   const tests = (inp: { memo: <T>(k: string, f: () => Promise<T>) => Promise<T> }) =>
-    inp.memo("tests", async () => { runs++; await new Promise((r) => setTimeout(r, 5)); return { passed: 2, total: 4 }; });
+    inp.memo("tests", async () => {
+      runs++;
+      await new Promise((r) => setTimeout(r, 5));
+      return { passed: 2, total: 4 };
+    });
   const rubric = new Rubric()
-    .reward("all_pass", async (inp) => { const r = await tests(inp); return r.passed === r.total; })
-    .metric("pass_rate", async (inp) => { const r = await tests(inp); return r.passed / r.total; });
+    .reward("all_pass", async (inp) => {
+      const r = await tests(inp);
+      return r.passed === r.total;
+    })
+    .metric("pass_rate", async (inp) => {
+      const r = await tests(inp);
+      return r.passed / r.total;
+    });
   const s = await rubric.scoreGroup([rollout("a"), rollout("b")], row);
   assert.equal(runs, 2, "once per rollout, not once per function");
   assert.deepEqual(s[0], { reward: 0, components: { all_pass: 0 }, metrics: { pass_rate: 0.5 }, errors: [] });

@@ -38,7 +38,11 @@ test("listEnvironments orders versions highest first by semver, not by string", 
 
 test("a bad range is an error naming the spec and the range", () => {
   for (const bad of ["latest", "1.2.3.4", ">=one", "^1 <"]) {
-    assert.throws(() => parseEnvSpec(`multi@${bad}`), (e: Error) => e.message === `invalid environment spec "multi@${bad}": invalid version range "${bad}"`, bad);
+    assert.throws(
+      () => parseEnvSpec(`multi@${bad}`),
+      (e: Error) => e.message === `invalid environment spec "multi@${bad}": invalid version range "${bad}"`,
+      bad,
+    );
   }
   assert.deepEqual(parseEnvSpec("multi@ ^1.2 "), { name: "multi", range: "^1.2" });
   assert.deepEqual(parseEnvSpec("multi@"), { name: "multi", range: "*" });

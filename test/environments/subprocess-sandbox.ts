@@ -36,7 +36,8 @@ export class SubprocessSandbox implements CodeSandbox {
       mkdirSync(dirname(join(dir, path)), { recursive: true });
       writeFileSync(join(dir, path), text);
     }
-    const [cmd, args] = req.language === "python" ? ["python3", ["-c", req.code]] : req.language === "node" ? [process.execPath, ["-e", req.code]] : ["bash", ["-c", req.code]];
+    const [cmd, args] =
+      req.language === "python" ? ["python3", ["-c", req.code]] : req.language === "node" ? [process.execPath, ["-e", req.code]] : ["bash", ["-c", req.code]];
     const t0 = performance.now();
     return new Promise((resolve) => {
       const child = spawn(cmd, args as string[], { cwd: dir, stdio: ["pipe", "pipe", "pipe"] });

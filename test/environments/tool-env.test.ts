@@ -58,7 +58,10 @@ test("tool env: unknown cities and bad expressions come back as errors; max turn
     formatToolCall("calculator", { expression: "2+2" }),
   ]);
   const r: RolloutResult = await env.rollout({ model, sampling }, row);
-  assert.deepEqual(r.messages.filter((m) => m.role === "tool").map((m) => m.content), ['error: unknown city "Atlantis"', "error: division by zero"]);
+  assert.deepEqual(
+    r.messages.filter((m) => m.role === "tool").map((m) => m.content),
+    ['error: unknown city "Atlantis"', "error: division by zero"],
+  );
   assert.equal(r.stopReason, "max_turns");
   const [s] = await env.scoreGroup([r], row, {});
   assert.equal(s!.reward, 0);

@@ -1,9 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { z } from "zod";
-import {
-  defineTool, formatToolCall, parseToolCalls, toolInstructions, toolRollout, type DatasetRow, type SamplingArgs,
-} from "../../environments/api/index.js";
+import { defineTool, formatToolCall, parseToolCalls, toolInstructions, toolRollout, type DatasetRow, type SamplingArgs } from "../../environments/api/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../../environments/testing/index.js";
 import { checkTokens } from "./rollout-check.js";
 
@@ -30,9 +28,15 @@ const hang = defineTool({ name: "hang", description: "Never returns.", parameter
 
 test("tool protocol: parses calls in order, tolerates an unclosed last call, reports bad JSON", () => {
   const calls = parseToolCalls(`a ${formatToolCall("lookup", { item: "w" })} b <tool>{"name":"multiply","args":{"a":1,"b":2}}`);
-  assert.deepEqual(calls.map((c) => c.ok && c.name), ["lookup", "multiply"]);
-  const bad = parseToolCalls("<tool>{name: lookup}</tool><tool>[1]</tool><tool>{\"args\":{}}</tool>");
-  assert.deepEqual(bad.map((c) => !c.ok && c.error.split(" (")[0]), ["tool call is not valid JSON", "tool call must be a JSON object", 'tool call needs a string "name"']);
+  assert.deepEqual(
+    calls.map((c) => c.ok && c.name),
+    ["lookup", "multiply"],
+  );
+  const bad = parseToolCalls('<tool>{name: lookup}</tool><tool>[1]</tool><tool>{"args":{}}</tool>');
+  assert.deepEqual(
+    bad.map((c) => !c.ok && c.error.split(" (")[0]),
+    ["tool call is not valid JSON", "tool call must be a JSON object", 'tool call needs a string "name"'],
+  );
   const doc = toolInstructions([lookup, multiply]);
   assert.match(doc, /- lookup: Looks up a price\. Arguments: \{"type":"object","properties":\{"item":\{"type":"string"\}\}/);
 });
@@ -88,6 +92,9 @@ test("too many calls in one reply are refused; duplicate tool names are rejected
   const call = formatToolCall("lookup", { item: "widget" });
   const model = new ScriptedModelClient(tok, [call.repeat(3), "done"]);
   const r = await toolRollout({ model, sampling }, row, { tools: [lookup], maxCallsPerTurn: 2 });
-  assert.deepEqual(r.messages.filter((m) => m.role === "tool").map((m) => m.content), ["12", "12", "error: too many tool calls in one reply (at most 2)"]);
+  assert.deepEqual(
+    r.messages.filter((m) => m.role === "tool").map((m) => m.content),
+    ["12", "12", "error: too many tool calls in one reply (at most 2)"],
+  );
   await assert.rejects(toolRollout({ model, sampling }, row, { tools: [lookup, lookup] }), /duplicate tool name "lookup"/);
 });

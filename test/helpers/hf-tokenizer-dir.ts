@@ -25,7 +25,17 @@ export function writeTokenizerDir(opts: { template?: boolean; generation?: boole
   const bytes = byteToUnicode();
   const vocab: Record<string, number> = {};
   bytes.forEach((ch, i) => (vocab[ch] = i));
-  const merges = [["h", "e"], ["l", "l"], ["he", "ll"], ["hell", "o"], ["Ġ", "w"], ["o", "r"], ["Ġw", "or"], ["Ġwor", "l"], ["Ġworl", "d"]];
+  const merges = [
+    ["h", "e"],
+    ["l", "l"],
+    ["he", "ll"],
+    ["hell", "o"],
+    ["Ġ", "w"],
+    ["o", "r"],
+    ["Ġw", "or"],
+    ["Ġwor", "l"],
+    ["Ġworl", "d"],
+  ];
   for (const [a, b] of merges) vocab[a! + b!] = Object.keys(vocab).length;
   const specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
   const base = Object.keys(vocab).length;
@@ -42,12 +52,23 @@ export function writeTokenizerDir(opts: { template?: boolean; generation?: boole
     pre_tokenizer: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
     post_processor: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
     decoder: { type: "ByteLevel", add_prefix_space: false, trim_offsets: true, use_regex: true },
-    model: { type: "BPE", dropout: null, unk_token: null, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, vocab, merges: merges.map(([a, b]) => `${a} ${b}`) },
+    model: {
+      type: "BPE",
+      dropout: null,
+      unk_token: null,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      vocab,
+      merges: merges.map(([a, b]) => `${a} ${b}`),
+    },
   };
   writeFileSync(join(dir, "tokenizer.json"), JSON.stringify(tokenizerJson));
   const config: Record<string, unknown> = { bos_token: null, eos_token: "<|im_end|>", pad_token: "<|endoftext|>", model_max_length: 32768 };
   if (opts.template !== false) config.chat_template = QWEN_TEMPLATE;
   writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify(config));
-  if (opts.generation !== false) writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: [ids["<|im_end|>"], ids["<|endoftext|>"]] }));
+  if (opts.generation !== false)
+    writeFileSync(join(dir, "generation_config.json"), JSON.stringify({ eos_token_id: [ids["<|im_end|>"], ids["<|endoftext|>"]] }));
   return { dir, ids };
 }

@@ -10,8 +10,13 @@ const apiUrl = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), ".
 export function writeMultiTurnEnv(dir: string): string {
   const folder = join(dir, "echo-turns");
   mkdirSync(folder, { recursive: true });
-  writeFileSync(join(folder, "package.json"), JSON.stringify({ name: "echo-turns", version: "2.1.0", type: "module", main: "index.js", keywords: ["rollstream-environment"] }));
-  writeFileSync(join(folder, "index.js"), `
+  writeFileSync(
+    join(folder, "package.json"),
+    JSON.stringify({ name: "echo-turns", version: "2.1.0", type: "module", main: "index.js", keywords: ["rollstream-environment"] }),
+  );
+  writeFileSync(
+    join(folder, "index.js"),
+    `
 import { buildPrompt, createEnvironment, generatorDataset, multiTurnRollout, Rubric } from ${JSON.stringify(apiUrl)};
 export function loadEnvironment() {
   const rubric = new Rubric()
@@ -37,6 +42,7 @@ export function loadEnvironment() {
     }),
   });
 }
-`);
+`,
+  );
   return dir;
 }

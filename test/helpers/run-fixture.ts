@@ -58,7 +58,15 @@ export async function startRun(
   const topology = await ensureTopology(nc, run, { taskAckWaitMs: config.nats.taskAckWaitMs });
   const launcher = new ActorLauncher({ binPath: cliMain, configPath, natsUrl: nats.url, logDir: join(dir, "logs"), maxRestarts: opts.maxRestarts ?? 0 });
   return {
-    dir, configPath, config, nats, nc, js: jetstream(nc), topology, state: new RunState(topology.kv), launcher,
+    dir,
+    configPath,
+    config,
+    nats,
+    nc,
+    js: jetstream(nc),
+    topology,
+    state: new RunState(topology.kv),
+    launcher,
     async close() {
       await launcher.stopAll(5000);
       await nc.close();

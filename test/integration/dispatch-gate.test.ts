@@ -26,15 +26,29 @@ test("the dispatch gate holds at maxAsyncLevel and opens one step per learner st
     const { ActorLauncher } = await import("../../deploy/local/launcher.js");
     const { freePort } = await import("../../deploy/local/nats-server.js");
     const metricsPort = await freePort();
-    const launcher2 = new ActorLauncher({ binPath: (await import("../helpers/run-fixture.js")).cliMain, configPath: run.configPath, natsUrl: run.nats.url, logDir: `${run.dir}/logs`, maxRestarts: 0, metricsPortBase: metricsPort });
+    const launcher2 = new ActorLauncher({
+      binPath: (await import("../helpers/run-fixture.js")).cliMain,
+      configPath: run.configPath,
+      natsUrl: run.nats.url,
+      logDir: `${run.dir}/logs`,
+      maxRestarts: 0,
+      metricsPortBase: metricsPort,
+    });
     launcher2.start({ name: "orchestrator", replica: 0 });
     try {
       // Every actor serves Prometheus metrics when given a port.
       let body = "";
-      await waitUntil("/metrics", async () => {
-        body = await fetch(`http://127.0.0.1:${metricsPort}/metrics`).then((r) => r.text()).catch(() => "");
-        return body.includes("rollstream_orchestrator_gate_waiting");
-      }, 15_000, `${run.dir}/logs`);
+      await waitUntil(
+        "/metrics",
+        async () => {
+          body = await fetch(`http://127.0.0.1:${metricsPort}/metrics`)
+            .then((r) => r.text())
+            .catch(() => "");
+          return body.includes("rollstream_orchestrator_gate_waiting");
+        },
+        15_000,
+        `${run.dir}/logs`,
+      );
       assert.match(body, /rollstream_orchestrator_gate_waiting\{actor="orchestrator",run="gate"\} [01]/);
       assert.match(body, /rollstream_process_cpu_seconds_total\{actor="orchestrator"/);
       await new Promise((r) => setTimeout(r, 1500));

@@ -26,11 +26,16 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
     await waitUntil("final checkpoint", async () => ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) === 4, 20_000, `${run.dir}/logs`);
     assert.equal(await run.state.policyVersion(), 4);
     const ckdir = join(run.dir, "loop", "checkpoints");
-    const kept = readdirSync(ckdir).filter((n) => n.startsWith("step-")).sort();
+    const kept = readdirSync(ckdir)
+      .filter((n) => n.startsWith("step-"))
+      .sort();
     assert.deepEqual(kept, ["step-00000002", "step-00000004"], "keep-last-2 of steps 0, 2, 4");
     assert.ok(existsSync(join(ckdir, "step-00000004", "manifest.json")));
     // Object store keeps only the newest weight versions, and v0 (the SFT result RL started from).
-    const objects = (await run.topology.objects.list()).map((o) => o.name).filter((n) => /^v\d+$/.test(n)).sort();
+    const objects = (await run.topology.objects.list())
+      .map((o) => o.name)
+      .filter((n) => /^v\d+$/.test(n))
+      .sort();
     assert.deepEqual(objects, ["v0", "v3", "v4"]);
     // Scored batches carry each environment's name@version and valid masks.
     const envs = new Set<string>();

@@ -64,7 +64,10 @@ test("a run started from an HF checkpoint folder loads its weights and tokenizer
     for (const m of await storedMessages(jsm, names.streams.rollouts, names.subjects.rolloutsScored)) {
       for (const r of decodeRolloutBatch(m.data).rows) {
         tokens += r.completionIds.length;
-        assert.ok([...r.completionIds].every((id) => id < 268), `a padded id was sampled: ${[...r.completionIds]}`);
+        assert.ok(
+          [...r.completionIds].every((id) => id < 268),
+          `a padded id was sampled: ${[...r.completionIds]}`,
+        );
       }
     }
     assert.ok(tokens >= 16, `${tokens} completion tokens checked`);
@@ -84,7 +87,11 @@ test("rollstream eval --checkpoint on an HF folder uses the folder's tokenizer a
     const gens = await Promise.all(Array.from({ length: 8 }, () => client.generate(prompt, { temperature: 2, topP: 1, topK: 0, maxTokens: 16 })));
     assert.ok(gens.every((g) => g.tokenIds.every((id) => id < 268)));
     const out = join(dir, "eval-out");
-    const r = spawnSync(process.execPath, [cliMain, "eval", "arithmetic", "--checkpoint", dir, "-n", "3", "-r", "2", "--max-tokens", "8", "--threads", "1", "-o", out], { encoding: "utf8", timeout: 60_000 });
+    const r = spawnSync(
+      process.execPath,
+      [cliMain, "eval", "arithmetic", "--checkpoint", dir, "-n", "3", "-r", "2", "--max-tokens", "8", "--threads", "1", "-o", out],
+      { encoding: "utf8", timeout: 60_000 },
+    );
     assert.equal(r.status, 0, r.stdout + r.stderr);
     assert.match(r.stdout, /pass@1/);
     const rows = readFileSync(join(out, "results.jsonl"), "utf8").trim().split("\n");

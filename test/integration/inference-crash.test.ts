@@ -40,14 +40,18 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
       await waitUntil("tasks in flight", async () => (await pendingTasks()) > 0, 30_000, `${run.dir}/logs`);
       const pid = run.launcher.pid("inference", replica)!;
       process.kill(pid, "SIGKILL");
-      await waitUntil("the killed actor is gone", () => {
-        try {
-          process.kill(pid, 0);
-          return false;
-        } catch {
-          return true;
-        }
-      }, 10_000);
+      await waitUntil(
+        "the killed actor is gone",
+        () => {
+          try {
+            process.kill(pid, 0);
+            return false;
+          } catch {
+            return true;
+          }
+        },
+        10_000,
+      );
       heldAtKill = await pendingTasks();
     }
     assert.ok(heldAtKill > 0, "the killed actor held unacked tasks");
@@ -56,10 +60,15 @@ test("SIGKILL of inference mid-run and a restart lose no task and count none twi
     run.launcher.start({ name: "inference", replica: replica + 1 });
     await waitUntil("every task scored", async () => (await countOn(names.subjects.rolloutsScored)) >= tasks, 90_000, `${run.dir}/logs`);
     await new Promise((r) => setTimeout(r, 2500)); // a late duplicate would show up here
-    await waitUntil("every task acked", async () => {
-      const ci = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
-      return ci.num_pending + ci.num_ack_pending === 0;
-    }, 30_000, `${run.dir}/logs`);
+    await waitUntil(
+      "every task acked",
+      async () => {
+        const ci = await run.topology.jsm.consumers.info(names.streams.tasks, names.consumers.inference);
+        return ci.num_pending + ci.num_ack_pending === 0;
+      },
+      30_000,
+      `${run.dir}/logs`,
+    );
     assert.equal(await countOn(names.subjects.rolloutsRaw), tasks, "raw groups: one per task");
     assert.equal(await countOn(names.subjects.rolloutsScored), tasks, "scored batches: one per task");
     const taskIds = new Set<string>();

@@ -64,7 +64,9 @@ test("groups larger than max_payload go via the blob bucket and batches are chun
     assert.equal(events.state.subjects?.[names.subjects.dlq] ?? 0, 0);
 
     // `rollstream inspect` resolves a pointer and shows the group.
-    const r = spawnSync(process.execPath, [cliMain, "inspect", "--config", run.configPath, "--nats", run.nats.url, "--subject", names.subjects.rolloutsRaw], { encoding: "utf8" });
+    const r = spawnSync(process.execPath, [cliMain, "inspect", "--config", run.configPath, "--nats", run.nats.url, "--subject", names.subjects.rolloutsRaw], {
+      encoding: "utf8",
+    });
     assert.equal(r.status, 0, r.stderr);
     assert.match(r.stdout, /payload in blob raw:/);
     assert.match(r.stdout, /"rollouts":\[/);

@@ -15,7 +15,9 @@ test("a starved learner gets refill tasks and the run finishes; drops are counte
   try {
     const events: MetricsEvent[] = [];
     const sub = run.nc.subscribe(run.topology.names.subjects.metricsAll);
-    (async () => { for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data)); })();
+    (async () => {
+      for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data));
+    })();
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
     await waitUntil("all 5 steps", async () => (await run.state.learnerStep()) >= 5, 120_000, `${run.dir}/logs`);
     await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 20_000, `${run.dir}/logs`);
@@ -23,7 +25,10 @@ test("a starved learner gets refill tasks and the run finishes; drops are counte
     const steps = events.filter((e) => e.actor === "learner" && e.kind === "step");
     const dropped = Math.max(...steps.map((e) => e.values.droppedStaleTotal ?? 0));
     assert.ok(dropped > 0, "with maxAsyncLevel 2 and maxOffPolicySteps 0 some samples must be stale");
-    assert.ok(steps.every((e) => e.values.stalenessMax === 0), "no stale sample was trained on");
+    assert.ok(
+      steps.every((e) => e.values.stalenessMax === 0),
+      "no stale sample was trained on",
+    );
     assert.ok(((await run.state.get(StateKeys.orchestratorRefills)) ?? 0) > 0, "the orchestrator refilled");
   } finally {
     await run.close();

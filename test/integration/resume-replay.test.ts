@@ -19,38 +19,60 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
   try {
     const events: MetricsEvent[] = [];
     const sub = run.nc.subscribe(run.topology.names.subjects.metrics("learner"));
-    (async () => { for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data)); })();
+    (async () => {
+      for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data));
+    })();
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
     // Kill between checkpoints (3 of every 4 steps), so the restored learner has steps to redo.
-    await waitUntil("a step between checkpoints", async () => {
-      const step = await run.state.learnerStep();
-      return step >= 2 && step % 4 !== 0 && ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) >= 0;
-    }, 90_000, `${run.dir}/logs`);
+    await waitUntil(
+      "a step between checkpoints",
+      async () => {
+        const step = await run.state.learnerStep();
+        return step >= 2 && step % 4 !== 0 && ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) >= 0;
+      },
+      90_000,
+      `${run.dir}/logs`,
+    );
     process.kill(run.launcher.pid("learner", 0)!, "SIGKILL");
     await new Promise((r) => setTimeout(r, 200));
     const stepsBeforeKill = new Set(events.filter((e) => e.kind === "step").map((e) => e.step!)).size;
     run.launcher.start({ name: "learner", replica: 1 });
-    await waitUntil("16 steps and the final checkpoint", async () =>
-      (await run.state.learnerStep()) >= 16 && ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) >= 16, 120_000, `${run.dir}/logs`);
+    await waitUntil(
+      "16 steps and the final checkpoint",
+      async () => (await run.state.learnerStep()) >= 16 && ((await run.state.get(StateKeys.checkpointLatest)) ?? -1) >= 16,
+      120_000,
+      `${run.dir}/logs`,
+    );
     sub.unsubscribe();
 
     const byStep = new Map<number, number[]>();
     for (const e of events.filter((x) => x.kind === "step")) byStep.set(e.step!, [...(byStep.get(e.step!) ?? []), e.values.loss!]);
     const redone = [...byStep.entries()].filter(([, l]) => l.length > 1);
-    const restoredLine = readFileSync(join(run.dir, "logs", "learner-1.log"), "utf8").split("\n").find((l) => l.includes("restored from checkpoint"));
+    const restoredLine = readFileSync(join(run.dir, "logs", "learner-1.log"), "utf8")
+      .split("\n")
+      .find((l) => l.includes("restored from checkpoint"));
     assert.ok(restoredLine, "the new learner restored a checkpoint");
     const restoredStep = JSON.parse(restoredLine).step as number;
     assert.ok(restoredStep < stepsBeforeKill, `restored step ${restoredStep}, killed after ${stepsBeforeKill}`);
     assert.equal(redone.length, stepsBeforeKill - restoredStep, "the restored learner redid exactly the steps after its checkpoint");
-    for (const [step, losses] of redone) assert.ok(losses.every((l) => l === losses[0]), `step ${step} recomputed with a different loss: ${losses}`);
-    assert.deepEqual([...byStep.keys()].sort((a, b) => a - b), Array.from({ length: 16 }, (_, i) => i + 1));
+    for (const [step, losses] of redone)
+      assert.ok(
+        losses.every((l) => l === losses[0]),
+        `step ${step} recomputed with a different loss: ${losses}`,
+      );
+    assert.deepEqual(
+      [...byStep.keys()].sort((a, b) => a - b),
+      Array.from({ length: 16 }, (_, i) => i + 1),
+    );
 
     // What `rollstream train` records, then replay from the oldest kept checkpoint.
     const runDir = join(run.dir, "resume");
     writeFileSync(join(runDir, "metrics.jsonl"), events.map((e) => JSON.stringify(e)).join("\n") + "\n");
     const lines: string[] = [];
     const orig = console.log;
-    console.log = (...a: unknown[]) => { lines.push(a.join(" ")); };
+    console.log = (...a: unknown[]) => {
+      lines.push(a.join(" "));
+    };
     let code: number;
     try {
       code = await replay({ config: run.configPath, steps: "2", nats: run.nats.url, json: true });
@@ -60,7 +82,10 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     const rows = lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { step: number; exact: boolean | null });
     assert.equal(code, 0, lines.join("\n"));
     assert.equal(rows.length, 2);
-    assert.ok(rows.every((r) => r.exact === true), lines.join("\n"));
+    assert.ok(
+      rows.every((r) => r.exact === true),
+      lines.join("\n"),
+    );
   } finally {
     await run.close();
   }

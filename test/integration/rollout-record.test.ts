@@ -57,7 +57,10 @@ test("the reward actor scores the tool env's rollouts exactly as eval does, and 
     ];
     // What `rollstream eval` does with a rollout: score it in the process that made it.
     const expected = await loaded!.env.scoreGroup(results, row, {});
-    assert.ok(results[0]!.messages.some((m) => m.role === "tool" && m.name === "lookup"), "the careful policy called the lookup tool");
+    assert.ok(
+      results[0]!.messages.some((m) => m.role === "tool" && m.name === "lookup"),
+      "the careful policy called the lookup tool",
+    );
     assert.ok(expected[0]!.metrics["looked_up"]! > 0, `looked_up is ${expected[0]!.metrics["looked_up"]} in eval (positive control)`);
     assert.ok(Object.keys(table).length > 0);
 
@@ -65,13 +68,28 @@ test("the reward actor scores the tool env's rollouts exactly as eval does, and 
     const topology = await ensureTopology(nc, run);
     const channels = new RunChannels(topology.wire);
     const task: Task = {
-      run, taskId: `${run}:0:0`, epoch: 0, index: 0, step: 0, env: loaded!.id, envKey: loaded!.key, exampleIndex: 3,
-      groupSize: 2, sampling, seed: 1,
+      run,
+      taskId: `${run}:0:0`,
+      epoch: 0,
+      index: 0,
+      step: 0,
+      env: loaded!.id,
+      envKey: loaded!.key,
+      exampleIndex: 3,
+      groupSize: 2,
+      sampling,
+      seed: 1,
     };
     await channels.rawRollouts.publish({ task, rollouts: results.map(toRawRollout), producer: "test" });
     const ctx: ActorContext = {
-      actor: "reward", instance: "test", config, runDir: mkdtempSync(join(tmpdir(), "rs-record-run-")), nc,
-      log: pino({ level: "silent" }), metrics: new ActorMetrics("reward", run), signal: abort.signal,
+      actor: "reward",
+      instance: "test",
+      config,
+      runDir: mkdtempSync(join(tmpdir(), "rs-record-run-")),
+      nc,
+      log: pino({ level: "silent" }),
+      metrics: new ActorMetrics("reward", run),
+      signal: abort.signal,
       publishMetrics: async () => undefined,
     };
     const actor = resolveActor(RewardActor, { ctx, topology, channels, state: new RunState(topology.kv) });
@@ -82,7 +100,9 @@ test("the reward actor scores the tool env's rollouts exactly as eval does, and 
 
     assert.equal(rows.length, 2);
     for (let i = 0; i < 2; i++) {
-      const r = rows[i]!, e = expected[i]!, src = results[i]!;
+      const r = rows[i]!,
+        e = expected[i]!,
+        src = results[i]!;
       assert.equal(r.reward, Math.fround(e.reward), `row ${i}: reward`);
       assert.deepEqual(r.rewardComponents, Object.fromEntries(Object.entries(e.components).map(([k, v]) => [k, Math.fround(v)])), `row ${i}: components`);
       assert.deepEqual(r.metrics, e.metrics, `row ${i}: metrics (zero-weight functions and state.metrics)`);
@@ -127,7 +147,11 @@ test("the tool env and a third-party multi-turn env run through every actor; sco
       assert.ok(r.numTurns >= 1 && r.turnOffsets.length === r.numTurns, "one turn offset per model turn");
       assert.equal(state.seen.length, state.metrics.env_turns, "the env's own state arrived whole");
       assert.equal(r.metrics["env_turns"], state.metrics.env_turns, "state.metrics became row metrics");
-      assert.equal(r.metrics["seen_chars"], state.seen.reduce((n, s) => n + s.length, 0), "zero-weight metric computed from the state");
+      assert.equal(
+        r.metrics["seen_chars"],
+        state.seen.reduce((n, s) => n + s.length, 0),
+        "zero-weight metric computed from the state",
+      );
       assert.equal(r.rewardComponents["turns"], Math.fround(Math.min(1, state.seen.length / 3)), "reward computed from the state");
       assert.ok(r.messages.filter((m) => m.content === "again").length >= state.seen.length - 1, "env messages are in the transcript");
     }

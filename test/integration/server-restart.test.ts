@@ -9,11 +9,15 @@ import { StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 
 test("the run survives a nats-server restart and finishes without double-counting", async () => {
-  const run = await startRun("restart", {
-    rl: { steps: 30, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
-    checkpoint: { interval: 5, keepLast: 2, keepVersions: 3 },
-    nats: { taskAckWaitMs: 3000 },
-  }, { maxRestarts: 5 });
+  const run = await startRun(
+    "restart",
+    {
+      rl: { steps: 30, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
+      checkpoint: { interval: 5, keepLast: 2, keepVersions: 3 },
+      nats: { taskAckWaitMs: 3000 },
+    },
+    { maxRestarts: 5 },
+  );
   let restarted: Awaited<ReturnType<typeof startNatsServer>> | null = null;
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });

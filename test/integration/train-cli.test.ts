@@ -18,7 +18,10 @@ function exitOf(child: ChildProcess): Promise<number | null> {
 function portOpen(port: number): Promise<boolean> {
   return new Promise((resolve) => {
     const s = netConnect(port, "127.0.0.1");
-    s.once("connect", () => { s.destroy(); resolve(true); });
+    s.once("connect", () => {
+      s.destroy();
+      resolve(true);
+    });
     s.once("error", () => resolve(false));
   });
 }
@@ -26,12 +29,17 @@ function portOpen(port: number): Promise<boolean> {
 test("train: Ctrl-C drains the actors and stops its nats-server; rerunning resumes from the checkpoint and finishes", async () => {
   const dir = mkdtempSync(join(tmpdir(), "rs-train-cli-"));
   const cfgPath = join(dir, "run.yaml");
-  writeFileSync(cfgPath, stringify(tinyConfig("cli", dir, {
-    sft: { steps: 4, batchSize: 8 },
-    // Enough steps that Ctrl-C lands mid-run: a tiny model steps in milliseconds.
-    rl: { steps: 80, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
-    checkpoint: { interval: 4, keepLast: 2, keepVersions: 2 },
-  })));
+  writeFileSync(
+    cfgPath,
+    stringify(
+      tinyConfig("cli", dir, {
+        sft: { steps: 4, batchSize: 8 },
+        // Enough steps that Ctrl-C lands mid-run: a tiny model steps in milliseconds.
+        rl: { steps: 80, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
+        checkpoint: { interval: 4, keepLast: 2, keepVersions: 2 },
+      }),
+    ),
+  );
   // The embedded mode: no NATS_URL, so train starts its own server.
   const env: NodeJS.ProcessEnv = { ...process.env };
   delete env.NATS_URL;
@@ -41,11 +49,15 @@ test("train: Ctrl-C drains the actors and stops its nats-server; rerunning resum
     first.stdout!.on("data", (d: Buffer) => (out += d.toString()));
     first.stderr!.on("data", (d: Buffer) => (out += d.toString()));
     const metrics = join(dir, "cli", "metrics.jsonl");
-    await waitUntil("some RL steps with a checkpoint", () => {
-      if (!existsSync(metrics)) return false;
-      const text = readFileSync(metrics, "utf8");
-      return text.includes('"kind":"checkpoint"') && /"actor":"learner","kind":"step","time":\d+,"step":(6|7|8|9|1\d)/.test(text);
-    }, 90_000);
+    await waitUntil(
+      "some RL steps with a checkpoint",
+      () => {
+        if (!existsSync(metrics)) return false;
+        const text = readFileSync(metrics, "utf8");
+        return text.includes('"kind":"checkpoint"') && /"actor":"learner","kind":"step","time":\d+,"step":(6|7|8|9|1\d)/.test(text);
+      },
+      90_000,
+    );
     const port = Number(/nats:\/\/127\.0\.0\.1:(\d+)/.exec(out)![1]);
     assert.ok(await portOpen(port));
     first.kill("SIGINT");
@@ -85,7 +97,14 @@ test("inspect lists streams, consumers and state, and decodes Arrow and msgpack 
   const dir = mkdtempSync(join(tmpdir(), "rs-inspect-"));
   try {
     const cfgPath = join(dir, "run.yaml");
-    writeFileSync(cfgPath, stringify(tinyConfig("insp", dir, { rl: { steps: 2, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } } })));
+    writeFileSync(
+      cfgPath,
+      stringify(
+        tinyConfig("insp", dir, {
+          rl: { steps: 2, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
+        }),
+      ),
+    );
     const run = spawnSync(process.execPath, [cliMain, "train", cfgPath, "--nats", nats.url, "--no-eval"], { encoding: "utf8", timeout: 90_000 });
     assert.equal(run.status, 0, run.stdout + run.stderr);
     const overview = spawnSync(process.execPath, [cliMain, "inspect", "--run", "insp", "--nats", nats.url], { encoding: "utf8" });
@@ -94,12 +113,26 @@ test("inspect lists streams, consumers and state, and decodes Arrow and msgpack 
     assert.match(overview.stdout, /rs\.insp\.rollouts\.scored: 4/);
     assert.match(overview.stdout, /consumer inference: pending 0/);
     assert.match(overview.stdout, /policy\.version = 2/);
-    const scored = spawnSync(process.execPath, [cliMain, "inspect", "--run", "insp", "--nats", nats.url, "-s", "rs.insp.rollouts.scored", "-n", "2", "--json"], { encoding: "utf8" });
+    const scored = spawnSync(
+      process.execPath,
+      [cliMain, "inspect", "--run", "insp", "--nats", nats.url, "-s", "rs.insp.rollouts.scored", "-n", "2", "--json"],
+      { encoding: "utf8" },
+    );
     assert.equal(scored.status, 0, scored.stderr);
     assert.match(scored.stdout, /Content-Type: application\/vnd\.apache\.arrow\.stream/);
     assert.match(scored.stdout, /arrow batch: 4 rows/);
     assert.match(scored.stdout, /"env": "arithmetic@1\.0\.0"/);
-    const tasks = spawnSync(process.execPath, [cliMain, "inspect", "--run", "insp", "--nats", nats.url, "-s", "rs.insp.weights", "-n", "1"], { encoding: "utf8" });
+    // The acceptance command of the wire contract: a scored batch's rubric metrics (arithmetic's
+    // zero-weight "format") are visible in the table.
+    const table = spawnSync(process.execPath, [cliMain, "inspect", "--run", "insp", "--nats", nats.url, "-s", "rs.insp.rollouts.scored", "-n", "1"], {
+      encoding: "utf8",
+    });
+    assert.equal(table.status, 0, table.stderr);
+    assert.match(table.stdout, /metrics/);
+    assert.match(table.stdout, /format=\d/);
+    const tasks = spawnSync(process.execPath, [cliMain, "inspect", "--run", "insp", "--nats", nats.url, "-s", "rs.insp.weights", "-n", "1"], {
+      encoding: "utf8",
+    });
     assert.match(tasks.stdout, /"object":"v2"/);
   } finally {
     await nats.cleanup();

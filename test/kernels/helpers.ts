@@ -7,7 +7,6 @@ import type { Weights } from "../reference/llama-f64.js";
 import { mulberry32 } from "../helpers/rng.js";
 export { mulberry32 };
 
-
 /** Uniform(-scale, scale) float32 values. */
 export function randF32(n: number, seed: number, scale = 1): Float32Array {
   const r = mulberry32(seed);
@@ -52,7 +51,11 @@ export function numericGrad(f: () => number, x: Float64Array, h = 1e-5, indices?
  */
 export function assertClose(actual: ArrayLike<number>, expected: ArrayLike<number>, what: string, rtol = 1e-4, atol = 1e-6): void {
   assert.equal(actual.length, expected.length, `${what}: length ${actual.length} vs ${expected.length}`);
-  let scale = 0, num = 0, den = 0, worst = 0, worstAt = -1;
+  let scale = 0,
+    num = 0,
+    den = 0,
+    worst = 0,
+    worstAt = -1;
   for (let i = 0; i < expected.length; i++) scale = Math.max(scale, Math.abs(expected[i]));
   for (let i = 0; i < expected.length; i++) {
     const d = Math.abs(actual[i] - expected[i]);

@@ -52,8 +52,17 @@ const qwenJson = {
 
 test("Llama config maps to ModelConfig", () => {
   assert.deepEqual(fromHfConfig(llamaJson), {
-    vocabSize: 32000, hiddenSize: 2048, intermediateSize: 5632, numLayers: 22, numHeads: 32, numKvHeads: 4,
-    rmsNormEps: 1e-5, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 2048, attentionBias: false,
+    vocabSize: 32000,
+    hiddenSize: 2048,
+    intermediateSize: 5632,
+    numLayers: 22,
+    numHeads: 32,
+    numKvHeads: 4,
+    rmsNormEps: 1e-5,
+    ropeTheta: 10000,
+    tieWordEmbeddings: false,
+    maxPositionEmbeddings: 2048,
+    attentionBias: false,
   });
   // num_key_value_heads defaults to the head count; HF defaults fill omitted fields.
   const { num_key_value_heads: _kv, rms_norm_eps: _e, rope_theta: _t, tie_word_embeddings: _tw, max_position_embeddings: _m, ...minimal } = llamaJson;
@@ -69,8 +78,17 @@ test("Llama config maps to ModelConfig", () => {
 
 test("Qwen2-0.5B config maps to ModelConfig with q/k/v bias and tied embeddings", () => {
   assert.deepEqual(fromHfConfig(qwenJson), {
-    vocabSize: 151936, hiddenSize: 896, intermediateSize: 4864, numLayers: 24, numHeads: 14, numKvHeads: 2,
-    rmsNormEps: 1e-6, ropeTheta: 1e6, tieWordEmbeddings: true, maxPositionEmbeddings: 131072, attentionBias: true,
+    vocabSize: 151936,
+    hiddenSize: 896,
+    intermediateSize: 4864,
+    numLayers: 24,
+    numHeads: 14,
+    numKvHeads: 2,
+    rmsNormEps: 1e-6,
+    ropeTheta: 1e6,
+    tieWordEmbeddings: true,
+    maxPositionEmbeddings: 131072,
+    attentionBias: true,
   });
 });
 

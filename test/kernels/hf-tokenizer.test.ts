@@ -75,7 +75,9 @@ test("HF tokenizer: chosen through the run config; missing files and templates g
     assert.throws(() => tok.applyChatTemplate([{ role: "user", content: "x" }]), /no chat_template/);
     // A fresh model with more rows than the tokenizer has ids could sample undecodable ids: refused.
     assert.throws(() => createPolicyModel(cfg), /model\.vocabSize 512 must equal the HF tokenizer's vocabulary \(268\)/);
-    const fitting = createPolicyModel(parseRunConfig({ ...cfg, model: { ...cfg.model, vocabSize: 268, hiddenSize: 32, intermediateSize: 64, numLayers: 1, numHeads: 2, numKvHeads: 1 } }));
+    const fitting = createPolicyModel(
+      parseRunConfig({ ...cfg, model: { ...cfg.model, vocabSize: 268, hiddenSize: 32, intermediateSize: 64, numLayers: 1, numHeads: 2, numKvHeads: 1 } }),
+    );
     fitting.dispose();
     assert.throws(
       () => parseRunConfig({ run: "t", tokenizer: { kind: "hf" }, environments: [{ id: "arithmetic@^1" }] }),

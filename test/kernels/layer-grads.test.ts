@@ -11,7 +11,8 @@ import * as ref from "./ref-layers.js";
 const RTOL = 1e-4;
 
 test("embedding: forward gathers rows, backward scatter-adds repeated ids", () => {
-  const V = 11, D = 6;
+  const V = 11,
+    D = 6;
   const table = randF32(V * D, 1);
   const ids = Int32Array.from([3, 0, 3, 10, 7, 3]);
   const out = kernels.embeddingForward(table, V, D, ids);
@@ -23,11 +24,15 @@ test("embedding: forward gathers rows, backward scatter-adds repeated ids", () =
 });
 
 test("rmsnorm: forward and gradients of x and w", () => {
-  const T = 5, D = 12, eps = 1e-5;
-  const x = randF32(T * D, 3, 2), w = randF32(D, 4, 1);
+  const T = 5,
+    D = 12,
+    eps = 1e-5;
+  const x = randF32(T * D, 3, 2),
+    w = randF32(D, 4, 1);
   for (let i = 0; i < D; i++) w[i] += 1;
   const { y, rstd } = kernels.rmsnormForward(x, w, T, D, eps);
-  const x64 = f64(x), w64 = f64(w);
+  const x64 = f64(x),
+    w64 = f64(w);
   assertClose(y, ref.rmsNorm(x64, T, D, w64, eps), "rmsnorm forward", 1e-6);
   const dy = randF32(T * D, 5);
   const L = () => dot64(dy, ref.rmsNorm(x64, T, D, w64, eps));
@@ -37,15 +42,22 @@ test("rmsnorm: forward and gradients of x and w", () => {
 });
 
 test("fused residual + rmsnorm: forward, and gradients of x (= residual), w, with a gradient arriving at r", () => {
-  const T = 4, D = 10, eps = 1e-6;
-  const x = randF32(T * D, 6), res = randF32(T * D, 7), w = randF32(D, 8, 0.5);
+  const T = 4,
+    D = 10,
+    eps = 1e-6;
+  const x = randF32(T * D, 6),
+    res = randF32(T * D, 7),
+    w = randF32(D, 8, 0.5);
   const { r, y, rstd } = kernels.residualRmsnormForward(x, res, w, T, D, eps);
-  const x64 = f64(x), res64 = f64(res), w64 = f64(w);
+  const x64 = f64(x),
+    res64 = f64(res),
+    w64 = f64(w);
   const want = ref.residualRmsNorm(x64, res64, T, D, w64, eps);
   assertClose(r, want.r, "residual sum", 1e-7);
   assertClose(y, want.y, "residual rmsnorm forward", 1e-6);
   // L = dy . y + dr . r: the fused backward must add dr (the residual stream's own gradient).
-  const dy = randF32(T * D, 9), dr = randF32(T * D, 10);
+  const dy = randF32(T * D, 9),
+    dr = randF32(T * D, 10);
   const L = () => {
     const o = ref.residualRmsNorm(x64, res64, T, D, w64, eps);
     return dot64(dy, o.y) + dot64(dr, o.r);
@@ -57,9 +69,15 @@ test("fused residual + rmsnorm: forward, and gradients of x (= residual), w, wit
 });
 
 test("matmul y = x W^T + b: forward and gradients of x, W, b", () => {
-  const N = 7, inD = 13, outD = 9;
-  const x = randF32(N * inD, 11), W = randF32(outD * inD, 12), b = randF32(outD, 13);
-  const x64 = f64(x), W64 = f64(W), b64 = f64(b);
+  const N = 7,
+    inD = 13,
+    outD = 9;
+  const x = randF32(N * inD, 11),
+    W = randF32(outD * inD, 12),
+    b = randF32(outD, 13);
+  const x64 = f64(x),
+    W64 = f64(W),
+    b64 = f64(b);
   assertClose(kernels.matmulForward(x, W, b, N, inD, outD), ref.linear(x64, N, inD, W64, outD, b64), "matmul forward", 1e-6);
   assertClose(kernels.matmulForward(x, W, null, N, inD, outD), ref.linear(x64, N, inD, W64, outD), "matmul forward, no bias", 1e-6);
   const dy = randF32(N * outD, 14);
@@ -71,7 +89,10 @@ test("matmul y = x W^T + b: forward and gradients of x, W, b", () => {
 });
 
 test("rope (HF rotate-half): forward matches the reference and the backward is its exact adjoint", () => {
-  const T = 6, H = 3, hd = 8, theta = 10000;
+  const T = 6,
+    H = 3,
+    hd = 8,
+    theta = 10000;
   const x = randF32(T * H * hd, 15);
   const pos = Int32Array.from([0, 1, 2, 9, 0, 31]);
   const x64 = f64(x);
@@ -85,11 +106,18 @@ test("rope (HF rotate-half): forward matches the reference and the backward is i
 });
 
 test("attention: causal GQA within two packed segments, forward and gradients of q, k, v", () => {
-  const T = 9, H = 4, KV = 2, hd = 6;
+  const T = 9,
+    H = 4,
+    KV = 2,
+    hd = 6;
   const segmentStarts = Int32Array.from([0, 5]);
   const dims = { T, heads: H, kvHeads: KV, headDim: hd, segmentStarts };
-  const q = randF32(T * H * hd, 17, 1.5), k = randF32(T * KV * hd, 18, 1.5), v = randF32(T * KV * hd, 19);
-  const q64 = f64(q), k64 = f64(k), v64 = f64(v);
+  const q = randF32(T * H * hd, 17, 1.5),
+    k = randF32(T * KV * hd, 18, 1.5),
+    v = randF32(T * KV * hd, 19);
+  const q64 = f64(q),
+    k64 = f64(k),
+    v64 = f64(v);
   const segStart = ref.segmentStartOf(T, segmentStarts);
   const { out, lse } = kernels.attentionForward(q, k, v, dims);
   assertClose(out, ref.causalAttention(q64, k64, v64, T, H, KV, hd, segStart), "attention forward", 1e-5);
@@ -108,8 +136,10 @@ test("attention: causal GQA within two packed segments, forward and gradients of
 
 test("swiglu: forward and gradients of gate and up", () => {
   const n = 40;
-  const gate = randF32(n, 21, 4), up = randF32(n, 22, 2);
-  const g64 = f64(gate), u64 = f64(up);
+  const gate = randF32(n, 21, 4),
+    up = randF32(n, 22, 2);
+  const g64 = f64(gate),
+    u64 = f64(up);
   assertClose(kernels.swigluForward(gate, up), ref.swiglu(g64, u64), "swiglu forward", 1e-6);
   const dh = randF32(n, 23);
   const L = () => dot64(dh, ref.swiglu(g64, u64));
@@ -124,8 +154,12 @@ test("grad norm and AdamW match their definitions", () => {
   let ss = 0;
   for (const v of g) ss += v * v;
   assert.ok(Math.abs(kernels.gradNorm(g) - Math.sqrt(ss)) < 1e-9 * Math.sqrt(ss));
-  const p = randF32(n, 25), m = randF32(n, 26, 0.1), v = randF32(n, 27, 0.1).map(Math.abs);
-  const p0 = Float64Array.from(p), m0 = Float64Array.from(m), v0 = Float64Array.from(v);
+  const p = randF32(n, 25),
+    m = randF32(n, 26, 0.1),
+    v = randF32(n, 27, 0.1).map(Math.abs);
+  const p0 = Float64Array.from(p),
+    m0 = Float64Array.from(m),
+    v0 = Float64Array.from(v);
   const o = { lr: 0.01, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0.1, step: 3, gradScale: 0.5 };
   kernels.adamw(p, g, m, v, o);
   const want = new Float64Array(n);
@@ -175,9 +209,18 @@ for (const V of [37, 2500]) {
       const c = lossCase(V, 100 + V);
       const normalizer = 7;
       const r = kernels.lossForwardBackward({
-        logits: c.logits, N: c.N, vocab: V, targets: c.targets, mask: c.mask, advantages: c.adv, samplerLogprobs: c.slp, loss: spec, normalizer,
+        logits: c.logits,
+        N: c.N,
+        vocab: V,
+        targets: c.targets,
+        mask: c.mask,
+        advantages: c.adv,
+        samplerLogprobs: c.slp,
+        loss: spec,
+        normalizer,
       });
-      const adv64 = f64(c.adv), slp64 = f64(c.slp);
+      const adv64 = f64(c.adv),
+        slp64 = f64(c.slp);
       const want = ref.lossFromLogits(c.l64, c.N, V, c.targets, c.mask, adv64, slp64, { ...refSpec, normalizer });
       assert.ok(Math.abs(r.stats.loss - want.loss) <= 1e-5 * Math.max(1, Math.abs(want.loss)), `loss ${r.stats.loss} vs ${want.loss}`);
       assert.equal(r.stats.lossTokens, want.lossTokens);
@@ -199,14 +242,18 @@ for (const V of [37, 2500]) {
           }).loss;
         // Big vocab: the target, both sides of the 1024-wide chunk boundaries and a random sample (the full
         // row would cost V^2 reference evaluations).
-        const cols =
-          V <= 64 ? undefined : [...new Set([c.targets[row], 0, 1023, 1024, 2047, 2048, V - 1, ...randInts(40, 900 + row, V)])].filter((j) => j < V);
+        const cols = V <= 64 ? undefined : [...new Set([c.targets[row], 0, 1023, 1024, 2047, 2048, V - 1, ...randInts(40, 900 + row, V)])].filter((j) => j < V);
         const num = numericGrad(L, rowLogits, 1e-5, cols);
         const got = cols ? Float32Array.from(cols, (j) => dl[row * V + j]) : dl.subarray(row * V, (row + 1) * V);
         assertClose(got, num, `dlogits row ${row}`, RTOL, 1e-8);
       }
       // The masked rows (ratio outside [1/8, 8]) have exactly zero gradient under rl.
-      if (spec.name === "rl") for (const row of [3, 4]) assert.ok(dl.subarray(row * V, (row + 1) * V).every((x) => x === 0), `row ${row} masked`);
+      if (spec.name === "rl")
+        for (const row of [3, 4])
+          assert.ok(
+            dl.subarray(row * V, (row + 1) * V).every((x) => x === 0),
+            `row ${row} masked`,
+          );
     });
   }
 }
@@ -214,15 +261,32 @@ for (const V of [37, 2500]) {
 test("rl with maskLow 0 and maskHigh Infinity masks nothing", () => {
   const c = lossCase(50, 9);
   const r = kernels.lossForwardBackward({
-    logits: c.logits, N: c.N, vocab: c.V, targets: c.targets, mask: c.mask, advantages: c.adv, samplerLogprobs: c.slp,
-    loss: { name: "rl", maskLow: 0, maskHigh: Infinity }, normalizer: 1,
+    logits: c.logits,
+    N: c.N,
+    vocab: c.V,
+    targets: c.targets,
+    mask: c.mask,
+    advantages: c.adv,
+    samplerLogprobs: c.slp,
+    loss: { name: "rl", maskLow: 0, maskHigh: Infinity },
+    normalizer: 1,
   });
   assert.equal(r.stats.maskedTokens, 0);
 });
 
 test("fused loss without a gradient buffer returns the same stats", () => {
   const c = lossCase(300, 7);
-  const a = { logits: c.logits, N: c.N, vocab: c.V, targets: c.targets, mask: c.mask, advantages: c.adv, samplerLogprobs: c.slp, loss: { name: "rl" as const }, normalizer: 3 };
+  const a = {
+    logits: c.logits,
+    N: c.N,
+    vocab: c.V,
+    targets: c.targets,
+    mask: c.mask,
+    advantages: c.adv,
+    samplerLogprobs: c.slp,
+    loss: { name: "rl" as const },
+    normalizer: 3,
+  };
   const withGrad = kernels.lossForwardBackward(a);
   const noGrad = kernels.lossForwardBackward({ ...a, withGrad: false });
   assert.deepEqual(noGrad.stats, withGrad.stats);

@@ -12,7 +12,13 @@ function batch(seed: number) {
   const tokens = randInts(40, seed, cfg.vocabSize);
   const segmentStarts = Int32Array.from([0, 13, 29]);
   const lossMask = Uint8Array.from(tokens, (_, t) => (segmentStarts.includes(t) ? 0 : 1));
-  return { tokens, segmentStarts, lossMask, advantages: Float32Array.from(tokens, () => r() - 0.5), samplerLogprobs: Float32Array.from(tokens, () => -3.5 - r() * 0.3) };
+  return {
+    tokens,
+    segmentStarts,
+    lossMask,
+    advantages: Float32Array.from(tokens, () => r() - 0.5),
+    samplerLogprobs: Float32Array.from(tokens, () => -3.5 - r() * 0.3),
+  };
 }
 
 async function train(threads: number, switchTo?: number): Promise<{ params: Float32Array; losses: number[]; gen: unknown }> {

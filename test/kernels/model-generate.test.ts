@@ -37,7 +37,8 @@ async function checkAgainstForward(model: PolicyModel, prompt: Int32Array, r: Ge
   const logits = await model.forward({ tokens: seq, segmentStarts: Int32Array.of(0) });
   for (let k = 0; k < n; k++) {
     const row = prompt.length - 1 + k;
-    let scale = 0, worst = 0;
+    let scale = 0,
+      worst = 0;
     for (let j = 0; j < V; j++) {
       scale = Math.max(scale, Math.abs(logits[row * V + j]));
       worst = Math.max(worst, Math.abs(logits[row * V + j] - r.stepLogits![k * V + j]));
@@ -87,7 +88,8 @@ function checkKeptSet(res: GenerateResult[], V: number, temperature: number, top
       const w = kept.map((i) => Math.exp((z[i] - z[order[0]]) / temperature));
       const Z = w.reduce((a, b) => a + b, 0);
       if (topP < 1) {
-        let cum = 0, n = 0;
+        let cum = 0,
+          n = 0;
         while (n < kept.length) {
           cum += w[n++];
           if (cum >= topP * Z) break;
@@ -107,7 +109,11 @@ function checkKeptSet(res: GenerateResult[], V: number, temperature: number, top
 
 test("temperature, top-k and top-p: sampled tokens stay in the kept set; logprobs are the renormalised distribution's", async () => {
   const model = makeModel();
-  for (const [temperature, topK, topP] of [[0.7, 5, 1], [1.3, 0, 0.6], [0.9, 8, 0.8]] as const) {
+  for (const [temperature, topK, topP] of [
+    [0.7, 5, 1],
+    [1.3, 0, 0.6],
+    [0.9, 8, 0.8],
+  ] as const) {
     const res = await model.generate({ prompts, maxNewTokens: 10, temperature, topK, topP, seed: 9, returnLogits: true });
     checkKeptSet(res, cfg.vocabSize, temperature, topK, topP);
   }
@@ -119,7 +125,11 @@ test("top-p over a large vocabulary (the ranked window grows past its first 256 
   const model = PolicyModel.create(big, { seed: 3, threads: 2 });
   model.setParams(flatParams(model, randomWeights(big, 5)));
   let widest = 0;
-  for (const [temperature, topP] of [[1, 0.9], [2.5, 0.95], [0.8, 0.3]] as const) {
+  for (const [temperature, topP] of [
+    [1, 0.9],
+    [2.5, 0.95],
+    [0.8, 0.3],
+  ] as const) {
     const res = await model.generate({ prompts, maxNewTokens: 6, temperature, topP, seed: 2, returnLogits: true });
     widest = Math.max(widest, checkKeptSet(res, big.vocabSize, temperature, 0, topP));
   }
@@ -133,7 +143,10 @@ test("vocabLimit: ids past it are never drawn; logprobs are normalised over [0, 
   const limit = Math.floor(V * 0.6);
   // High temperature spreads the mass, so without the limit ids past it do come up (the test can fail).
   const free = await model.generate({ prompts, maxNewTokens: 20, temperature: 2, seed: 4 });
-  assert.ok(free.some((r) => [...r.tokens].some((t) => t >= limit)), "unlimited sampling reaches the tail");
+  assert.ok(
+    free.some((r) => [...r.tokens].some((t) => t >= limit)),
+    "unlimited sampling reaches the tail",
+  );
   const res = await model.generate({ prompts, maxNewTokens: 20, temperature: 2, seed: 4, returnLogits: true, vocabLimit: limit });
   for (const r of res) {
     for (let k = 0; k < r.tokens.length; k++) {
@@ -152,7 +165,10 @@ test("vocabLimit: ids past it are never drawn; logprobs are normalised over [0, 
   }
   // vocabLimit = vocab changes nothing.
   const same = await model.generate({ prompts, maxNewTokens: 20, temperature: 2, seed: 4, vocabLimit: V });
-  assert.deepEqual(same.map((r) => [...r.tokens]), free.map((r) => [...r.tokens]));
+  assert.deepEqual(
+    same.map((r) => [...r.tokens]),
+    free.map((r) => [...r.tokens]),
+  );
   await assert.rejects(model.generate({ prompts, maxNewTokens: 2, vocabLimit: V + 1 }), /vocabLimit/);
   await assert.rejects(model.generate({ prompts, maxNewTokens: 2, vocabLimit: 0 }), /vocabLimit/);
   model.dispose();
@@ -167,7 +183,12 @@ test("stop rules: eos (kept in the output), stop sequences, length, context", as
   const cut = Math.min(firstEos, ...[greedy.tokens.indexOf(36)].filter((i) => i >= 0));
   assert.equal(e.stopReason, "eos");
   assert.deepEqual([...e.tokens], [...greedy.tokens.subarray(0, cut + 1)]);
-  const [s] = await model.generate({ prompts: [prompts[0]], maxNewTokens: 6, temperature: 0, stopSequences: [greedy.tokens.slice(3, 5), Int32Array.of(36, 36, 36)] });
+  const [s] = await model.generate({
+    prompts: [prompts[0]],
+    maxNewTokens: 6,
+    temperature: 0,
+    stopSequences: [greedy.tokens.slice(3, 5), Int32Array.of(36, 36, 36)],
+  });
   assert.equal(s.stopReason, "stop");
   assert.deepEqual([...s.tokens], [...greedy.tokens.subarray(0, 5)]);
   // Context: a 38-token prompt in a 40-position model can grow to 40 tokens: 2 new tokens.
@@ -195,7 +216,10 @@ test("a sequence's output does not depend on its batch or on the thread count", 
   assert.deepEqual(oneThread, all);
   // And different seeds do change it.
   const other = await m2.generate({ ...req, prompts, seeds: [21, 22, 23] });
-  assert.notDeepEqual(other.map((r) => [...r.tokens]), all.map((r) => [...r.tokens]));
+  assert.notDeepEqual(
+    other.map((r) => [...r.tokens]),
+    all.map((r) => [...r.tokens]),
+  );
   m1.dispose();
   m2.dispose();
 });

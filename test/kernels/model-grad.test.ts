@@ -32,8 +32,16 @@ for (const tied of [true, false]) {
       const p = model.getParams();
       for (const e of t) {
         const v = p.subarray(e.offset, e.offset + e.size);
-        if (e.name.endsWith("norm.weight")) assert.ok(v.every((x) => x === 1), e.name);
-        else if (e.name.endsWith(".bias")) assert.ok(v.every((x) => x === 0), e.name);
+        if (e.name.endsWith("norm.weight"))
+          assert.ok(
+            v.every((x) => x === 1),
+            e.name,
+          );
+        else if (e.name.endsWith(".bias"))
+          assert.ok(
+            v.every((x) => x === 0),
+            e.name,
+          );
         else {
           const sd = Math.sqrt(v.reduce((s, x) => s + x * x, 0) / v.length);
           assert.ok(sd > 0.002 && sd < 0.03, `${e.name} std ${sd}`);

@@ -19,7 +19,8 @@ test("toSafetensors / loadSafetensors round-trip every tensor by HF name", () =>
   // BF16 copy: values rounded to bf16, within 2^-8 relative.
   const c = PolicyModel.create(cfg, { seed: 3 });
   c.loadSafetensors(a.toSafetensors({ dtype: "BF16" }));
-  const pa = a.getParams(), pc = c.getParams();
+  const pa = a.getParams(),
+    pc = c.getParams();
   for (let i = 0; i < pa.length; i++) assert.ok(Math.abs(pa[i] - pc[i]) <= Math.abs(pa[i]) / 256 + 1e-30);
   for (const m of [a, b, c]) m.dispose();
 });

@@ -31,7 +31,9 @@ for (const loss of [{ name: "rl" }, { name: "sft" }, { name: "ppo_clip" }] as Lo
     const model = PolicyModel.create(cfg, { seed: 4, threads: 2 });
     const batches = seqs.map((s, i) => seqBatch(s, 10 + i));
     const normalizer = batches.reduce((a, b) => a + b.lossMask.reduce((x, y) => x + y, 0), 0);
-    let aloneLoss = 0, aloneEntropy = 0, aloneLogp = 0;
+    let aloneLoss = 0,
+      aloneEntropy = 0,
+      aloneLogp = 0;
     for (const b of batches) {
       const s = await model.accumulate(b, loss, normalizer);
       aloneLoss += s.loss;
@@ -41,11 +43,23 @@ for (const loss of [{ name: "rl" }, { name: "sft" }, { name: "ppo_clip" }] as Lo
     const aloneGrads = model.getGrads();
     model.zeroGrad();
     const packed = {
-      tokens: concat(batches.map((b) => b.tokens), (n) => new Int32Array(n)),
+      tokens: concat(
+        batches.map((b) => b.tokens),
+        (n) => new Int32Array(n),
+      ),
       segmentStarts: Int32Array.from([0, seqs[0].length, seqs[0].length + seqs[1].length]),
-      lossMask: concat(batches.map((b) => b.lossMask), (n) => new Uint8Array(n)),
-      advantages: concat(batches.map((b) => b.advantages), (n) => new Float32Array(n)),
-      samplerLogprobs: concat(batches.map((b) => b.samplerLogprobs), (n) => new Float32Array(n)),
+      lossMask: concat(
+        batches.map((b) => b.lossMask),
+        (n) => new Uint8Array(n),
+      ),
+      advantages: concat(
+        batches.map((b) => b.advantages),
+        (n) => new Float32Array(n),
+      ),
+      samplerLogprobs: concat(
+        batches.map((b) => b.samplerLogprobs),
+        (n) => new Float32Array(n),
+      ),
     };
     const s = await model.accumulate(packed, loss, normalizer);
     assert.equal(s.lossTokens, normalizer);

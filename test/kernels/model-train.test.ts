@@ -15,7 +15,8 @@ test("SFT overfits a fixed small set to near-zero loss within a few seconds", as
   const lossMask = Uint8Array.from(tokens, (_, t) => (t % 16 === 0 ? 0 : 1));
   const normalizer = 60;
   const started = Date.now();
-  let first = 0, last = 0;
+  let first = 0,
+    last = 0;
   for (let step = 0; step < 300; step++) {
     const s = await model.accumulate({ tokens, segmentStarts, lossMask }, { name: "sft" }, normalizer);
     if (step === 0) first = s.loss;
@@ -35,7 +36,8 @@ test("toy policy gradient (generate -> reward -> group advantages -> rl loss) ra
   const model = PolicyModel.create(cfg, { seed: 2, threads: 2 });
   const target = new Set([3, 5, 7, 11, 13]);
   const prompts = [Int32Array.from([1, 2]), Int32Array.from([4, 8, 9])];
-  const groupSize = 16, newTokens = 4;
+  const groupSize = 16,
+    newTokens = 4;
   const rewards: number[] = [];
   for (let step = 0; step < 30; step++) {
     const batchPrompts = prompts.flatMap((p) => Array.from({ length: groupSize }, () => p));
@@ -44,7 +46,10 @@ test("toy policy gradient (generate -> reward -> group advantages -> rl loss) ra
     rewards.push(r.reduce((a, b) => a + b, 0) / r.length);
     // Pack every completion (prompt + completion) into one row; group-mean advantages on completion tokens.
     const total = res.reduce((a, o, i) => a + batchPrompts[i].length + o.tokens.length, 0);
-    const tokens = new Int32Array(total), lossMask = new Uint8Array(total), advantages = new Float32Array(total), samplerLogprobs = new Float32Array(total);
+    const tokens = new Int32Array(total),
+      lossMask = new Uint8Array(total),
+      advantages = new Float32Array(total),
+      samplerLogprobs = new Float32Array(total);
     const starts: number[] = [];
     let at = 0;
     res.forEach((o, i) => {

@@ -33,18 +33,30 @@ test("forward/accumulate reject wrong types, lengths, ids, positions and segment
   const rl = { name: "rl" as const };
   const cases: Array<[string, () => Promise<unknown>, RegExp]> = [
     ["tokens as a plain array", () => m.forward({ tokens: asAny([1, 2]), segmentStarts: Int32Array.of(0) }), /tokens must be a Int32Array \(got object\)/],
-    ["tokens as Float32Array", () => m.forward({ tokens: asAny(new Float32Array(2)), segmentStarts: Int32Array.of(0) }), /tokens must be a Int32Array \(got Float32Array\)/],
+    [
+      "tokens as Float32Array",
+      () => m.forward({ tokens: asAny(new Float32Array(2)), segmentStarts: Int32Array.of(0) }),
+      /tokens must be a Int32Array \(got Float32Array\)/,
+    ],
     ["empty tokens", () => m.forward({ tokens: new Int32Array(0), segmentStarts: Int32Array.of(0) }), /tokens is empty/],
     ["id = vocab", () => m.forward({ tokens: Int32Array.of(1, 37), segmentStarts: Int32Array.of(0) }), /tokens\[1\] = 37 is outside the vocab \[0, 37\)/],
     ["negative id", () => m.forward({ tokens: Int32Array.of(-1), segmentStarts: Int32Array.of(0) }), /tokens\[0\] = -1 is outside the vocab/],
-    ["position past context", () => m.forward({ tokens: new Int32Array(17), segmentStarts: Int32Array.of(0) }), /17 tokens long, past maxPositionEmbeddings 16/],
+    [
+      "position past context",
+      () => m.forward({ tokens: new Int32Array(17), segmentStarts: Int32Array.of(0) }),
+      /17 tokens long, past maxPositionEmbeddings 16/,
+    ],
     ["segments not starting at 0", () => m.forward({ tokens: new Int32Array(4), segmentStarts: Int32Array.of(1) }), /segmentStarts\[0\] must be 0/],
     ["segments unsorted", () => m.forward({ tokens: new Int32Array(6), segmentStarts: Int32Array.of(0, 4, 2) }), /strictly increasing/],
     ["segment start past T", () => m.forward({ tokens: new Int32Array(6), segmentStarts: Int32Array.of(0, 6) }), /not below the token count 6/],
     ["empty segments", () => m.forward({ tokens: new Int32Array(6), segmentStarts: new Int32Array(0) }), /segmentStarts is empty/],
     ["lossMask length", () => m.accumulate({ ...good(), lossMask: new Uint8Array(5) }, rl, 4), /lossMask has length 5, expected 6/],
     ["lossMask type", () => m.accumulate({ ...good(), lossMask: asAny(new Int32Array(6)) }, rl, 4), /lossMask must be a Uint8Array/],
-    ["lossMask at a segment start", () => m.accumulate({ ...good(), lossMask: Uint8Array.from([0, 1, 1, 1, 1, 1]) }, rl, 4), /lossMask\[3\] is set at a segment start/],
+    [
+      "lossMask at a segment start",
+      () => m.accumulate({ ...good(), lossMask: Uint8Array.from([0, 1, 1, 1, 1, 1]) }, rl, 4),
+      /lossMask\[3\] is set at a segment start/,
+    ],
     ["lossMask value 2", () => m.accumulate({ ...good(), lossMask: Uint8Array.from([0, 2, 1, 0, 1, 1]) }, rl, 4), /must be 0 or 1/],
     ["advantages missing for rl", () => m.accumulate({ ...good(), advantages: undefined }, rl, 4), /needs advantages and samplerLogprobs/],
     ["advantages Float64Array", () => m.accumulate({ ...good(), advantages: asAny(new Float64Array(6)) }, rl, 4), /advantages must be a Float32Array/],
@@ -64,7 +76,11 @@ test("forward/accumulate reject wrong types, lengths, ids, positions and segment
     ["generate negative temperature", () => m.generate({ prompts: [Int32Array.of(1)], maxNewTokens: 2, temperature: -1 }), /temperature/],
     ["generate eos out of vocab", () => m.generate({ prompts: [Int32Array.of(1)], maxNewTokens: 2, eosTokenId: 99 }), /eosTokenId/],
     ["generate seeds length", () => m.generate({ prompts: [Int32Array.of(1)], maxNewTokens: 2, seeds: [1, 2] }), /one seed per prompt/],
-    ["generate empty stop", () => m.generate({ prompts: [Int32Array.of(1)], maxNewTokens: 2, stopSequences: [new Int32Array(0)] }), /stopSequences\[0\] is empty/],
+    [
+      "generate empty stop",
+      () => m.generate({ prompts: [Int32Array.of(1)], maxNewTokens: 2, stopSequences: [new Int32Array(0)] }),
+      /stopSequences\[0\] is empty/,
+    ],
   ];
   for (const [what, call, re] of cases) await assert.rejects(call(), re, what);
   // Still healthy after all that.
@@ -83,7 +99,10 @@ test("buffers: setParams / importOptimizerState length-checked; sync access duri
   await running;
   assert.equal(m.getParams().length, m.numParams);
   // Calls queue behind each other instead of failing.
-  const [a, b] = await Promise.all([m.forward({ tokens: Int32Array.of(1), segmentStarts: Int32Array.of(0) }), m.forward({ tokens: Int32Array.of(2), segmentStarts: Int32Array.of(0) })]);
+  const [a, b] = await Promise.all([
+    m.forward({ tokens: Int32Array.of(1), segmentStarts: Int32Array.of(0) }),
+    m.forward({ tokens: Int32Array.of(2), segmentStarts: Int32Array.of(0) }),
+  ]);
   assert.equal(a.length + b.length, 2 * cfg.vocabSize);
   m.dispose();
   assert.throws(() => m.getParams(), /disposed/);
@@ -96,7 +115,10 @@ test("optimizer: state export/import round-trips; a non-finite gradient skips th
   const r = await m.step({ lr: 1e-3 });
   assert.equal(r.step, 1);
   assert.equal(r.skipped, false);
-  assert.ok(m.getGrads().every((g) => g === 0), "grads zeroed after the step");
+  assert.ok(
+    m.getGrads().every((g) => g === 0),
+    "grads zeroed after the step",
+  );
   const st = m.exportOptimizerState();
   assert.equal(st.step, 1);
   assert.ok(st.v.some((x) => x > 0));
@@ -124,13 +146,29 @@ test("stand-alone kernels validate too", () => {
   const d = { T: 4, heads: 4, kvHeads: 3, headDim: 2, segmentStarts: Int32Array.of(0) };
   assert.throws(() => kernels.attentionForward(new Float32Array(32), new Float32Array(24), new Float32Array(24), d), /not divisible by kvHeads/);
   assert.throws(
-    () => kernels.attentionForward(new Float32Array(8), new Float32Array(8), new Float32Array(8), { T: 4, heads: 1, kvHeads: 1, headDim: 2, segmentStarts: Int32Array.of(0, 0) }),
+    () =>
+      kernels.attentionForward(new Float32Array(8), new Float32Array(8), new Float32Array(8), {
+        T: 4,
+        heads: 1,
+        kvHeads: 1,
+        headDim: 2,
+        segmentStarts: Int32Array.of(0, 0),
+      }),
     /strictly increasing/,
   );
   assert.throws(() => kernels.ropeForward(new Float32Array(6), 1, 1, 6, Int32Array.of(-1), 10000), /position -1/);
   assert.throws(() => kernels.ropeForward(new Float32Array(3), 1, 1, 3, Int32Array.of(0), 10000), /even head_dim/);
   assert.throws(
-    () => kernels.lossForwardBackward({ logits: new Float32Array(4), N: 1, vocab: 4, targets: Int32Array.of(4), mask: Uint8Array.of(1), loss: { name: "sft" }, normalizer: 1 }),
+    () =>
+      kernels.lossForwardBackward({
+        logits: new Float32Array(4),
+        N: 1,
+        vocab: 4,
+        targets: Int32Array.of(4),
+        mask: Uint8Array.of(1),
+        loss: { name: "sft" },
+        normalizer: 1,
+      }),
     /target 4 at row 0 is outside the vocab/,
   );
 });

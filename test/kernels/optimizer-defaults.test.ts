@@ -32,7 +32,10 @@ test("PolicyModel.step's defaults are OptimizerSchema's", async () => {
 
 test("kernels.adamw's defaults are OptimizerSchema's", () => {
   const run = (o: Parameters<typeof kernels.adamw>[4]) => {
-    const p = randF32(64, 1), g = randF32(64, 2), m = randF32(64, 3).map(Math.abs), v = randF32(64, 4).map(Math.abs);
+    const p = randF32(64, 1),
+      g = randF32(64, 2),
+      m = randF32(64, 3).map(Math.abs),
+      v = randF32(64, 4).map(Math.abs);
     kernels.adamw(p, g, m, v, o);
     return p;
   };

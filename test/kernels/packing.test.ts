@@ -4,7 +4,11 @@ import { packSamples } from "../../kernels/packing.js";
 import { groupAdvantages } from "../../actors/reward/advantages.js";
 
 const sample = (p: number[], c: number[], mask: number[], adv = 0.5) => ({
-  promptIds: p, completionIds: c, completionMask: mask, samplerLogprobs: c.map((_, i) => -0.1 * (i + 1)), advantage: adv,
+  promptIds: p,
+  completionIds: c,
+  completionMask: mask,
+  samplerLogprobs: c.map((_, i) => -0.1 * (i + 1)),
+  advantage: adv,
 });
 
 test("packing: sequences share rows up to the token budget, per-token arrays align with predicted tokens", () => {

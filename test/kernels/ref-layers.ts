@@ -45,7 +45,14 @@ export interface RefLossOut {
  * definitions: ratio = exp(logp - samplerLogp), k3 = ratio - log(ratio) - 1.
  */
 export function lossFromLogits(
-  logits: Float64Array, N: number, V: number, targets: Int32Array, mask: Uint8Array, adv: Float64Array, slp: Float64Array, a: RefLossArgs,
+  logits: Float64Array,
+  N: number,
+  V: number,
+  targets: Int32Array,
+  mask: Uint8Array,
+  adv: Float64Array,
+  slp: Float64Array,
+  a: RefLossArgs,
 ): RefLossOut {
   const out: RefLossOut = { loss: 0, lossTokens: 0, maskedTokens: 0, entropySum: 0, mismatchKlSum: 0, logpSum: 0, logprobs: new Float64Array(N) };
   for (let r = 0; r < N; r++) {

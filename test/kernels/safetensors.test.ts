@@ -102,8 +102,16 @@ test("bf16 rounds half to even and keeps NaN a NaN", () => {
 test("f16 tensors written by hand load with normals, subnormals, zeros and infinities", () => {
   // IEEE half bit patterns and their values.
   const cases: Array<[number, number]> = [
-    [0x3c00, 1], [0xc000, -2], [0x3555, 0.333251953125], [0x7bff, 65504], [0x0001, 2 ** -24],
-    [0x03ff, 1023 * 2 ** -24], [0x0000, 0], [0x7c00, Infinity], [0xfc00, -Infinity], [0x3800, 0.5],
+    [0x3c00, 1],
+    [0xc000, -2],
+    [0x3555, 0.333251953125],
+    [0x7bff, 65504],
+    [0x0001, 2 ** -24],
+    [0x03ff, 1023 * 2 ** -24],
+    [0x0000, 0],
+    [0x7c00, Infinity],
+    [0xfc00, -Infinity],
+    [0x3800, 0.5],
   ];
   const bits = Uint16Array.from(cases.map((c) => c[0]));
   const nanBits = Uint16Array.of(0x7e00);
@@ -120,7 +128,10 @@ test("f16 tensors written by hand load with normals, subnormals, zeros and infin
   const m = readSafetensors(file);
   assert.equal(m.get("h")!.dtype, "F16");
   assert.deepEqual(m.get("h")!.shape, [2, 5]);
-  assert.deepEqual(Array.from(m.get("h")!.data), cases.map((c) => c[1]));
+  assert.deepEqual(
+    Array.from(m.get("h")!.data),
+    cases.map((c) => c[1]),
+  );
   assert.ok(Number.isNaN(m.get("n")!.data[0]));
 });
 
@@ -143,25 +154,13 @@ test("corrupt files throw SafetensorsError naming the problem", () => {
     () => readSafetensors(rawFile({ w: { dtype: "F32", shape: [3], data_offsets: [0, 8] } }, data)),
     /tensor "w": data_offsets span 8 bytes but shape \[3\] of F32 needs 12/,
   );
+  throwsSafetensors(() => readSafetensors(rawFile({ w: { dtype: "F32", shape: [1], data_offsets: [8, 4] } }, data)), /tensor "w".*end before they begin/);
   throwsSafetensors(
-    () => readSafetensors(rawFile({ w: { dtype: "F32", shape: [1], data_offsets: [8, 4] } }, data)),
-    /tensor "w".*end before they begin/,
-  );
-  throwsSafetensors(
-    () =>
-      readSafetensors(
-        rawFile({ a: { dtype: "F32", shape: [2], data_offsets: [0, 8] }, b: { dtype: "F32", shape: [1], data_offsets: [4, 8] } }, data),
-      ),
+    () => readSafetensors(rawFile({ a: { dtype: "F32", shape: [2], data_offsets: [0, 8] }, b: { dtype: "F32", shape: [1], data_offsets: [4, 8] } }, data)),
     /tensor "b" \[4, 8\] overlaps tensor "a" \[0, 8\]/,
   );
-  throwsSafetensors(
-    () => readSafetensors(rawFile({ w: { dtype: "I64", shape: [1], data_offsets: [0, 8] } }, data)),
-    /tensor "w": unsupported dtype "I64"/,
-  );
-  throwsSafetensors(
-    () => readSafetensors(rawFile({ w: { dtype: "Q4", shape: [1], data_offsets: [0, 8] } }, data)),
-    /tensor "w": unknown dtype "Q4"/,
-  );
+  throwsSafetensors(() => readSafetensors(rawFile({ w: { dtype: "I64", shape: [1], data_offsets: [0, 8] } }, data)), /tensor "w": unsupported dtype "I64"/);
+  throwsSafetensors(() => readSafetensors(rawFile({ w: { dtype: "Q4", shape: [1], data_offsets: [0, 8] } }, data)), /tensor "w": unknown dtype "Q4"/);
   throwsSafetensors(
     () =>
       readSafetensors(
@@ -180,7 +179,14 @@ test("corrupt files throw SafetensorsError naming the problem", () => {
 
 test("writeSafetensors rejects bad input", () => {
   const d = Float32Array.of(1, 2);
-  throwsSafetensors(() => writeSafetensors([{ name: "a", shape: [2], data: d }, { name: "a", shape: [2], data: d }]), /duplicate tensor name "a"/);
+  throwsSafetensors(
+    () =>
+      writeSafetensors([
+        { name: "a", shape: [2], data: d },
+        { name: "a", shape: [2], data: d },
+      ]),
+    /duplicate tensor name "a"/,
+  );
   throwsSafetensors(() => writeSafetensors([{ name: "a", shape: [3], data: d }]), /tensor "a": shape \[3\] has 3 elements but data has 2/);
   throwsSafetensors(() => writeSafetensors([{ name: "__metadata__", shape: [2], data: d }]), /reserved/);
   throwsSafetensors(() => writeSafetensors([{ name: "a", shape: [2], data: d, dtype: "F16" as "F32" }]), /cannot write dtype "F16"/);

@@ -40,9 +40,7 @@ test("chat template produces the exact ids", () => {
     { addGenerationPrompt: true },
   );
   const bytes = (s: string) => Array.from(Buffer.from(s, "utf8"));
-  assert.deepEqual(ids, [
-    bos, sys, ...bytes("Be brief."), end, user, ...bytes("2+2?"), end, asst, 0x34, end, tool, ...bytes("ok"), end, asst,
-  ]);
+  assert.deepEqual(ids, [bos, sys, ...bytes("Be brief."), end, user, ...bytes("2+2?"), end, asst, 0x34, end, tool, ...bytes("ok"), end, asst]);
   assert.deepEqual(tok.applyChatTemplate([{ role: "user", content: "hi" }]), [bos, user, 0x68, 0x69, end]);
   assert.equal(tok.decode(ids.slice(0, 12)), "<|bos|><|system|>Be brief.<|end|>");
   assert.equal(tok.decode(ids, { skipSpecial: true }), "Be brief.2+2?4ok");

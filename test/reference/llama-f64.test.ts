@@ -2,13 +2,31 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import type { ModelConfig } from "../../kernels/model-config.js";
 import {
-  applyRope, finiteDifferenceGrad, forwardLogits, ppoClipLoss, randomWeights, rlLoss, rmsNorm, sftLoss, tokenLogprobs, weightShapes,
+  applyRope,
+  finiteDifferenceGrad,
+  forwardLogits,
+  ppoClipLoss,
+  randomWeights,
+  rlLoss,
+  rmsNorm,
+  sftLoss,
+  tokenLogprobs,
+  weightShapes,
   type Weights,
 } from "./llama-f64.js";
 
 const cfg: ModelConfig = {
-  vocabSize: 13, hiddenSize: 16, intermediateSize: 24, numLayers: 2, numHeads: 4, numKvHeads: 2,
-  rmsNormEps: 1e-5, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 64, attentionBias: true,
+  vocabSize: 13,
+  hiddenSize: 16,
+  intermediateSize: 24,
+  numLayers: 2,
+  numHeads: 4,
+  numKvHeads: 2,
+  rmsNormEps: 1e-5,
+  ropeTheta: 10000,
+  tieWordEmbeddings: false,
+  maxPositionEmbeddings: 64,
+  attentionBias: true,
 };
 const V = cfg.vocabSize;
 
@@ -19,7 +37,11 @@ function maxAbsDiff(a: ArrayLike<number>, b: ArrayLike<number>): number {
   return m;
 }
 
-const segments = [[3, 1, 4, 1, 5], [9, 2, 6], [5, 3, 5, 8]];
+const segments = [
+  [3, 1, 4, 1, 5],
+  [9, 2, 6],
+  [5, 3, 5, 8],
+];
 const packed = Int32Array.from(segments.flat());
 const starts = Int32Array.of(0, 5, 8);
 
@@ -32,7 +54,10 @@ test("weightShapes follows HF names, biases and tying", () => {
   assert.deepEqual(s.get("lm_head.weight"), [13, 16]);
   const tied = weightShapes({ ...cfg, tieWordEmbeddings: true, attentionBias: false });
   assert.equal(tied.has("lm_head.weight"), false);
-  assert.equal([...tied.keys()].some((k) => k.endsWith(".bias")), false);
+  assert.equal(
+    [...tied.keys()].some((k) => k.endsWith(".bias")),
+    false,
+  );
   assert.equal(s.size, 1 + 2 * 12 + 1 + 1);
 });
 

@@ -40,7 +40,6 @@ export function weightShapes(cfg: ModelConfig): Map<string, number[]> {
   return shapes;
 }
 
-
 /**
  * Random weights scaled so activations stay O(1) and attention is far from uniform, which makes gradient
  * checks sensitive: matrices ~ U(-1,1)/sqrt(fan_in) * 2, embeddings ~ U(-1,1), norm weights ~ 1 + U(-0.2,0.2),
@@ -139,7 +138,14 @@ export function segmentStartOf(T: number, segmentStarts: Int32Array): Int32Array
  * q: [T, H*hd] (already rotated), k, v: [T, KV*hd] (k already rotated). Returns [T, H*hd].
  */
 export function causalAttention(
-  q: Float64Array, k: Float64Array, v: Float64Array, T: number, H: number, KV: number, hd: number, segStart: Int32Array,
+  q: Float64Array,
+  k: Float64Array,
+  v: Float64Array,
+  T: number,
+  H: number,
+  KV: number,
+  hd: number,
+  segStart: Int32Array,
 ): Float64Array {
   const out = new Float64Array(T * H * hd);
   const groupSize = H / KV;
@@ -175,7 +181,9 @@ export function causalAttention(
 function get(weights: Weights, name: string, cfg: ModelConfig): Float64Array {
   const w = weights.get(name);
   if (!w) throw new Error(`reference model: missing weight "${name}"`);
-  const expected = weightShapes(cfg).get(name)!.reduce((a, b) => a * b, 1);
+  const expected = weightShapes(cfg)
+    .get(name)!
+    .reduce((a, b) => a * b, 1);
   if (w.length !== expected) throw new Error(`reference model: weight "${name}" has ${w.length} values, expected ${expected}`);
   return w;
 }

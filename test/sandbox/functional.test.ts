@@ -21,13 +21,16 @@ after(async () => {
 describe("sandbox exec", { timeout: 60_000 }, () => {
   it("runs python, node (CommonJS and ES modules) and bash", async () => {
     const py = await fx.client.exec({ language: "python", code: "import sys\nprint('py', sys.version_info[0], 6 * 7)" });
-    assert.deepEqual([py.stdout, py.stderr, py.exitCode, py.signal, py.timedOut, py.outOfMemory, py.outputTruncated], ["py 3 42\n", "", 0, null, false, false, false]);
+    assert.deepEqual(
+      [py.stdout, py.stderr, py.exitCode, py.signal, py.timedOut, py.outOfMemory, py.outputTruncated],
+      ["py 3 42\n", "", 0, null, false, false, false],
+    );
     assert.ok(py.wallMs > 0 && py.cpuMs >= 0, describeResult(py));
     const cjs = await fx.client.exec({ language: "node", code: "const os = require('os'); console.log('cjs', typeof os.cpus, require.main === module)" });
     assert.equal(cjs.stdout, "cjs function true\n", describeResult(cjs));
     const esm = await fx.client.exec({ language: "node", code: "import { join } from 'node:path';\nconsole.log('esm', join('a', 'b'));" });
     assert.equal(esm.stdout, "esm a/b\n", describeResult(esm));
-    const sh = await fx.client.exec({ language: "bash", code: "echo \"sh $((6*7))\"; echo err >&2; whoami; pwd" });
+    const sh = await fx.client.exec({ language: "bash", code: 'echo "sh $((6*7))"; echo err >&2; whoami; pwd' });
     assert.equal(sh.stdout, "sh 42\nsandbox\n/workspace\n", describeResult(sh));
     assert.equal(sh.stderr, "err\n");
   });
@@ -35,7 +38,11 @@ describe("sandbox exec", { timeout: 60_000 }, () => {
   it("gives the program stdin", async () => {
     const py = await fx.client.exec({ language: "python", code: "import sys\nprint(sum(int(x) for x in sys.stdin.read().split()))", stdin: "1 2 3\n4\n" });
     assert.equal(py.stdout, "10\n", describeResult(py));
-    const js = await fx.client.exec({ language: "node", code: "let d='';process.stdin.on('data',c=>d+=c).on('end',()=>console.log(d.trim().toUpperCase()))", stdin: "hello" });
+    const js = await fx.client.exec({
+      language: "node",
+      code: "let d='';process.stdin.on('data',c=>d+=c).on('end',()=>console.log(d.trim().toUpperCase()))",
+      stdin: "hello",
+    });
     assert.equal(js.stdout, "HELLO\n", describeResult(js));
     const big = "x".repeat(300_000);
     const sh = await fx.client.exec({ language: "bash", code: "wc -c", stdin: big });
@@ -95,7 +102,9 @@ describe("sandbox exec", { timeout: 60_000 }, () => {
       assert.match(decodeErrorBody(m.data).error.message, why);
     }
     await assert.rejects(fx.client.exec({ language: "python", code: 5 as unknown as string }), /invalid sandbox request/);
-    const unknown = await fx.nc.request(SandboxSubjects.sessionExec(fx.service.instance), encode({ sessionId: "nope", language: "python", code: "1" }), { timeout: 5000 });
+    const unknown = await fx.nc.request(SandboxSubjects.sessionExec(fx.service.instance), encode({ sessionId: "nope", language: "python", code: "1" }), {
+      timeout: 5000,
+    });
     assert.equal(unknown.headers?.get("Nats-Service-Error-Code"), "404");
     assert.ok(fx.service.stats().malformed_total >= cases.length);
     await assertHealthy(fx.client);
@@ -108,7 +117,10 @@ describe("sandbox exec", { timeout: 60_000 }, () => {
       Array.from({ length: 12 }, (_, i) => fx.client.exec({ language: "python", code: `import time\ntime.sleep(0.05)\nprint(${i})` })),
     );
     clearInterval(probe);
-    assert.deepEqual(results.map((r) => r.stdout), Array.from({ length: 12 }, (_, i) => `${i}\n`));
+    assert.deepEqual(
+      results.map((r) => r.stdout),
+      Array.from({ length: 12 }, (_, i) => `${i}\n`),
+    );
     assert.ok(peakQueued > 0, "some requests waited for a slot");
   });
 

@@ -152,7 +152,11 @@ except OSError as e:
     assert.ok(m, describeResult(counted));
     assert.ok(Number(m[1]) <= 32, `forked ${m[1]} processes with maxProcesses 32`);
     const t0 = Date.now();
-    const bomb = await fx.client.exec({ language: "python", code: "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass", limits: { wallMs: 1500 } });
+    const bomb = await fx.client.exec({
+      language: "python",
+      code: "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+      limits: { wallMs: 1500 },
+    });
     assert.equal(bomb.timedOut, true, describeResult(bomb));
     assert.ok(Date.now() - t0 < 10_000, "the bomb was stopped promptly");
     await assertHealthy(fx.client);

@@ -15,8 +15,8 @@ function check(file: string): { ok: boolean; stderr: string } {
   const ext = extname(file);
   const r =
     ext === ".py"
-      // Bytecode goes to the temp dir, not a __pycache__ beside the source.
-      ? spawnSync("python3", ["-m", "py_compile", file], { encoding: "utf8", env: { ...process.env, PYTHONPYCACHEPREFIX: join(tmp, "pycache") } })
+      ? // Bytecode goes to the temp dir, not a __pycache__ beside the source.
+        spawnSync("python3", ["-m", "py_compile", file], { encoding: "utf8", env: { ...process.env, PYTHONPYCACHEPREFIX: join(tmp, "pycache") } })
       : [".js", ".cjs", ".mjs"].includes(ext)
         ? spawnSync(process.execPath, ["--check", file], { encoding: "utf8" })
         : null;
@@ -40,8 +40,13 @@ describe("sandbox supervisor sources", () => {
   });
 
   it("every file passes its syntax check (py_compile / node --check)", () => {
-    const files = readdirSync(supervisorDir()).filter((n) => n !== "__pycache__").sort();
-    assert.deepEqual(files.filter((n) => [".py", ".cjs"].includes(extname(n))), ["boot.cjs", "supervisor.py"]);
+    const files = readdirSync(supervisorDir())
+      .filter((n) => n !== "__pycache__")
+      .sort();
+    assert.deepEqual(
+      files.filter((n) => [".py", ".cjs"].includes(extname(n))),
+      ["boot.cjs", "supervisor.py"],
+    );
     for (const name of files) {
       const r = check(join(supervisorDir(), name));
       assert.ok(r.ok, `${name} failed its syntax check:\n${r.stderr}`);

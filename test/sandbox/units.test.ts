@@ -33,7 +33,8 @@ describe("sandbox protocol", () => {
 
   it("accepts only relative file paths inside the work dir", () => {
     for (const ok of ["a.txt", "dir/sub/file.py", ".hidden"]) assert.equal(SandboxFilePathSchema.safeParse(ok).success, true, ok);
-    for (const bad of ["/etc/passwd", "../x", "a/../../x", "a//b", "", "a\0b", "dir/"]) assert.equal(SandboxFilePathSchema.safeParse(bad).success, false, JSON.stringify(bad));
+    for (const bad of ["/etc/passwd", "../x", "a/../../x", "a//b", "", "a\0b", "dir/"])
+      assert.equal(SandboxFilePathSchema.safeParse(bad).success, false, JSON.stringify(bad));
   });
 });
 
@@ -75,7 +76,10 @@ describe("sandbox plumbing", () => {
     const frames: Buffer[][] = [];
     for (let i = 0; i < all.length; i += 3) frames.push(...reader.push(all.subarray(i, i + 3)));
     assert.equal(frames.length, 2);
-    assert.deepEqual(frames[0]!.map((f) => f.toString("latin1")), ["run", "python", "\x00\x01\x02", "42", ""]);
+    assert.deepEqual(
+      frames[0]!.map((f) => f.toString("latin1")),
+      ["run", "python", "\x00\x01\x02", "42", ""],
+    );
     assert.deepEqual(frames[1]!.map(String), ["kill"]);
   });
 

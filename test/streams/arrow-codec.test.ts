@@ -21,13 +21,7 @@ import {
   type Data,
   type Map_,
 } from "apache-arrow";
-import {
-  decodeRolloutBatch,
-  encodeRolloutBatch,
-  encodeRolloutBatchUnchecked,
-  RolloutBatchError,
-  validateRolloutRows,
-} from "../../streams/arrow-codec.js";
+import { decodeRolloutBatch, encodeRolloutBatch, encodeRolloutBatchUnchecked, RolloutBatchError, validateRolloutRows } from "../../streams/arrow-codec.js";
 import {
   describeRolloutSchema,
   ROLLOUT_FIELDS,
@@ -39,11 +33,19 @@ import {
 } from "../../streams/rollout-schema.js";
 import { mulberry32 } from "../helpers/rng.js";
 
-
 const ENVS = ["gsm8k@1", "math-500@2.1.0", "código@0.3", "数学推理@1", "emoji-🧪@v2", "wordle@1"];
 const STOPS = ["stop", "length", "tool_error", "max_turns", "ümlaut-stop"];
 const COMPONENT_NAMES = ["correct", "format", "length_penalty", "répons", "評価", "__proto__", "a b", "x".repeat(40)];
-const TEXTS = ["", "What is 2 + 2?", "The answer is <answer>4</answer>.", "línea 1\nlínea 2\t✓", "数学推理：答案是四。", "emoji 🧪👩‍🔬 mixed", "{\"json\": [1, 2]}", "x".repeat(700)];
+const TEXTS = [
+  "",
+  "What is 2 + 2?",
+  "The answer is <answer>4</answer>.",
+  "línea 1\nlínea 2\t✓",
+  "数学推理：答案是四。",
+  "emoji 🧪👩‍🔬 mixed",
+  '{"json": [1, 2]}',
+  "x".repeat(700),
+];
 const TOOL_NAMES = ["python", "search", "计算器", "sandbox.exec"];
 
 function pick<T>(rng: () => number, xs: readonly T[]): T {
@@ -124,7 +126,8 @@ function randomRow(rng: () => number, i: number): RolloutRow {
     scoreMs: rng() * 500,
     step: Math.floor(rng() * 10_000),
     messages: randomMessages(rng),
-    stateJson: rng() < 0.2 ? "{}" : JSON.stringify({ answer: pick(rng, TEXTS), turn: Math.floor(rng() * 5), nested: { ok: rng() < 0.5, list: [1, "two", null] } }),
+    stateJson:
+      rng() < 0.2 ? "{}" : JSON.stringify({ answer: pick(rng, TEXTS), turn: Math.floor(rng() * 5), nested: { ok: rng() < 0.5, list: [1, "two", null] } }),
     errors: rng() < 0.7 ? [] : Array.from({ length: 1 + Math.floor(rng() * 2) }, () => `tool error: ${pick(rng, TEXTS)}`),
   };
 }
@@ -256,11 +259,31 @@ describe("encode refuses to put a bad batch on the wire", () => {
     ["NaN reward", (r) => ({ ...r, reward: NaN }), /reward.*NaN/, "reward"],
     ["Infinite advantage", (r) => ({ ...r, advantage: -Infinity }), /not a finite Float32/, "advantage"],
     ["reward beyond Float32 range", (r) => ({ ...r, reward: 1e39 }), /not a finite Float32/, "reward"],
-    ["negative completion id", (_r) => ({ ...withCompletion(5), completionIds: Int32Array.from([1, 2, -3, 4, 5]) }), /token id -3 at position 2 is negative/, "completion_ids"],
+    [
+      "negative completion id",
+      (_r) => ({ ...withCompletion(5), completionIds: Int32Array.from([1, 2, -3, 4, 5]) }),
+      /token id -3 at position 2 is negative/,
+      "completion_ids",
+    ],
     ["negative prompt id", (r) => ({ ...r, promptIds: Int32Array.from([0, -1]) }), /negative/, "prompt_ids"],
-    ["mask value 2", (_r) => ({ ...withCompletion(4), completionMask: Uint8Array.from([1, 0, 2, 1]) }), /value 2 at position 2 is not 0 or 1/, "completion_mask"],
-    ["mask shorter than completion", (_r) => ({ ...withCompletion(4), completionMask: new Uint8Array(3) }), /length 3 != completion_ids length 4/, "completion_mask"],
-    ["logprobs longer than completion", (_r) => ({ ...withCompletion(4), samplerLogprobs: new Float32Array(5) }), /length 5 != completion_ids length 4/, "sampler_logprobs"],
+    [
+      "mask value 2",
+      (_r) => ({ ...withCompletion(4), completionMask: Uint8Array.from([1, 0, 2, 1]) }),
+      /value 2 at position 2 is not 0 or 1/,
+      "completion_mask",
+    ],
+    [
+      "mask shorter than completion",
+      (_r) => ({ ...withCompletion(4), completionMask: new Uint8Array(3) }),
+      /length 3 != completion_ids length 4/,
+      "completion_mask",
+    ],
+    [
+      "logprobs longer than completion",
+      (_r) => ({ ...withCompletion(4), samplerLogprobs: new Float32Array(5) }),
+      /length 5 != completion_ids length 4/,
+      "sampler_logprobs",
+    ],
     ["NaN logprob", (_r) => ({ ...withCompletion(3), samplerLogprobs: Float32Array.from([-1, NaN, -2]) }), /position 1 is not finite/, "sampler_logprobs"],
     ["plain array of ids", (r) => ({ ...r, promptIds: [1, 2] as unknown as Int32Array }), /expected an Int32Array, got Array/, "prompt_ids"],
     ["empty task id", (r) => ({ ...r, taskId: "" }), /must not be empty/, "task_id"],
@@ -281,17 +304,57 @@ describe("encode refuses to put a bad batch on the wire", () => {
     ["string metric", (r) => ({ ...r, metrics: { len: "3" as unknown as number } }), /metric "len" = 3 is not a finite number/, "metrics"],
     ["empty metric name", (r) => ({ ...r, metrics: { "": 1 } }), /empty metric name/, "metrics"],
     ["metrics as an array", (r) => ({ ...r, metrics: [1] as unknown as Record<string, number> }), /expected an object of name -> number, got Array/, "metrics"],
-    ["turn offsets as a plain array", (_r) => ({ ...withCompletion(4), turnOffsets: [0] as unknown as Int32Array }), /expected an Int32Array, got Array/, "turn_offsets"],
+    [
+      "turn offsets as a plain array",
+      (_r) => ({ ...withCompletion(4), turnOffsets: [0] as unknown as Int32Array }),
+      /expected an Int32Array, got Array/,
+      "turn_offsets",
+    ],
     ["negative turn offset", (_r) => ({ ...withCompletion(4), turnOffsets: Int32Array.of(-1, 2) }), /offset -1 at position 0 is negative/, "turn_offsets"],
-    ["decreasing turn offsets", (_r) => ({ ...withCompletion(4), turnOffsets: Int32Array.of(0, 3, 2) }), /offset 2 at position 2 is less than the one before it \(3\)/, "turn_offsets"],
-    ["turn offset past the completion", (_r) => ({ ...withCompletion(4), turnOffsets: Int32Array.of(0, 5) }), /offset 5 at position 1 is past the completion \(length 4\)/, "turn_offsets"],
+    [
+      "decreasing turn offsets",
+      (_r) => ({ ...withCompletion(4), turnOffsets: Int32Array.of(0, 3, 2) }),
+      /offset 2 at position 2 is less than the one before it \(3\)/,
+      "turn_offsets",
+    ],
+    [
+      "turn offset past the completion",
+      (_r) => ({ ...withCompletion(4), turnOffsets: Int32Array.of(0, 5) }),
+      /offset 5 at position 1 is past the completion \(length 4\)/,
+      "turn_offsets",
+    ],
     ["messages not an array", (r) => ({ ...r, messages: {} as unknown as RolloutMessage[] }), /expected an array of messages, got Object/, "messages"],
-    ["null message", (r) => ({ ...r, messages: [{ role: "user", content: "hi" }, null as unknown as RolloutMessage] }), /message 1: expected an object, got null/, "messages"],
-    ["unknown role", (r) => ({ ...r, messages: [{ role: "robot" as "user", content: "beep" }] }), /message 0: role "robot" is not one of system, user, assistant, tool/, "messages"],
+    [
+      "null message",
+      (r) => ({ ...r, messages: [{ role: "user", content: "hi" }, null as unknown as RolloutMessage] }),
+      /message 1: expected an object, got null/,
+      "messages",
+    ],
+    [
+      "unknown role",
+      (r) => ({ ...r, messages: [{ role: "robot" as "user", content: "beep" }] }),
+      /message 0: role "robot" is not one of system, user, assistant, tool/,
+      "messages",
+    ],
     ["missing role", (r) => ({ ...r, messages: [{ content: "x" } as RolloutMessage] }), /message 0: role undefined is not one of/, "messages"],
-    ["non-string content", (r) => ({ ...r, messages: [{ role: "user", content: 42 as unknown as string }] }), /message 0: content: expected a string, got number/, "messages"],
-    ["non-string tool name", (r) => ({ ...r, messages: [{ role: "tool", content: "1", name: 7 as unknown as string }] }), /message 0: name: expected a string or absent, got number/, "messages"],
-    ["non-string tool call id", (r) => ({ ...r, messages: [{ role: "assistant", content: "1", toolCallId: null as unknown as string }] }), /message 0: toolCallId: expected a string or absent, got null/, "messages"],
+    [
+      "non-string content",
+      (r) => ({ ...r, messages: [{ role: "user", content: 42 as unknown as string }] }),
+      /message 0: content: expected a string, got number/,
+      "messages",
+    ],
+    [
+      "non-string tool name",
+      (r) => ({ ...r, messages: [{ role: "tool", content: "1", name: 7 as unknown as string }] }),
+      /message 0: name: expected a string or absent, got number/,
+      "messages",
+    ],
+    [
+      "non-string tool call id",
+      (r) => ({ ...r, messages: [{ role: "assistant", content: "1", toolCallId: null as unknown as string }] }),
+      /message 0: toolCallId: expected a string or absent, got null/,
+      "messages",
+    ],
     ["state not JSON", (r) => ({ ...r, stateJson: "{answer: 4}" }), /"state": not valid JSON/, "state"],
     ["state a JSON array", (r) => ({ ...r, stateJson: "[1,2]" }), /must be a JSON object, got an array/, "state"],
     ["state JSON null", (r) => ({ ...r, stateJson: "null" }), /must be a JSON object, got null/, "state"],
@@ -316,15 +379,18 @@ describe("encode refuses to put a bad batch on the wire", () => {
     ["turn offsets repeating, at 0 and at the completion length", (_r) => ({ ...withCompletion(4), turnOffsets: Int32Array.of(0, 0, 2, 4, 4) })],
     ["turn offsets on an empty completion", (_r) => ({ ...withCompletion(0), turnOffsets: Int32Array.of(0) })],
     ["no turn offsets", (r) => ({ ...r, turnOffsets: new Int32Array(0) })],
-    ["every role, empty content, name and call id present", (r) => ({
-      ...r,
-      messages: [
-        { role: "system", content: "" },
-        { role: "user", content: "q" },
-        { role: "assistant", content: "", toolCallId: "call_1" },
-        { role: "tool", content: "4", name: "python", toolCallId: "call_1" },
-      ],
-    })],
+    [
+      "every role, empty content, name and call id present",
+      (r) => ({
+        ...r,
+        messages: [
+          { role: "system", content: "" },
+          { role: "user", content: "q" },
+          { role: "assistant", content: "", toolCallId: "call_1" },
+          { role: "tool", content: "4", name: "python", toolCallId: "call_1" },
+        ],
+      }),
+    ],
     ["explicitly undefined name (treated as absent)", (r) => ({ ...r, messages: [{ role: "user", content: "q", name: undefined }] })],
     ["empty transcript", (r) => ({ ...r, messages: [] })],
     ["state {} and a deep object", (r) => ({ ...r, stateJson: ' { "a": { "b": [1, {"c": null}] } } ' })],
@@ -332,9 +398,18 @@ describe("encode refuses to put a bad batch on the wire", () => {
   ];
 
   test("an empty name or tool call id is accepted and means absent (a model may write a nameless tool call)", () => {
-    const row: RolloutRow = { ...good(), messages: [{ role: "tool", content: "error: unknown tool \"\"", name: "" }, { role: "assistant", content: "1", toolCallId: "" }] };
+    const row: RolloutRow = {
+      ...good(),
+      messages: [
+        { role: "tool", content: 'error: unknown tool ""', name: "" },
+        { role: "assistant", content: "1", toolCallId: "" },
+      ],
+    };
     const out = decodeRolloutBatch(encodeRolloutBatch([row], META)).rows[0]!;
-    assert.deepStrictEqual(out.messages, [{ role: "tool", content: "error: unknown tool \"\"" }, { role: "assistant", content: "1" }]);
+    assert.deepStrictEqual(out.messages, [
+      { role: "tool", content: 'error: unknown tool ""' },
+      { role: "assistant", content: "1" },
+    ]);
   });
 
   for (const [name, mutate] of accepted) {
@@ -427,13 +502,28 @@ describe("decode rejects bad messages with a reason", () => {
     const md = new Map(table.schema.metadata);
     edit(md);
     const schema = new Schema(table.schema.fields, md);
-    return tableToIPC(new Table(schema, table.batches.map((b) => new RecordBatch(schema, b.data))), "stream");
+    return tableToIPC(
+      new Table(
+        schema,
+        table.batches.map((b) => new RecordBatch(schema, b.data)),
+      ),
+      "stream",
+    );
   }
 
   test("schema version mismatch and missing metadata", () => {
-    expectBatchError(() => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "7"))), /schema version 7 is not supported: this reader reads 1 and 2$/);
-    expectBatchError(() => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "0"))), /schema version 0 is not supported: this reader reads 1 and 2/);
-    expectBatchError(() => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "2.0"))), /schema version "2.0" is not supported: this reader reads 1 and 2/);
+    expectBatchError(
+      () => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "7"))),
+      /schema version 7 is not supported: this reader reads 1 and 2$/,
+    );
+    expectBatchError(
+      () => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "0"))),
+      /schema version 0 is not supported: this reader reads 1 and 2/,
+    );
+    expectBatchError(
+      () => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "2.0"))),
+      /schema version "2.0" is not supported: this reader reads 1 and 2/,
+    );
     expectBatchError(() => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", ""))), /schema version "" is not supported/);
     // Positive control: the same edit with the version this build writes changes nothing.
     assert.equal(decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", String(ROLLOUT_SCHEMA_VERSION)))).rows.length, rows.length);
@@ -465,7 +555,11 @@ describe("decode rejects bad messages with a reason", () => {
   test("missing column", () => {
     expectBatchError(() => decodeRolloutBatch(withColumn("advantage", null)), /missing column "advantage" \(Float32\)/, { column: "advantage" });
     // A batch that says version 2 must have the version-2 columns (only a version-1 label excuses them).
-    expectBatchError(() => decodeRolloutBatch(withColumn("messages", null)), /missing column "messages" \(List<Struct<\{role:Utf8, content:Utf8, name:Utf8, tool_call_id:Utf8\}>>\)/, { column: "messages" });
+    expectBatchError(
+      () => decodeRolloutBatch(withColumn("messages", null)),
+      /missing column "messages" \(List<Struct<\{role:Utf8, content:Utf8, name:Utf8, tool_call_id:Utf8\}>>\)/,
+      { column: "messages" },
+    );
     expectBatchError(() => decodeRolloutBatch(withColumn("state", null)), /missing column "state" \(Utf8\)/, { column: "state" });
     expectBatchError(() => decodeRolloutBatch(withColumn("env_ms", null)), /missing column "env_ms"/, { column: "env_ms" });
   });
@@ -478,12 +572,27 @@ describe("decode rejects bad messages with a reason", () => {
     const f = struct.type.children;
     // Same four Utf8 children, name and content swapped: same shape, wrong meaning.
     const swapped = new Struct([f[0]!, f[2]!, f[1]!, f[3]!]);
-    const swappedData = makeData({ type: swapped, length: struct.length, nullCount: 0, children: [struct.children[0]!, struct.children[2]!, struct.children[1]!, struct.children[3]!] });
+    const swappedData = makeData({
+      type: swapped,
+      length: struct.length,
+      nullCount: 0,
+      children: [struct.children[0]!, struct.children[2]!, struct.children[1]!, struct.children[3]!],
+    });
     const listType = new List(new Field("item", swapped, false));
     const bad = makeData({ type: listType, length: list.length, nullCount: 0, valueOffsets: list.valueOffsets, child: swappedData });
-    expectBatchError(() => decodeRolloutBatch(withColumn("messages", bad)), /column "messages" has type .* expected List<Struct<\{role:Utf8, content:Utf8, name:Utf8, tool_call_id:Utf8\}>>/, { column: "messages" });
+    expectBatchError(
+      () => decodeRolloutBatch(withColumn("messages", bad)),
+      /column "messages" has type .* expected List<Struct<\{role:Utf8, content:Utf8, name:Utf8, tool_call_id:Utf8\}>>/,
+      { column: "messages" },
+    );
     // Positive control: the list item may be named anything (writers differ), the struct fields may not.
-    const renamedItem = makeData({ type: new List(new Field("element", struct.type, false)), length: list.length, nullCount: 0, valueOffsets: list.valueOffsets, child: struct });
+    const renamedItem = makeData({
+      type: new List(new Field("element", struct.type, false)),
+      length: list.length,
+      nullCount: 0,
+      valueOffsets: list.valueOffsets,
+      child: struct,
+    });
     assert.deepStrictEqual(decodeRolloutBatch(withColumn("messages", renamedItem)).rows, decodeRolloutBatch(valid).rows);
   });
 
@@ -495,15 +604,25 @@ describe("decode rejects bad messages with a reason", () => {
     const values = makeData({ type: new Float64(), length: 3, nullCount: 0, data: Float64Array.of(1, 2, 3) });
     const entries = makeData({ type: mapType.childType, length: 3, nullCount: 0, children: [keys, values] });
     const col = (offsets: number[]) => makeData({ type: mapType, length: rows.length, nullCount: 0, valueOffsets: Int32Array.from(offsets), child: entries });
-    expectBatchError(() => decodeRolloutBatch(withColumn("metrics", col([0, 0, 0, 0, 2, 3, 3]))), /row 3, column "metrics": duplicate name "a"/, { column: "metrics", row: 3 });
+    expectBatchError(() => decodeRolloutBatch(withColumn("metrics", col([0, 0, 0, 0, 2, 3, 3]))), /row 3, column "metrics": duplicate name "a"/, {
+      column: "metrics",
+      row: 3,
+    });
     // Positive control: the same entries split over two rows are fine.
-    assert.deepEqual(decodeRolloutBatch(withColumn("metrics", col([0, 0, 0, 0, 1, 3, 3]))).rows.map((r) => r.metrics), [{}, {}, {}, { a: 1 }, { a: 2, b: 3 }, {}]);
+    assert.deepEqual(
+      decodeRolloutBatch(withColumn("metrics", col([0, 0, 0, 0, 1, 3, 3]))).rows.map((r) => r.metrics),
+      [{}, {}, {}, { a: 1 }, { a: 2, b: 3 }, {}],
+    );
   });
 
   test("metrics must be Float64 on the wire (a Float32 map is a different column)", () => {
     const table = tableFromIPC(valid);
     const rc = table.batches[0]!.data.children[table.schema.fields.findIndex((f) => f.name === "reward_components")]!;
-    expectBatchError(() => decodeRolloutBatch(withColumn("metrics", rc)), /column "metrics" has type Map<\{key:Utf8, value:Float32\}>, expected Map<\{key:Utf8, value:Float64\}>/, { column: "metrics" });
+    expectBatchError(
+      () => decodeRolloutBatch(withColumn("metrics", rc)),
+      /column "metrics" has type Map<\{key:Utf8, value:Float32\}>, expected Map<\{key:Utf8, value:Float64\}>/,
+      { column: "metrics" },
+    );
   });
 
   test("wrong-typed column", () => {
@@ -526,7 +645,9 @@ describe("decode rejects bad messages with a reason", () => {
     childBitmap[0] = 0b11111101;
     const nullChild = makeData({ type: child.type, data: child.values, length: child.length, nullBitmap: childBitmap, nullCount: 1 });
     const listWithNull = makeData({ type: list.type, length: list.length, nullCount: 0, valueOffsets: list.valueOffsets, child: nullChild });
-    expectBatchError(() => decodeRolloutBatch(withColumn("completion_ids", listWithNull)), /column "completion_ids": null inside a list/, { column: "completion_ids" });
+    expectBatchError(() => decodeRolloutBatch(withColumn("completion_ids", listWithNull)), /column "completion_ids": null inside a list/, {
+      column: "completion_ids",
+    });
   });
 
   // Rows that break the value rules can only reach the wire through the unchecked encoder (fault tests).
@@ -542,13 +663,34 @@ describe("decode rejects bad messages with a reason", () => {
     ["negative prompt token id", (r) => ({ ...r, promptIds: Int32Array.from([-1]) }), /token id -1 at position 0/, "prompt_ids"],
     ["mask value not 0/1", (r) => ({ ...r, completionMask: Uint8Array.from([1, 255, 0]) }), /value 255 at position 1 is not 0 or 1/, "completion_mask"],
     ["mask length != completion length", (r) => ({ ...r, completionMask: Uint8Array.from([1, 1]) }), /length 2 != completion_ids length 3/, "completion_mask"],
-    ["logprobs length != completion length", (r) => ({ ...r, samplerLogprobs: Float32Array.from([-1, -1, -1, -1]) }), /length 4 != completion_ids length 3/, "sampler_logprobs"],
+    [
+      "logprobs length != completion length",
+      (r) => ({ ...r, samplerLogprobs: Float32Array.from([-1, -1, -1, -1]) }),
+      /length 4 != completion_ids length 3/,
+      "sampler_logprobs",
+    ],
     ["infinite logprob", (r) => ({ ...r, samplerLogprobs: Float32Array.from([-1, -Infinity, -1]) }), /position 1 is not finite/, "sampler_logprobs"],
-    ["unknown message role", (r) => ({ ...r, messages: [{ role: "user", content: "q" }, { role: "Assistant" as "assistant", content: "a" }] }), /message 1: role "Assistant" is not one of/, "messages"],
+    [
+      "unknown message role",
+      (r) => ({
+        ...r,
+        messages: [
+          { role: "user", content: "q" },
+          { role: "Assistant" as "assistant", content: "a" },
+        ],
+      }),
+      /message 1: role "Assistant" is not one of/,
+      "messages",
+    ],
     ["state not JSON", (r) => ({ ...r, stateJson: "{" }), /row 4, column "state": not valid JSON/, "state"],
     ["state a JSON number", (r) => ({ ...r, stateJson: "3" }), /must be a JSON object, got number/, "state"],
     ["NaN metric", (r) => ({ ...r, metrics: { len: NaN } }), /metric "len" = NaN/, "metrics"],
-    ["turn offset past the completion", (r) => ({ ...r, turnOffsets: Int32Array.of(0, 4) }), /offset 4 at position 1 is past the completion \(length 3\)/, "turn_offsets"],
+    [
+      "turn offset past the completion",
+      (r) => ({ ...r, turnOffsets: Int32Array.of(0, 4) }),
+      /offset 4 at position 1 is past the completion \(length 3\)/,
+      "turn_offsets",
+    ],
     ["decreasing turn offsets", (r) => ({ ...r, turnOffsets: Int32Array.of(2, 1) }), /offset 1 at position 1 is less than the one before it/, "turn_offsets"],
     ["negative env time", (r) => ({ ...r, envMs: -1 }), /row 4, column "env_ms"/, "env_ms"],
     ["negative example index", (r) => ({ ...r, exampleIndex: -3 }), /row 4, column "example_index"/, "example_index"],
@@ -570,7 +712,10 @@ describe("decode rejects bad messages with a reason", () => {
     const past = Int32Array.from(list.valueOffsets);
     past[list.length] = 10_000; // the IPC offsets buffer is padded: the last USED offset is at [length]
     const overrun = makeData({ type: list.type, length: list.length, nullCount: 0, valueOffsets: past, child: list.children[0]! as Data<Int32> });
-    expectBatchError(() => decodeRolloutBatch(withColumn("completion_ids", overrun)), /column "completion_ids": (values buffer too short|offsets run past the values)/);
+    expectBatchError(
+      () => decodeRolloutBatch(withColumn("completion_ids", overrun)),
+      /column "completion_ids": (values buffer too short|offsets run past the values)/,
+    );
 
     const s = table.schema.fields.findIndex((f) => f.name === "stop_reason");
     const stop = table.batches[0]!.data.children[s]! as Data<Dictionary<Utf8, Int32>>;
@@ -589,7 +734,15 @@ describe("decode rejects bad messages with a reason", () => {
 });
 
 test("reward components keep their order and unusual names", () => {
-  const row: RolloutRow = { ...rowsOf(1, 41)[0]!, rewardComponents: Object.fromEntries([["__proto__", 0.5], ["z", 1], ["a", -1], ["🙂", 0.25]]) };
+  const row: RolloutRow = {
+    ...rowsOf(1, 41)[0]!,
+    rewardComponents: Object.fromEntries([
+      ["__proto__", 0.5],
+      ["z", 1],
+      ["a", -1],
+      ["🙂", 0.25],
+    ]),
+  };
   const out = decodeRolloutBatch(encodeRolloutBatch([row], META)).rows[0]!;
   assert.deepEqual(Object.keys(out.rewardComponents), ["__proto__", "z", "a", "🙂"]);
   assert.equal(Object.getOwnPropertyDescriptor(out.rewardComponents, "__proto__")?.value, 0.5);
@@ -616,7 +769,19 @@ test("new fields round-trip exactly: unicode, tool messages with names, empty tr
     { role: "assistant", content: "x".repeat(10_000) },
   ];
   const rows: RolloutRow[] = [
-    { ...base, messages: transcript, stateJson: JSON.stringify({ answer: "四", metrics: { turns: 2 }, "🙂": [true, null] }), metrics: Object.fromEntries([["評価", 0.1], ["__proto__", 2], ["a b", -1e-300]]), errors: ["sandbox timeout ⏱", ""], envMs: 123.456789, exampleIndex: 7 },
+    {
+      ...base,
+      messages: transcript,
+      stateJson: JSON.stringify({ answer: "四", metrics: { turns: 2 }, "🙂": [true, null] }),
+      metrics: Object.fromEntries([
+        ["評価", 0.1],
+        ["__proto__", 2],
+        ["a b", -1e-300],
+      ]),
+      errors: ["sandbox timeout ⏱", ""],
+      envMs: 123.456789,
+      exampleIndex: 7,
+    },
     { ...base, messages: [], stateJson: "{}", metrics: {}, rewardComponents: {}, errors: [], envMs: 0, exampleIndex: 0, turnOffsets: new Int32Array(0) },
   ];
   const out = decodeRolloutBatch(encodeRolloutBatch(rows, META)).rows;
@@ -647,53 +812,53 @@ describe("schema version 1 batches still decode (replay of an old run)", () => {
   // and kept verbatim: two rows, meta { run: "old-run", producer: "reward-0", createdAt, step: 9 }.
   const V1_BATCH = Buffer.from(
     [
-    "/////xAHAAAQAAAAAAAKAA4ADAAHAAgACgAAAAAAAAEQAAAABAAKAAwAAAAIAAQACgAAAAgAAABYAQAABwAAACgBAAD8AAAAzAAAAIwAAABoAA",
-    "AARAAAAAQAAAD8/v//CAAAACQAAAAYAAAAWyJzY2hlbWFWZXJzaW9uIiwic3RlcCJdAAAAAAoAAABycy5udW1lcmljAAA4////CAAAAAwAAAAB",
-    "AAAAMgAAAAcAAABycy5yb3dzAFj///8IAAAADAAAAAEAAAA5AAAABAAAAHN0ZXAAAAAAeP///wgAAAAkAAAAGAAAADIwMjUtMDEtMDJUMDM6MD",
-    "Q6MDUuMDAwWgAAAAAJAAAAY3JlYXRlZEF0AAAAtP///wgAAAAUAAAACAAAAHJld2FyZC0wAAAAAAgAAABwcm9kdWNlcgAAAADg////CAAAABAA",
-    "AAAHAAAAb2xkLXJ1bgADAAAAcnVuAAgADAAIAAQACAAAAAgAAAAMAAAAAQAAADEAAAANAAAAc2NoZW1hVmVyc2lvbgAAABMAAABUBQAAFAUAAO",
-    "wEAAC8BAAAUAQAAOgDAAB8AwAADAMAAMwCAACMAgAAXAIAACgCAABsAQAAOAEAAOgAAACgAAAAbAAAADgAAAAEAAAACPv//xAAAAAYAAAAAAAA",
-    "AhQAAAAEAAAAc3RlcAAAAAAAAAAAwPv//wAAAAEgAAAAOPv//xAAAAAcAAAAAAAAAxgAAAAIAAAAc2NvcmVfbXMAAAAAAAAAACL9//8AAAIAaP",
-    "v//xAAAAAcAAAAAAAAAxgAAAALAAAAZ2VuZXJhdGVfbXMAAAAAAFL9//8AAAIAmPv//xAAAAAcAAAAAAAAAhgAAAAJAAAAbnVtX3R1cm5zAAAA",
-    "AAAAAFT8//8AAAABIAAAABAAGAAIAAAAEwAUAAQADAAQAAAANAAAABAAAAAcAAAAAAAABRgAAAALAAAAc3RvcF9yZWFzb24AAAAAANT7//8IAA",
-    "gAAAAEAAgAAAAEAAAAsPz//wAAAAEgAAAAKPz//xAAAAAgAAAAAAAABhwAAAAMAAAAaXNfdHJ1bmNhdGVkAAAAAAAAAAAg/P//WPz//xAAAAAk",
-    "AAAAAAAAEaQAAAARAAAAcmV3YXJkX2NvbXBvbmVudHMAAAABAAAABAAAAIz8//8QAAAAGAAAAAAAAA1sAAAABwAAAGVudHJpZXMAAgAAADQAAA",
-    "AEAAAAuPz//xAAAAAYAAAAAAAAAxQAAAAFAAAAdmFsdWUAAAAAAAAAnv7//wAAAQDk/P//EAAAABQAAAAAAAAFEAAAAAMAAABrZXkAAAAAAND8",
-    "///U/P//2Pz//xD9//8QAAAAHAAAAAAAAAMYAAAACQAAAGFkdmFudGFnZQAAAAAAAAD6/v//AAABAED9//8QAAAAGAAAAAAAAAMUAAAABgAAAH",
-    "Jld2FyZAAAAAAAACb///8AAAEAbP3//xAAAAAkAAAAAAAAAiAAAAASAAAAcG9saWN5X3ZlcnNpb25fbWF4AAAAAAAAMP7//wAAAAEgAAAAqP3/",
-    "/xAAAAAkAAAAAAAAAiAAAAASAAAAcG9saWN5X3ZlcnNpb25fbWluAAAAAAAAbP7//wAAAAEgAAAA5P3//xAAAAAkAAAAAAAADFgAAAAQAAAAc2",
-    "FtcGxlcl9sb2dwcm9icwAAAAABAAAABAAAABj+//8QAAAAGAAAAAAAAAMcAAAABAAAAGl0ZW0AAAAAAAAAAAAABgAIAAYABgAAAAAAAQAY/v//",
-    "UP7//xAAAAAgAAAAAAAADFQAAAAPAAAAY29tcGxldGlvbl9tYXNrAAEAAAAEAAAAgP7//xAAAAAYAAAAAAAAAhwAAAAEAAAAaXRlbQAAAAAAAA",
-    "AAAAAGAAgABAAGAAAACAAAAID+//+4/v//EAAAACAAAAAAAAAMUAAAAA4AAABjb21wbGV0aW9uX2lkcwAAAQAAAAQAAADo/v//EAAAABgAAAAA",
-    "AAACFAAAAAQAAABpdGVtAAAAAAAAAACg////AAAAASAAAADk/v//HP///xAAAAAcAAAAAAAADFQAAAAKAAAAcHJvbXB0X2lkcwAAAQAAAAQAAA",
-    "BI////EAAAABgAAAAAAAACHAAAAAQAAABpdGVtAAAAAAAAAAAIAAwACAAHAAgAAAAAAAABIAAAAEz///+E////EAAAABwAAAAAAAAFGAAAAAoA",
-    "AABleGFtcGxlX2lkAAAAAAAAeP///7D///8QAAAAFAAAAAAAAAUQAAAAAwAAAGVudgAAAAAAnP///9T///8QAAAAHAAAAAAAAAUYAAAACAAAAG",
-    "dyb3VwX2lkAAAAAAAAAADI////EAAUAAQAAAAPABAAAAAIABAAAAAQAAAAGAAAAAAAAAUYAAAABwAAAHRhc2tfaWQAAAAAAAQABAAEAAAAAAAA",
-    "AP////+wAAAAFAAAAAAAAAAMABwAGgATABQABAAMAAAAIAAAAAAAAAAAAAAAAAAAAhAAAAAAAAQACAAKAAAABAAIAAAAEAAAAAAACgAYAAwACA",
-    "AEAAoAAAAUAAAASAAAAAIAAAAAAAAAAAAAAAMAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAQAAAAAAAAABAAAAAAAAAAEAAAAAAAAAAAAAAA",
-    "AQAAAAIAAAAAAAAAAAAAAAAAAAAAAAAABAAAAAoAAAAAAAAAc3RvcGxlbmd0aAAAAAAAAP////94BQAAFAAAAAAAAAAMABYAFAAPABAABAAMAA",
-    "AAeAEAAAAAAAAAAAADEAAAAAQACgAYAAwACAAEAAoAAAAUAAAAmAMAAAIAAAAAAAAAAAAAADgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAQ",
-    "AAAAAAAAABAAAAAAAAAACAAAAAAAAAAYAAAAAAAAAAAAAAAAAAAAGAAAAAAAAAAQAAAAAAAAACgAAAAAAAAACAAAAAAAAAAwAAAAAAAAAAAAAA",
-    "AAAAAAMAAAAAAAAAAQAAAAAAAAAEAAAAAAAAAAEAAAAAAAAABQAAAAAAAAAAAAAAAAAAAAUAAAAAAAAAAQAAAAAAAAAGAAAAAAAAAACAAAAAAA",
-    "AABoAAAAAAAAAAAAAAAAAAAAaAAAAAAAAAAQAAAAAAAAAHgAAAAAAAAAAAAAAAAAAAB4AAAAAAAAABAAAAAAAAAAiAAAAAAAAAAAAAAAAAAAAI",
-    "gAAAAAAAAAEAAAAAAAAACYAAAAAAAAAAAAAAAAAAAAmAAAAAAAAAAQAAAAAAAAAKgAAAAAAAAAAAAAAAAAAACoAAAAAAAAABAAAAAAAAAAuAAA",
-    "AAAAAAAAAAAAAAAAALgAAAAAAAAACAAAAAAAAADAAAAAAAAAAAAAAAAAAAAAwAAAAAAAAAAQAAAAAAAAANAAAAAAAAAAAAAAAAAAAADQAAAAAA",
-    "AAABAAAAAAAAAA4AAAAAAAAAAAAAAAAAAAAOAAAAAAAAAACAAAAAAAAADoAAAAAAAAAAAAAAAAAAAA6AAAAAAAAAAIAAAAAAAAAPAAAAAAAAAA",
-    "AAAAAAAAAADwAAAAAAAAAAgAAAAAAAAA+AAAAAAAAAAAAAAAAAAAAPgAAAAAAAAACAAAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAAEAAAAAAAAQAA",
-    "AAAAAAABABAAAAAAAAAAAAAAAAAAAQAQAAAAAAAAAAAAAAAAAAEAEAAAAAAAAQAAAAAAAAACABAAAAAAAAEAAAAAAAAAAwAQAAAAAAAAAAAAAA",
-    "AAAAMAEAAAAAAAAIAAAAAAAAADgBAAAAAAAAAAAAAAAAAAA4AQAAAAAAAAgAAAAAAAAAQAEAAAAAAAAAAAAAAAAAAEABAAAAAAAACAAAAAAAAA",
-    "BIAQAAAAAAAAAAAAAAAAAASAEAAAAAAAAIAAAAAAAAAFABAAAAAAAAAAAAAAAAAABQAQAAAAAAABAAAAAAAAAAYAEAAAAAAAAAAAAAAAAAAGAB",
-    "AAAAAAAAEAAAAAAAAABwAQAAAAAAAAAAAAAAAAAAcAEAAAAAAAAIAAAAAAAAAAAAAAAaAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAA",
-    "AAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAADAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAA",
-    "AAMAAAAAAAAAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAwAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAADAAAAAAAAAAAAAAAAAAAAAg",
-    "AAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAACAAAA",
-    "AAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAA",
-    "AAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAwAAAAYAAAAAAAAAdC0xdC0yAAAA",
-    "AAAAAwAAAAYAAAAAAAAAZy0xZy0xAAAAAAAABwAAAA8AAAAAAAAAZ3NtOGtAMeaVsOWtpkAyAAAAAAAHAAAABwAAAAAAAABnc204ay83AAAAAA",
-    "ADAAAAAwAAAAAAAAABAAAAAgAAAAMAAAAAAAAAAAAAAAIAAAADAAAAAAAAAAQAAAAFAAAABgAAAAAAAAAAAAAAAgAAAAMAAAAAAAAAAQABAAAA",
-    "AAAAAAAAAgAAAAMAAAAAAAAAAAAAvwAAoL8AAADAAAAAAAMAAAAEAAAABAAAAAQAAAAAAIA/AAAAvwAAAD8AAAC/AAAAAAIAAAACAAAAAAAAAA",
-    "AAAAAHAAAADQAAAAAAAABjb3JyZWN0Zm9ybWF0AAAAAACAPwAAgD4CAAAAAAAAAAAAAAABAAAAAQAAAAIAAAAAAAAAAAApQAAAAAAAAFlAAAAA",
-    "AAAA6D8AAAAAAAAAAAkAAAAJAAAA/////wAAAAA=",
+      "/////xAHAAAQAAAAAAAKAA4ADAAHAAgACgAAAAAAAAEQAAAABAAKAAwAAAAIAAQACgAAAAgAAABYAQAABwAAACgBAAD8AAAAzAAAAIwAAABoAA",
+      "AARAAAAAQAAAD8/v//CAAAACQAAAAYAAAAWyJzY2hlbWFWZXJzaW9uIiwic3RlcCJdAAAAAAoAAABycy5udW1lcmljAAA4////CAAAAAwAAAAB",
+      "AAAAMgAAAAcAAABycy5yb3dzAFj///8IAAAADAAAAAEAAAA5AAAABAAAAHN0ZXAAAAAAeP///wgAAAAkAAAAGAAAADIwMjUtMDEtMDJUMDM6MD",
+      "Q6MDUuMDAwWgAAAAAJAAAAY3JlYXRlZEF0AAAAtP///wgAAAAUAAAACAAAAHJld2FyZC0wAAAAAAgAAABwcm9kdWNlcgAAAADg////CAAAABAA",
+      "AAAHAAAAb2xkLXJ1bgADAAAAcnVuAAgADAAIAAQACAAAAAgAAAAMAAAAAQAAADEAAAANAAAAc2NoZW1hVmVyc2lvbgAAABMAAABUBQAAFAUAAO",
+      "wEAAC8BAAAUAQAAOgDAAB8AwAADAMAAMwCAACMAgAAXAIAACgCAABsAQAAOAEAAOgAAACgAAAAbAAAADgAAAAEAAAACPv//xAAAAAYAAAAAAAA",
+      "AhQAAAAEAAAAc3RlcAAAAAAAAAAAwPv//wAAAAEgAAAAOPv//xAAAAAcAAAAAAAAAxgAAAAIAAAAc2NvcmVfbXMAAAAAAAAAACL9//8AAAIAaP",
+      "v//xAAAAAcAAAAAAAAAxgAAAALAAAAZ2VuZXJhdGVfbXMAAAAAAFL9//8AAAIAmPv//xAAAAAcAAAAAAAAAhgAAAAJAAAAbnVtX3R1cm5zAAAA",
+      "AAAAAFT8//8AAAABIAAAABAAGAAIAAAAEwAUAAQADAAQAAAANAAAABAAAAAcAAAAAAAABRgAAAALAAAAc3RvcF9yZWFzb24AAAAAANT7//8IAA",
+      "gAAAAEAAgAAAAEAAAAsPz//wAAAAEgAAAAKPz//xAAAAAgAAAAAAAABhwAAAAMAAAAaXNfdHJ1bmNhdGVkAAAAAAAAAAAg/P//WPz//xAAAAAk",
+      "AAAAAAAAEaQAAAARAAAAcmV3YXJkX2NvbXBvbmVudHMAAAABAAAABAAAAIz8//8QAAAAGAAAAAAAAA1sAAAABwAAAGVudHJpZXMAAgAAADQAAA",
+      "AEAAAAuPz//xAAAAAYAAAAAAAAAxQAAAAFAAAAdmFsdWUAAAAAAAAAnv7//wAAAQDk/P//EAAAABQAAAAAAAAFEAAAAAMAAABrZXkAAAAAAND8",
+      "///U/P//2Pz//xD9//8QAAAAHAAAAAAAAAMYAAAACQAAAGFkdmFudGFnZQAAAAAAAAD6/v//AAABAED9//8QAAAAGAAAAAAAAAMUAAAABgAAAH",
+      "Jld2FyZAAAAAAAACb///8AAAEAbP3//xAAAAAkAAAAAAAAAiAAAAASAAAAcG9saWN5X3ZlcnNpb25fbWF4AAAAAAAAMP7//wAAAAEgAAAAqP3/",
+      "/xAAAAAkAAAAAAAAAiAAAAASAAAAcG9saWN5X3ZlcnNpb25fbWluAAAAAAAAbP7//wAAAAEgAAAA5P3//xAAAAAkAAAAAAAADFgAAAAQAAAAc2",
+      "FtcGxlcl9sb2dwcm9icwAAAAABAAAABAAAABj+//8QAAAAGAAAAAAAAAMcAAAABAAAAGl0ZW0AAAAAAAAAAAAABgAIAAYABgAAAAAAAQAY/v//",
+      "UP7//xAAAAAgAAAAAAAADFQAAAAPAAAAY29tcGxldGlvbl9tYXNrAAEAAAAEAAAAgP7//xAAAAAYAAAAAAAAAhwAAAAEAAAAaXRlbQAAAAAAAA",
+      "AAAAAGAAgABAAGAAAACAAAAID+//+4/v//EAAAACAAAAAAAAAMUAAAAA4AAABjb21wbGV0aW9uX2lkcwAAAQAAAAQAAADo/v//EAAAABgAAAAA",
+      "AAACFAAAAAQAAABpdGVtAAAAAAAAAACg////AAAAASAAAADk/v//HP///xAAAAAcAAAAAAAADFQAAAAKAAAAcHJvbXB0X2lkcwAAAQAAAAQAAA",
+      "BI////EAAAABgAAAAAAAACHAAAAAQAAABpdGVtAAAAAAAAAAAIAAwACAAHAAgAAAAAAAABIAAAAEz///+E////EAAAABwAAAAAAAAFGAAAAAoA",
+      "AABleGFtcGxlX2lkAAAAAAAAeP///7D///8QAAAAFAAAAAAAAAUQAAAAAwAAAGVudgAAAAAAnP///9T///8QAAAAHAAAAAAAAAUYAAAACAAAAG",
+      "dyb3VwX2lkAAAAAAAAAADI////EAAUAAQAAAAPABAAAAAIABAAAAAQAAAAGAAAAAAAAAUYAAAABwAAAHRhc2tfaWQAAAAAAAQABAAEAAAAAAAA",
+      "AP////+wAAAAFAAAAAAAAAAMABwAGgATABQABAAMAAAAIAAAAAAAAAAAAAAAAAAAAhAAAAAAAAQACAAKAAAABAAIAAAAEAAAAAAACgAYAAwACA",
+      "AEAAoAAAAUAAAASAAAAAIAAAAAAAAAAAAAAAMAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAQAAAAAAAAABAAAAAAAAAAEAAAAAAAAAAAAAAA",
+      "AQAAAAIAAAAAAAAAAAAAAAAAAAAAAAAABAAAAAoAAAAAAAAAc3RvcGxlbmd0aAAAAAAAAP////94BQAAFAAAAAAAAAAMABYAFAAPABAABAAMAA",
+      "AAeAEAAAAAAAAAAAADEAAAAAQACgAYAAwACAAEAAoAAAAUAAAAmAMAAAIAAAAAAAAAAAAAADgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAQ",
+      "AAAAAAAAABAAAAAAAAAACAAAAAAAAAAYAAAAAAAAAAAAAAAAAAAAGAAAAAAAAAAQAAAAAAAAACgAAAAAAAAACAAAAAAAAAAwAAAAAAAAAAAAAA",
+      "AAAAAAMAAAAAAAAAAQAAAAAAAAAEAAAAAAAAAAEAAAAAAAAABQAAAAAAAAAAAAAAAAAAAAUAAAAAAAAAAQAAAAAAAAAGAAAAAAAAAACAAAAAAA",
+      "AABoAAAAAAAAAAAAAAAAAAAAaAAAAAAAAAAQAAAAAAAAAHgAAAAAAAAAAAAAAAAAAAB4AAAAAAAAABAAAAAAAAAAiAAAAAAAAAAAAAAAAAAAAI",
+      "gAAAAAAAAAEAAAAAAAAACYAAAAAAAAAAAAAAAAAAAAmAAAAAAAAAAQAAAAAAAAAKgAAAAAAAAAAAAAAAAAAACoAAAAAAAAABAAAAAAAAAAuAAA",
+      "AAAAAAAAAAAAAAAAALgAAAAAAAAACAAAAAAAAADAAAAAAAAAAAAAAAAAAAAAwAAAAAAAAAAQAAAAAAAAANAAAAAAAAAAAAAAAAAAAADQAAAAAA",
+      "AAABAAAAAAAAAA4AAAAAAAAAAAAAAAAAAAAOAAAAAAAAAACAAAAAAAAADoAAAAAAAAAAAAAAAAAAAA6AAAAAAAAAAIAAAAAAAAAPAAAAAAAAAA",
+      "AAAAAAAAAADwAAAAAAAAAAgAAAAAAAAA+AAAAAAAAAAAAAAAAAAAAPgAAAAAAAAACAAAAAAAAAAAAQAAAAAAAAAAAAAAAAAAAAEAAAAAAAAQAA",
+      "AAAAAAABABAAAAAAAAAAAAAAAAAAAQAQAAAAAAAAAAAAAAAAAAEAEAAAAAAAAQAAAAAAAAACABAAAAAAAAEAAAAAAAAAAwAQAAAAAAAAAAAAAA",
+      "AAAAMAEAAAAAAAAIAAAAAAAAADgBAAAAAAAAAAAAAAAAAAA4AQAAAAAAAAgAAAAAAAAAQAEAAAAAAAAAAAAAAAAAAEABAAAAAAAACAAAAAAAAA",
+      "BIAQAAAAAAAAAAAAAAAAAASAEAAAAAAAAIAAAAAAAAAFABAAAAAAAAAAAAAAAAAABQAQAAAAAAABAAAAAAAAAAYAEAAAAAAAAAAAAAAAAAAGAB",
+      "AAAAAAAAEAAAAAAAAABwAQAAAAAAAAAAAAAAAAAAcAEAAAAAAAAIAAAAAAAAAAAAAAAaAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAA",
+      "AAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAADAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAA",
+      "AAMAAAAAAAAAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAwAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAADAAAAAAAAAAAAAAAAAAAAAg",
+      "AAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAACAAAA",
+      "AAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAA",
+      "AAAAAAAAAAAAACAAAAAAAAAAAAAAAAAAAAAgAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAAAAAAAAwAAAAYAAAAAAAAAdC0xdC0yAAAA",
+      "AAAAAwAAAAYAAAAAAAAAZy0xZy0xAAAAAAAABwAAAA8AAAAAAAAAZ3NtOGtAMeaVsOWtpkAyAAAAAAAHAAAABwAAAAAAAABnc204ay83AAAAAA",
+      "ADAAAAAwAAAAAAAAABAAAAAgAAAAMAAAAAAAAAAAAAAAIAAAADAAAAAAAAAAQAAAAFAAAABgAAAAAAAAAAAAAAAgAAAAMAAAAAAAAAAQABAAAA",
+      "AAAAAAAAAgAAAAMAAAAAAAAAAAAAvwAAoL8AAADAAAAAAAMAAAAEAAAABAAAAAQAAAAAAIA/AAAAvwAAAD8AAAC/AAAAAAIAAAACAAAAAAAAAA",
+      "AAAAAHAAAADQAAAAAAAABjb3JyZWN0Zm9ybWF0AAAAAACAPwAAgD4CAAAAAAAAAAAAAAABAAAAAQAAAAIAAAAAAAAAAAApQAAAAAAAAFlAAAAA",
+      "AAAA6D8AAAAAAAAAAAkAAAAJAAAA/////wAAAAA=",
     ].join(""),
     "base64",
   );
@@ -706,7 +871,9 @@ describe("schema version 1 batches still decode (replay of an old run)", () => {
 
   test("ROLLOUT_FIELDS_V1 is exactly the column list version 1 wrote", () => {
     assert.equal(describeRolloutSchema(ROLLOUT_FIELDS_V1), V1_DESCRIPTION);
-    const v1Bytes = tableFromIPC(V1_BATCH).schema.fields.map((f) => `${f.name}: ${String(f.type)}`).join(", ");
+    const v1Bytes = tableFromIPC(V1_BATCH)
+      .schema.fields.map((f) => `${f.name}: ${String(f.type)}`)
+      .join(", ");
     assert.equal(v1Bytes, V1_DESCRIPTION);
     // Version 2 only added columns: every version-1 column keeps its name and type.
     for (const f of ROLLOUT_FIELDS_V1) assert.equal(String(ROLLOUT_FIELDS.find((g) => g.name === f.name)?.type), String(f.type), f.name);
@@ -720,14 +887,48 @@ describe("schema version 1 batches still decode (replay of an old run)", () => {
       assert.deepEqual(out.meta, { run: "old-run", producer: "reward-0", createdAt: "2025-01-02T03:04:05.000Z", step: 9, schemaVersion: 1 });
       assert.deepStrictEqual(out.rows, [
         {
-          taskId: "t-1", groupId: "g-1", env: "gsm8k@1", exampleId: "gsm8k/7", promptIds: Int32Array.from([1, 2, 3]), completionIds: Int32Array.from([4, 5]),
-          completionMask: Uint8Array.from([1, 0]), samplerLogprobs: Float32Array.from([-0.5, -1.25]), policyVersionMin: 3, policyVersionMax: 4, reward: 1, advantage: 0.5,
-          rewardComponents: { correct: 1, format: 0.25 }, isTruncated: false, stopReason: "stop", numTurns: 1, generateMs: 12.5, scoreMs: 0.75, step: 9, ...emptyV2,
+          taskId: "t-1",
+          groupId: "g-1",
+          env: "gsm8k@1",
+          exampleId: "gsm8k/7",
+          promptIds: Int32Array.from([1, 2, 3]),
+          completionIds: Int32Array.from([4, 5]),
+          completionMask: Uint8Array.from([1, 0]),
+          samplerLogprobs: Float32Array.from([-0.5, -1.25]),
+          policyVersionMin: 3,
+          policyVersionMax: 4,
+          reward: 1,
+          advantage: 0.5,
+          rewardComponents: { correct: 1, format: 0.25 },
+          isTruncated: false,
+          stopReason: "stop",
+          numTurns: 1,
+          generateMs: 12.5,
+          scoreMs: 0.75,
+          step: 9,
+          ...emptyV2,
         },
         {
-          taskId: "t-2", groupId: "g-1", env: "数学@2", exampleId: "", promptIds: new Int32Array(0), completionIds: Int32Array.from([6]),
-          completionMask: Uint8Array.from([1]), samplerLogprobs: Float32Array.from([-2]), policyVersionMin: 4, policyVersionMax: 4, reward: -0.5, advantage: -0.5,
-          rewardComponents: {}, isTruncated: true, stopReason: "length", numTurns: 2, generateMs: 100, scoreMs: 0, step: 9, ...emptyV2,
+          taskId: "t-2",
+          groupId: "g-1",
+          env: "数学@2",
+          exampleId: "",
+          promptIds: new Int32Array(0),
+          completionIds: Int32Array.from([6]),
+          completionMask: Uint8Array.from([1]),
+          samplerLogprobs: Float32Array.from([-2]),
+          policyVersionMin: 4,
+          policyVersionMax: 4,
+          reward: -0.5,
+          advantage: -0.5,
+          rewardComponents: {},
+          isTruncated: true,
+          stopReason: "length",
+          numTurns: 2,
+          generateMs: 100,
+          scoreMs: 0,
+          step: 9,
+          ...emptyV2,
         },
       ]);
     }
@@ -751,7 +952,10 @@ describe("schema version 1 batches still decode (replay of an old run)", () => {
       const rows = rowsOf(1 + (seed % 17), seed);
       const out = decodeRolloutBatch(asV1(rows));
       assert.equal(out.meta.schemaVersion, 1);
-      assert.deepStrictEqual(out.rows, rows.map((r) => ({ ...onWire(r), ...emptyV2 })));
+      assert.deepStrictEqual(
+        out.rows,
+        rows.map((r) => ({ ...onWire(r), ...emptyV2 })),
+      );
     }
     assert.deepStrictEqual(decodeRolloutBatch(asV1([])).rows, []);
   });

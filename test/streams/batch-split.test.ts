@@ -5,7 +5,6 @@ import { BATCH_FRAMING_SLACK_BYTES, encodeChunked, estimateRowBytes, planChunks,
 import type { RolloutBatchMetaInput, RolloutRow } from "../../streams/rollout-schema.js";
 import { mulberry32 } from "../helpers/rng.js";
 
-
 function row(rng: () => number, i: number, completion?: number): RolloutRow {
   const c = completion ?? (rng() < 0.1 ? 0 : Math.floor(rng() * 4000));
   const p = rng() < 0.1 ? 0 : Math.floor(rng() * 600);
@@ -59,7 +58,7 @@ function wire(rows: RolloutRow[]): RolloutRow[] {
 describe("estimateRowBytes", () => {
   test("is an upper bound of the encoded size, and not a loose one for token-heavy rows", () => {
     for (const seed of [1, 2, 3, 4]) {
-      const rows = rowsOf(1 + (seed * 13) % 40, seed);
+      const rows = rowsOf(1 + ((seed * 13) % 40), seed);
       const empty = encodeRolloutBatch([], META).byteLength;
       const actual = encodeRolloutBatch(rows, META).byteLength;
       const estimate = empty + BATCH_FRAMING_SLACK_BYTES + rows.reduce((s, r) => s + estimateRowBytes(r), 0);
@@ -82,7 +81,9 @@ describe("estimateRowBytes", () => {
 // What the scored channel does with a group's rows: complete Arrow batches of <= maxBytes, each tagged.
 function encodeRolloutChunks(rows: RolloutRow[], meta: RolloutBatchMetaInput, o: { maxBytes?: number; batchId: string }) {
   if (!o.batchId) throw new Error("batchId must be a non-empty string");
-  return encodeChunked(rows, o.maxBytes ?? 8 * 1024 * 1024, (part, { chunk, chunks }) => encodeRolloutBatch(part, { ...meta, batchId: o.batchId, chunk, chunks }));
+  return encodeChunked(rows, o.maxBytes ?? 8 * 1024 * 1024, (part, { chunk, chunks }) =>
+    encodeRolloutBatch(part, { ...meta, batchId: o.batchId, chunk, chunks }),
+  );
 }
 
 function chunkInfo(meta: DecodedRolloutBatch["meta"]) {
@@ -157,7 +158,10 @@ describe("encodeChunked into tagged Arrow batches", () => {
   test("invalid rows are rejected before anything is split", () => {
     const rows = rowsOf(40, 12, 500);
     rows[33] = { ...rows[33]!, reward: NaN };
-    assert.throws(() => encodeRolloutChunks(rows, META, { maxBytes: 50_000, batchId: "b" }), (e: unknown) => e instanceof RolloutBatchError && e.row !== undefined);
+    assert.throws(
+      () => encodeRolloutChunks(rows, META, { maxBytes: 50_000, batchId: "b" }),
+      (e: unknown) => e instanceof RolloutBatchError && e.row !== undefined,
+    );
   });
 
   test("batchId is required and maxBytes must leave room for rows", () => {

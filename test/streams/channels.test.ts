@@ -17,8 +17,18 @@ test("eval channel: results and samples are validated, readable by headers, and 
     const topo = await ensureTopology(nc, "chan");
     const ch = new RunChannels(topo.wire);
     const result: EvalMessage = {
-      kind: "result", run: "chan", version: 3, env: "arithmetic@1.0.0", n: 20, passAt1: 0.5, passAtK: { "4": 0.8 },
-      rewardMean: 0.55, rewardStd: 0.1, completionTokensMean: 7.5, stopReasons: { eos: 20 }, seconds: 1.2,
+      kind: "result",
+      run: "chan",
+      version: 3,
+      env: "arithmetic@1.0.0",
+      n: 20,
+      passAt1: 0.5,
+      passAtK: { "4": 0.8 },
+      rewardMean: 0.55,
+      rewardStd: 0.1,
+      completionTokensMean: 7.5,
+      stopReasons: { eos: 20 },
+      seconds: 1.2,
     };
     await ch.eval.publish(result);
     const again = await ch.eval.publish(result);
@@ -42,12 +52,30 @@ test("task channel consume: a bad message is dead-lettered with the reason and t
   try {
     const topo = await ensureTopology(nc, "chan2");
     const ch = new RunChannels(topo.wire);
-    const task = (i: number): Task => ({ run: "chan2", taskId: `chan2:0:${i}`, epoch: 0, index: i, step: 0, env: "e@1", envKey: "e", exampleIndex: i, groupSize: 2, sampling, seed: i });
+    const task = (i: number): Task => ({
+      run: "chan2",
+      taskId: `chan2:0:${i}`,
+      epoch: 0,
+      index: i,
+      step: 0,
+      env: "e@1",
+      envKey: "e",
+      exampleIndex: i,
+      groupSize: 2,
+      sampling,
+      seed: i,
+    });
     await ch.tasks.publish(task(0));
     await topo.wire.js.publish(topo.names.subjects.tasks, new TextEncoder().encode("not msgpack at all"));
     await ch.tasks.publish(task(1));
     const seen: string[] = [];
-    const done = ch.tasks.consume(async (t) => { seen.push(t.taskId); if (seen.length === 2) setTimeout(() => abort.abort(), 300); }, { maxInFlight: 2, actor: "test", signal: abort.signal });
+    const done = ch.tasks.consume(
+      async (t) => {
+        seen.push(t.taskId);
+        if (seen.length === 2) setTimeout(() => abort.abort(), 300);
+      },
+      { maxInFlight: 2, actor: "test", signal: abort.signal },
+    );
     await done;
     assert.deepEqual(seen.sort(), ["chan2:0:0", "chan2:0:1"]);
     const dead = await storedMessages(await jetstreamManager(nc), topo.names.streams.events, topo.names.subjects.dlq);
@@ -74,7 +102,7 @@ test("every state key has a schema; bad values are refused on put and named on g
     await assert.rejects(state.put(StateKeys.learnerStarved, { step: -1, missing: 2 }), /refusing to write KV key learner.starved: step/);
     await assert.rejects(state.put(StateKeys.runStatus, "finished" as never), /run.status/);
     // A foreign writer (the nats CLI, an old version) is reported with the key, never cast through.
-    await topo.kv.put(StateKeys.policyVersion, "\"seven\"");
+    await topo.kv.put(StateKeys.policyVersion, '"seven"');
     await assert.rejects(state.get(StateKeys.policyVersion), /KV key policy.version: .*number/);
     await topo.kv.put(StateKeys.learnerStep, "{not json");
     await assert.rejects(state.get(StateKeys.learnerStep), /KV key learner.step does not hold JSON/);

@@ -32,7 +32,12 @@ test("malformed messages go to the dead-letter subject with the reason and paylo
     const consumer = await js.consumers.get(topo.names.streams.tasks, topo.names.consumers.inference);
     const outcomes = await lastValueFrom(
       pullSlots(consumer, { maxInFlight: 2, expiresMs: 1000 }).pipe(
-        handleWith(async (m) => { seen.push(decodeMsgpack(Item, m.data, "item").n); }, { js, dlqSubject: topo.names.subjects.dlq, actor: "test", maxInFlight: 2 }),
+        handleWith(
+          async (m) => {
+            seen.push(decodeMsgpack(Item, m.data, "item").n);
+          },
+          { js, dlqSubject: topo.names.subjects.dlq, actor: "test", maxInFlight: 2 },
+        ),
         take(5),
         toArray(),
       ),
@@ -72,26 +77,30 @@ test("a transient failure is redelivered and then succeeds; in-flight work never
     const js = jetstream(nc);
     for (let i = 0; i < 6; i++) await js.publish(topo.names.subjects.tasks, encodeMsgpack(Item, { n: i }));
     let failOnce = true;
-    let inFlight = 0, maxSeen = 0;
+    let inFlight = 0,
+      maxSeen = 0;
     const done: number[] = [];
     const consumer = await js.consumers.get(topo.names.streams.tasks, topo.names.consumers.inference);
     const outcomes = await lastValueFrom(
       pullSlots(consumer, { maxInFlight: 3, expiresMs: 1000 }).pipe(
-        handleWith(async (m) => {
-          inFlight++;
-          maxSeen = Math.max(maxSeen, inFlight);
-          try {
-            await new Promise((r) => setTimeout(r, 30));
-            const { n } = decodeMsgpack(Item, m.data);
-            if (n === 4 && failOnce) {
-              failOnce = false;
-              throw new Error("temporarily unavailable");
+        handleWith(
+          async (m) => {
+            inFlight++;
+            maxSeen = Math.max(maxSeen, inFlight);
+            try {
+              await new Promise((r) => setTimeout(r, 30));
+              const { n } = decodeMsgpack(Item, m.data);
+              if (n === 4 && failOnce) {
+                failOnce = false;
+                throw new Error("temporarily unavailable");
+              }
+              done.push(n);
+            } finally {
+              inFlight--;
             }
-            done.push(n);
-          } finally {
-            inFlight--;
-          }
-        }, { js, dlqSubject: topo.names.subjects.dlq, actor: "test", maxInFlight: 3, nakBaseMs: 50 }),
+          },
+          { js, dlqSubject: topo.names.subjects.dlq, actor: "test", maxInFlight: 3, nakBaseMs: 50 },
+        ),
         take(7),
         toArray(),
       ),

@@ -71,7 +71,10 @@ test("payloads within max_payload go inline (aligned when asked); larger ones th
     assert.equal(again.blob, c.blob);
 
     const msgs = await readAll(js, topo.names.streams.rollouts, 4);
-    assert.deepEqual(msgs.map((m) => m.headers?.get(MSG_ID_HEADER)), ["small", "exact", "over1", "large"]);
+    assert.deepEqual(
+      msgs.map((m) => m.headers?.get(MSG_ID_HEADER)),
+      ["small", "exact", "over1", "large"],
+    );
     const [ms, me, mo, ml] = msgs as [JsMsg, JsMsg, JsMsg, JsMsg];
     assert.deepEqual(Buffer.from(await readPayload(ms, topo.blobs)), small);
     assert.equal(blobOf(me), undefined);
@@ -112,20 +115,38 @@ test("a pointer whose blob is missing, corrupt or badly described is a poison me
       return { data: msg!.data, headers: h };
     };
     const expectPoison = async (m: Parameters<typeof readPayload>[0], pattern: RegExp) => {
-      const err = await readPayload(m, topo.blobs).then(() => undefined, (e: Error) => e);
+      const err = await readPayload(m, topo.blobs).then(
+        () => undefined,
+        (e: Error) => e,
+      );
       assert.ok(err, `expected a failure matching ${pattern}`);
       assert.ok(isPoison(err), `${err.name}: ${err.message} should be poison (dead-lettered, not retried)`);
       assert.match(err.message, pattern);
     };
-    await expectPoison(pointer((h) => h.set(Hdr.blobSha256, "0".repeat(64))), /does not match the SHA-256/);
-    await expectPoison(pointer((h) => h.set(Hdr.blobBytes, "12")), /has \d+ bytes, its pointer says 12/);
-    await expectPoison(pointer((h) => h.set(Hdr.blobBytes, "lots")), /no valid Rs-Blob-Bytes/);
-    await expectPoison(pointer((h) => h.set(Hdr.blob, "no-such-blob")), /missing from the run's blob bucket/);
+    await expectPoison(
+      pointer((h) => h.set(Hdr.blobSha256, "0".repeat(64))),
+      /does not match the SHA-256/,
+    );
+    await expectPoison(
+      pointer((h) => h.set(Hdr.blobBytes, "12")),
+      /has \d+ bytes, its pointer says 12/,
+    );
+    await expectPoison(
+      pointer((h) => h.set(Hdr.blobBytes, "lots")),
+      /no valid Rs-Blob-Bytes/,
+    );
+    await expectPoison(
+      pointer((h) => h.set(Hdr.blob, "no-such-blob")),
+      /missing from the run's blob bucket/,
+    );
     await topo.blobs.delete(blob!);
     await expectPoison(msg!, /missing/);
     await expectPoison(msg!, /missing/);
     const noBucket = openWire(nc, "nobody").blobs;
-    const err = await readPayload(msg!, noBucket).then(() => undefined, (e: Error) => e);
+    const err = await readPayload(msg!, noBucket).then(
+      () => undefined,
+      (e: Error) => e,
+    );
     assert.ok(err && isPoison(err) && /cannot be opened/.test(err.message), String(err?.message));
   } finally {
     await nc.close();
@@ -150,8 +171,14 @@ test("padded headers land payloads that span socket reads 8-byte aligned, so Arr
       });
     }
     const msgs = await readAll(js, topo.names.streams.rollouts, sizes.length);
-    assert.deepEqual(msgs.map((m) => m.data.byteLength), sizes);
-    assert.deepEqual(msgs.map((m) => m.data.byteOffset % 8), sizes.map(() => 0));
+    assert.deepEqual(
+      msgs.map((m) => m.data.byteLength),
+      sizes,
+    );
+    assert.deepEqual(
+      msgs.map((m) => m.data.byteOffset % 8),
+      sizes.map(() => 0),
+    );
   } finally {
     await nc.close();
     await srv.cleanup();

@@ -4,13 +4,20 @@
 // starts this ahead of time and it blocks in readSync (no CPU) until the supervisor writes the program.
 const fs = require("node:fs");
 const path = require("node:path");
-try { fs.writeSync(4, "r"); fs.closeSync(4); } catch {}
+try {
+  fs.writeSync(4, "r");
+  fs.closeSync(4);
+} catch {}
 const chunks = [];
 const buf = Buffer.allocUnsafe(1 << 16);
 for (;;) {
   let n;
-  try { n = fs.readSync(3, buf, 0, buf.length, null); }
-  catch (e) { if (e.code === "EAGAIN" || e.code === "EINTR") continue; throw e; }
+  try {
+    n = fs.readSync(3, buf, 0, buf.length, null);
+  } catch (e) {
+    if (e.code === "EAGAIN" || e.code === "EINTR") continue;
+    throw e;
+  }
   if (n === 0) break;
   chunks.push(Buffer.from(buf.subarray(0, n)));
 }
