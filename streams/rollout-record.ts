@@ -61,22 +61,3 @@ export function toScoredRow(r: RawRollout, c: ScoredRowContext): RolloutRow {
     scoreMs: c.scoreMs,
   };
 }
-
-/** The scored row read back as the environment's RolloutResult (what a rubric scores). */
-export function rowToRolloutResult(row: RolloutRow): RolloutResult {
-  return {
-    promptIds: Array.from(row.promptIds),
-    completionIds: Array.from(row.completionIds),
-    completionMask: Array.from(row.completionMask),
-    samplerLogprobs: Array.from(row.samplerLogprobs),
-    messages: row.messages,
-    numTurns: row.numTurns,
-    turnOffsets: Array.from(row.turnOffsets),
-    stopReason: row.stopReason,
-    isTruncated: row.isTruncated,
-    policyVersionMin: row.policyVersionMin,
-    policyVersionMax: row.policyVersionMax,
-    state: JSON.parse(row.stateJson) as Record<string, unknown>,
-    timings: { generateMs: row.generateMs, envMs: row.envMs },
-  };
-}

@@ -1,14 +1,13 @@
 // Prometheus metrics for one actor: a registry with the process defaults, counters/gauges the actor
 // declares, and an optional /metrics HTTP endpoint.
 import { createServer, type Server } from "node:http";
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import { Counter, Gauge, Registry, collectDefaultMetrics } from "prom-client";
 
 export class ActorMetrics {
   readonly registry = new Registry();
   private server: Server | null = null;
   private counters = new Map<string, Counter>();
   private gauges = new Map<string, Gauge>();
-  private histograms = new Map<string, Histogram>();
 
   constructor(
     readonly actor: string,
@@ -34,15 +33,6 @@ export class ActorMetrics {
       this.gauges.set(name, g);
     }
     return g;
-  }
-
-  histogram(name: string, help: string, buckets?: number[]): Histogram {
-    let h = this.histograms.get(name);
-    if (!h) {
-      h = new Histogram({ name: `rollstream_${name}`, help, buckets, registers: [this.registry] });
-      this.histograms.set(name, h);
-    }
-    return h;
   }
 
   async serve(port: number): Promise<number> {
