@@ -11,7 +11,7 @@ export class PoisonMessageError extends Error {
   }
 }
 
-const POISON_NAMES = new Set(["PoisonMessageError", "MessageValidationError", "RolloutBatchError"]);
+const POISON_NAMES = new Set(["PoisonMessageError", "MessageValidationError", "RolloutBatchError", "RolloutRejectedError"]);
 
 export function isPoison(e: unknown): boolean {
   return e instanceof Error && POISON_NAMES.has(e.name);

@@ -14,6 +14,7 @@ export type { ScoredChannel, CollectedBatch } from "./channels/scored-channel.js
 export type { WeightsChannel } from "./channels/weights-channel.js";
 export type { CheckpointChannel, RestoreChannel, RestoreRequest } from "./channels/checkpoint-channels.js";
 export type { ConsumeOptions } from "./channels/consume-options.js";
+export type { DeadLetterChannel } from "./channels/dead-letter-channel.js";
 
 // Message schemas and types
 export {
@@ -28,6 +29,7 @@ export {
   type EvalMessage,
 } from "./messages.js";
 export { toRawRollout, toScoredRow } from "./rollout-record.js";
+export { checkRolloutLimits, rejectReasonOf, RolloutRejectedError, type RolloutLimits } from "./rollout-limits.js";
 export type { RolloutRow } from "./rollout-schema.js";
 export { decodeRolloutBatch } from "./arrow-codec.js";
 

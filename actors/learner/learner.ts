@@ -8,9 +8,18 @@ import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import type { OptimizerConfig } from "../runtime/config.js";
 import { loadRunEnvironments } from "../runtime/environments.js";
-import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
+import { createPolicyModel, createTokenizer, rolloutLimitsOf } from "../runtime/model-factory.js";
 import type { PolicyModel } from "../../kernels/index.js";
-import { StateKeys, type CheckpointChannel, type RestoreChannel, type RunState, type ScoredChannel, type WeightsChannel } from "../../streams/index.js";
+import {
+  checkRolloutLimits,
+  rejectReasonOf,
+  StateKeys,
+  type CheckpointChannel,
+  type RestoreChannel,
+  type RunState,
+  type ScoredChannel,
+  type WeightsChannel,
+} from "../../streams/index.js";
 import type { TrainSample } from "../../kernels/packing.js";
 import { sftBatch } from "./sft-data.js";
 import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
@@ -101,12 +110,20 @@ export class LearnerActor implements Actor {
       this.model.setThreads(rlThreads);
       log.info({ threads: rlThreads }, "learner threads for RL");
     }
-    const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject");
+    const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject, by reason", ["reason"]);
     const reader = this.scored.reader(this.counters.readerSeq, {
       actor: ctx.actor,
       onDeadLetter: (msg, reason) => {
-        deadLetters.inc();
-        log.warn({ seq: msg.seq, err: reason }, "undecodable scored batch dead-lettered");
+        deadLetters.inc({ reason: rejectReasonOf(reason) });
+        log.warn({ seq: msg.seq, err: reason }, "scored batch dead-lettered");
+      },
+      // Nothing reaches the kernels that they would reject or that would steer a step: ids in the
+      // vocabulary, rows within the context, no version from the future, advantages within bounds.
+      validate: (rows) => {
+        const limits = rolloutLimitsOf(config, this.counters.step);
+        rows.forEach((r, i) => {
+          checkRolloutLimits(r, limits, `row ${i} (task ${r.taskId})`);
+        });
       },
     });
     const dropped = ctx.metrics.counter("samples_dropped_stale_total", "samples older than maxOffPolicySteps, dropped");

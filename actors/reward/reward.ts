@@ -3,49 +3,102 @@
 // id); the raw message is acked only after that publish is stored. What the rubric scores is exactly the
 // RolloutResult the environment returned in inference (state, tool names and all), so a rollout scores
 // the same here as in `rollstream eval`.
+import type { JsMsg } from "@nats-io/jetstream";
+import type { Counter } from "prom-client";
 import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
-import { PoisonMessageError, toScoredRow, type RawRolloutChannel, type RawRolloutGroup, type ScoredChannel } from "../../streams/index.js";
+import { rolloutLimitsOf } from "../runtime/model-factory.js";
+import {
+  checkRolloutLimits,
+  PoisonMessageError,
+  RolloutRejectedError,
+  toScoredRow,
+  type DeadLetterChannel,
+  type RawRolloutChannel,
+  type RawRolloutGroup,
+  type RunState,
+  type ScoredChannel,
+} from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
 import { groupAdvantages } from "./advantages.js";
 
 @injectable()
 export class RewardActor implements Actor {
   private envs!: Map<string, LoadedEnvironment>;
+  private overlong!: Counter;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
+    @inject(Tokens.RunState) private readonly state: RunState,
     @inject(Tokens.RawRollouts) private readonly rawRollouts: RawRolloutChannel,
     @inject(Tokens.Scored) private readonly scored: ScoredChannel,
+    @inject(Tokens.DeadLetters) private readonly deadLetters: DeadLetterChannel,
     @inject(Tokens.Sandbox) private readonly sandbox: CodeSandbox,
   ) {}
 
   async run(): Promise<void> {
     const { ctx } = this;
     this.envs = await loadRunEnvironments(ctx.config);
-    await this.rawRollouts.consume((g) => this.handleGroup(g), consumeOptions(ctx, "rollout group", ctx.config.actors.reward.maxInFlight));
+    this.overlong = ctx.metrics.counter("rollouts_overlong_total", "rollouts longer than the context, left out of training");
+    await this.rawRollouts.consume((g, msg) => this.handleGroup(g, msg), consumeOptions(ctx, "rollout group", ctx.config.actors.reward.maxInFlight));
   }
 
-  private async handleGroup(group: RawRolloutGroup): Promise<void> {
+  private async handleGroup(group: RawRolloutGroup, msg: JsMsg): Promise<void> {
     const { ctx } = this;
     const task = group.task;
     if (task.run !== ctx.config.run) throw new PoisonMessageError(`group belongs to run ${task.run}, not ${ctx.config.run}`);
     const loaded = this.envs.get(task.envKey);
     if (!loaded) throw new PoisonMessageError(`group names environment key ${task.envKey}, which this run's config does not have`);
     if (loaded.id !== task.env) throw new PoisonMessageError(`group was made with ${task.env} but this actor resolved ${loaded.id}`);
+    if (group.rollouts.length !== task.groupSize) {
+      throw new RolloutRejectedError("group", `task ${task.taskId} asked for ${task.groupSize} rollouts, the group has ${group.rollouts.length}`);
+    }
+    // Semantic checks before any scoring: what the learner could not train on never reaches it.
+    const limits = rolloutLimitsOf(ctx.config, await this.state.policyVersion());
+    // A rollout longer than the context cannot be trained on as sampled. Our own inference makes them
+    // when a multi-turn transcript outgrows the window: they are left out (the rest of the group is
+    // scored and trained on), counted, and the raw group is copied to the dead-letter subject with the
+    // reason, so nothing is cut silently. Any other violation rejects the whole group.
+    const overlong: string[] = [];
+    group.rollouts.forEach((r, i) => {
+      try {
+        checkRolloutLimits(r, limits, `rollout ${i} of task ${task.taskId}`);
+      } catch (e) {
+        if (!(e instanceof RolloutRejectedError && e.reason === "context")) throw e;
+        overlong.push(e.message);
+      }
+    });
     const row = loaded.env.dataset("train").row(task.exampleIndex);
     const t0 = Date.now();
     const scores = await loaded.env.scoreGroup(group.rollouts, row, { sandbox: this.sandbox });
     const scoreMs = Date.now() - t0;
     if (scores.length !== group.rollouts.length)
       throw new Error(`rubric of ${task.env} returned ${scores.length} scores for ${group.rollouts.length} rollouts`);
+    const fits = group.rollouts.map((r) => r.promptIds.length + r.completionIds.length <= limits.contextTokens);
+    const kept = group.rollouts.map((r, i) => ({ r, score: scores[i]!, i })).filter((x) => fits[x.i]);
     const rewards = scores.map((s) => (Number.isFinite(s.reward) ? s.reward : 0));
-    const adv = groupAdvantages(rewards, ctx.config.rl.normalizeAdvantage);
-    const rows = group.rollouts.map((r, i) => toScoredRow(r, { task, exampleId: row.id, score: scores[i]!, reward: rewards[i]!, advantage: adv[i]!, scoreMs }));
-    await this.scored.publish(rows, { batchId: task.taskId, step: task.step, env: task.env, producer: ctx.instance });
+    // Advantages are relative to what is trained on.
+    const adv = groupAdvantages(
+      kept.map((x) => rewards[x.i]!),
+      ctx.config.rl.normalizeAdvantage,
+    );
+    adv.forEach((a, k) => {
+      checkRolloutLimits({ ...kept[k]!.r, advantage: a }, limits, `rollout ${kept[k]!.i} of task ${task.taskId}`);
+    });
+    if (overlong.length > 0) {
+      this.overlong.inc(overlong.length);
+      await this.deadLetters.send(
+        msg,
+        `context: ${overlong.length} of ${group.rollouts.length} rollouts left out (${overlong[0]!.replace(/^context: /, "")})`,
+        ctx.actor,
+      );
+      ctx.log.warn({ task: task.taskId, overlong: overlong.length }, "rollouts longer than the context left out");
+    }
+    const rows = kept.map((x, k) => toScoredRow(x.r, { task, exampleId: row.id, score: x.score, reward: rewards[x.i]!, advantage: adv[k]!, scoreMs }));
+    if (rows.length > 0) await this.scored.publish(rows, { batchId: task.taskId, step: task.step, env: task.env, producer: ctx.instance });
 
     const mean = rewards.reduce((s, r) => s + r, 0) / rewards.length;
     const values: Record<string, number> = {
@@ -53,6 +106,7 @@ export class RewardActor implements Actor {
       rewardMean: mean,
       passRate: rewards.filter((r) => r >= 1 - 1e-6).length / rewards.length,
       samples: rows.length,
+      overlong: overlong.length,
       scoreMs,
       errors: scores.reduce((s, x) => s + x.errors.length, 0),
     };

@@ -9,7 +9,7 @@ import { OptimizerSchema } from "../../kernels/optimizer.js";
 const int = () => z.number().int();
 const pos = () => z.number().int().positive();
 
-export const ModelSectionSchema = z.object({
+export const ModelSectionSchema = z.strictObject({
   /** Architecture of a model trained from scratch (ignored when `path` is set). */
   vocabSize: pos().default(288).describe("vocabulary size; must cover the tokenizer (byte tokenizer: 288)"),
   hiddenSize: pos().default(128),
@@ -29,14 +29,14 @@ export const ModelSectionSchema = z.object({
   device: z.enum(["auto", "cpu", "cuda"]).default("auto"),
 });
 
-export const SamplingConfigSchema = z.object({
+export const SamplingConfigSchema = z.strictObject({
   temperature: z.number().nonnegative().default(1.0),
   topP: z.number().gt(0).lte(1).default(1.0),
   topK: int().nonnegative().default(0).describe("0 = off"),
   maxTokens: pos().default(16),
 });
 
-export const EnvironmentEntrySchema = z.object({
+export const EnvironmentEntrySchema = z.strictObject({
   /** name@version-range, resolved from environments/ or node_modules. */
   id: z.string().min(1),
   /** Key for this entry (defaults to the env name); tasks record it. */
@@ -45,19 +45,20 @@ export const EnvironmentEntrySchema = z.object({
   weight: z.number().positive().default(1).describe("share of prompts drawn from this environment"),
 });
 
-export const SftSchema = z.object({
+export const SftSchema = z.strictObject({
   steps: pos().default(200),
   batchSize: pos().default(64).describe("sequences per optimizer step"),
   optimizer: OptimizerSchema.default(OptimizerSchema.parse({ lr: 3e-3, schedule: "cosine", warmupSteps: 10 })),
   seed: int().nonnegative().default(7),
 });
 
-export const RlSchema = z.object({
+export const RlSchema = z.strictObject({
   steps: pos().default(40),
   batchSize: pos().default(64).describe("samples (completions) per optimizer step"),
   groupSize: pos().default(8).describe("completions per prompt; advantages are relative to the group"),
   maxAsyncLevel: int().nonnegative().default(2).describe("tasks for step n go out only while n - learnerStep <= this"),
   maxOffPolicySteps: int().nonnegative().default(4).describe("samples older than this many policy versions are dropped (counted)"),
+  maxAbsAdvantage: z.number().positive().default(100).describe("a row whose |advantage| is larger is dead-lettered, never trained on"),
   normalizeAdvantage: z.boolean().default(false).describe("divide by the group std"),
   microBatchTokens: pos().default(2048).describe("tokens packed per micro-batch"),
   sampling: SamplingConfigSchema.default(SamplingConfigSchema.parse({})),
@@ -66,18 +67,18 @@ export const RlSchema = z.object({
   seed: int().nonnegative().default(11),
 });
 
-export const EvalSchema = z.object({
+export const EvalSchema = z.strictObject({
   n: pos().default(200).describe("held-out examples for pass@1 after SFT and after RL"),
   maxTokens: pos().optional().describe("default: rl.sampling.maxTokens"),
 });
 
-export const CheckpointSchema = z.object({
+export const CheckpointSchema = z.strictObject({
   interval: pos().default(10).describe("full training state to disk every N learner steps"),
   keepLast: pos().default(3).describe("checkpoints kept on disk"),
   keepVersions: pos().default(4).describe("newest weight versions kept in the object store (v0, the policy RL starts from, is always kept)"),
 });
 
-export const NatsSchema = z.object({
+export const NatsSchema = z.strictObject({
   url: z.string().optional().describe("use this server; else NATS_URL; else start a local nats-server"),
   replicas: pos().default(1),
   rolloutsMaxBytes: int().default(-1),
@@ -86,17 +87,17 @@ export const NatsSchema = z.object({
     .describe("a task (inference) or raw group (reward) held this long without a progress heartbeat is redelivered to another replica"),
 });
 
-export const ActorsSchema = z.object({
+export const ActorsSchema = z.strictObject({
   inference: z
-    .object({
+    .strictObject({
       replicas: pos().default(1),
       maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
       threads: pos().optional(),
     })
     .default({ replicas: 1, maxInFlight: 4 }),
-  reward: z.object({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
+  reward: z.strictObject({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
   learner: z
-    .object({
+    .strictObject({
       rlThreads: pos()
         .optional()
         .describe("learner kernel threads during RL, when inference shares the machine (SFT uses model.threads); default model.threads"),
@@ -106,13 +107,13 @@ export const ActorsSchema = z.object({
 });
 
 export const RunConfigSchema = z
-  .object({
+  .strictObject({
     run: z.string().regex(/^[A-Za-z0-9_-]{1,64}$/, "1-64 characters from [A-Za-z0-9_-]"),
     outDir: z.string().default("runs").describe("run folders live in <outDir>/<run>"),
     seed: int().nonnegative().default(0),
     model: ModelSectionSchema.default(ModelSectionSchema.parse({})),
     tokenizer: z
-      .object({
+      .strictObject({
         kind: z.enum(["byte", "hf"]).default("byte").describe("byte: 256 bytes + specials (models from scratch); hf: a Hugging Face tokenizer folder"),
         path: z.string().optional().describe("hf: folder with tokenizer.json (+ tokenizer_config.json, generation_config.json); default model.path"),
       })
@@ -144,6 +145,57 @@ export const RunConfigSchema = z
 export type RunConfig = z.infer<typeof RunConfigSchema>;
 export type { OptimizerConfig } from "../../kernels/optimizer.js";
 
+/** The keys an object schema accepts at `path` of the run config (for "did you mean"). */
+function keysAt(path: PropertyKey[]): string[] {
+  let node: z.ZodType = RunConfigSchema as unknown as z.ZodType;
+  const unwrap = (t: z.ZodType): z.ZodType => {
+    let cur: z.ZodType = t;
+    for (let i = 0; i < 8; i++) {
+      const def = (cur as unknown as { _zod: { def: { innerType?: z.ZodType; in?: z.ZodType; element?: z.ZodType; type: string } } })._zod.def;
+      if (def.innerType) cur = def.innerType;
+      else if (def.type === "pipe" && def.in) cur = def.in;
+      else break;
+    }
+    return cur;
+  };
+  for (const part of path) {
+    node = unwrap(node);
+    const def = (node as unknown as { _zod: { def: { type: string; shape?: Record<string, z.ZodType>; element?: z.ZodType } } })._zod.def;
+    if (def.type === "object" && def.shape && typeof part === "string" && def.shape[part]) node = def.shape[part]!;
+    else if (def.type === "array" && def.element && typeof part === "number") node = def.element;
+    else return [];
+  }
+  const def = (unwrap(node) as unknown as { _zod: { def: { type: string; shape?: Record<string, z.ZodType> } } })._zod.def;
+  return def.type === "object" && def.shape ? Object.keys(def.shape) : [];
+}
+
+function editDistance(a: string, b: string): number {
+  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array(b.length).fill(0)] as number[]);
+  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+  for (let i = 1; i <= a.length; i++)
+    for (let j = 1; j <= b.length; j++)
+      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1));
+  return d[a.length]![b.length]!;
+}
+
+/** One line per problem; an unknown key names the closest key that exists there. */
+export function describeIssues(issues: z.core.$ZodIssue[]): string[] {
+  const out: string[] = [];
+  for (const i of issues) {
+    const where = i.path.length ? i.path.join(".") : "(root)";
+    if (i.code === "unrecognized_keys") {
+      const known = keysAt(i.path);
+      for (const k of i.keys) {
+        const best = known.map((c) => ({ c, d: editDistance(k, c) })).sort((x, y) => x.d - y.d)[0];
+        const hint =
+          best && best.d <= Math.max(2, Math.floor(k.length / 3)) ? `; did you mean "${best.c}"?` : known.length ? ` (known: ${known.join(", ")})` : "";
+        out.push(`${i.path.length ? `${where}.` : ""}${k}: unknown key${hint}`);
+      }
+    } else out.push(`${where}: ${i.message}`);
+  }
+  return out;
+}
+
 export class ConfigError extends Error {
   constructor(
     readonly source: string,
@@ -157,10 +209,7 @@ export class ConfigError extends Error {
 export function parseRunConfig(raw: unknown, source = "(inline)"): RunConfig {
   const r = RunConfigSchema.safeParse(raw);
   if (!r.success) {
-    throw new ConfigError(
-      source,
-      r.error.issues.map((i) => `${i.path.length ? i.path.join(".") : "(root)"}: ${i.message}`),
-    );
+    throw new ConfigError(source, describeIssues(r.error.issues));
   }
   return r.data;
 }

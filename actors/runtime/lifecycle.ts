@@ -68,6 +68,7 @@ export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {
   c.register(Tokens.Weights, { useValue: w.channels.weights });
   c.register(Tokens.Checkpoints, { useValue: w.channels.checkpoints });
   c.register(Tokens.Restore, { useValue: w.channels.restore });
+  c.register(Tokens.DeadLetters, { useValue: w.channels.deadLetters });
   c.register(Tokens.Sandbox, { useFactory: () => new NatsSandboxClient(w.ctx.nc) });
   return c.resolve(cls as unknown as InjectionToken<Actor>);
 }

@@ -17,10 +17,10 @@ export class ActorMetrics {
     collectDefaultMetrics({ register: this.registry, prefix: "rollstream_" });
   }
 
-  counter(name: string, help: string): Counter {
+  counter(name: string, help: string, labelNames: string[] = []): Counter {
     let c = this.counters.get(name);
     if (!c) {
-      c = new Counter({ name: `rollstream_${name}`, help, registers: [this.registry] });
+      c = new Counter({ name: `rollstream_${name}`, help, labelNames, registers: [this.registry] });
       this.counters.set(name, c);
     }
     return c;

@@ -5,6 +5,7 @@ import { PolicyModel } from "../../kernels/index.js";
 import { fromHfConfig } from "../../kernels/hf-config.js";
 import { loadTokenizer, type Tokenizer } from "../../kernels/tokenizer.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
+import type { RolloutLimits } from "../../streams/index.js";
 import type { RunConfig } from "./config.js";
 
 export function modelConfigOf(config: RunConfig): ModelConfig {
@@ -23,6 +24,15 @@ export function modelConfigOf(config: RunConfig): ModelConfig {
     maxPositionEmbeddings: m.maxPositionEmbeddings,
     attentionBias: m.attentionBias,
   };
+}
+
+const shapes = new WeakMap<RunConfig, ModelConfig>();
+
+/** What a rollout of this run must fit: the model's vocabulary and context, the run's advantage bound. */
+export function rolloutLimitsOf(config: RunConfig, maxPolicyVersion: number): RolloutLimits {
+  let m = shapes.get(config);
+  if (!m) shapes.set(config, (m = modelConfigOf(config))); // an HF config.json is read once, not per message
+  return { vocabSize: m.vocabSize, contextTokens: m.maxPositionEmbeddings, maxPolicyVersion, maxAbsAdvantage: config.rl.maxAbsAdvantage };
 }
 
 export function createTokenizer(config: RunConfig): Tokenizer {

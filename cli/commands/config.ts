@@ -3,18 +3,21 @@
 import type { Command } from "commander";
 import { stringify } from "yaml";
 import { loadRunConfig } from "../../actors/runtime/config.js";
+import { checkConfigFile } from "../../actors/runtime/config-check.js";
 
 export function registerConfigCommand(program: Command): void {
   const cmd = program.command("config").description("validate a run config or print it with defaults");
-  cmd.command("check <file>").action((file: string) => {
-    try {
-      loadRunConfig(file);
-      console.log(`${file}: ok`);
-    } catch (e) {
-      process.stderr.write(`${(e as Error).message}\n`);
-      process.exitCode = 2;
-    }
-  });
+  cmd
+    .command("check <file>")
+    .description("every problem at once: schema, unknown keys, environments and their args")
+    .action(async (file: string) => {
+      const { problems } = await checkConfigFile(file);
+      if (problems.length === 0) console.log(`${file}: ok`);
+      else {
+        process.stderr.write(`invalid config ${file}:\n${problems.map((p) => `  - ${p}`).join("\n")}\n`);
+        process.exitCode = 2;
+      }
+    });
   cmd.command("show <file>").action((file: string) => {
     try {
       process.stdout.write(stringify(loadRunConfig(file)));

@@ -6,7 +6,8 @@ import { copyFileSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
-import { ConfigError, loadRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import type { RunConfig } from "../../actors/runtime/config.js";
+import { checkConfigFile } from "../../actors/runtime/config-check.js";
 import { connectNats, natsReachable } from "../../actors/runtime/nats-connect.js";
 import { startNatsServer, type LocalNatsServer } from "../../deploy/local/nats-server.js";
 import { ActorLauncher, type ActorSpec } from "../../deploy/local/launcher.js";
@@ -55,13 +56,13 @@ export function registerTrainCommand(program: Command): void {
 }
 
 export async function train(configPath: string, opts: TrainOptions): Promise<number> {
-  let config: RunConfig;
-  try {
-    config = loadRunConfig(configPath);
-  } catch (e) {
-    process.stderr.write(`${(e as Error).message}\n`);
-    return e instanceof ConfigError ? 2 : 1;
+  // The same one-pass check as `config check`: nothing starts on a config with any problem.
+  const checked = await checkConfigFile(configPath);
+  if (!checked.config) {
+    process.stderr.write(`invalid config ${configPath}:\n${checked.problems.map((p) => `  - ${p}`).join("\n")}\n`);
+    return 2;
   }
+  const config: RunConfig = checked.config;
   // Loaded here so a bad environment spec fails before anything starts, and for actorPlan's needsSandbox.
   let envs: Map<string, LoadedEnvironment>;
   try {

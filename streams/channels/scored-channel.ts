@@ -80,6 +80,8 @@ export interface ScoredReaderOptions {
   onDeadLetter?: (msg: JsMsg, reason: string) => void;
   /** A tool re-reading a run (replay) skips bad batches as the learner did, but writes nothing. */
   readOnly?: boolean;
+  /** Semantic checks of decoded rows (vocabulary, context, versions): a PoisonMessageError dead-letters the batch. */
+  validate?: (rows: RolloutRow[]) => void;
 }
 
 export interface CollectedBatch {
@@ -123,7 +125,9 @@ export class ScoredReader {
     const msg = await this.reader.next(waitMs, signal);
     if (!msg) return null;
     try {
-      return (await this.channel.decodeMessage(msg)).rows;
+      const { rows } = await this.channel.decodeMessage(msg);
+      this.o.validate?.(rows);
+      return rows;
     } catch (e) {
       if (!isPoison(e)) throw e; // the blob store was unreachable: fail and re-read, never skip
       // Nothing is acked on this subject, so a bad batch is copied to the DLQ and skipped.

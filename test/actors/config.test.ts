@@ -88,9 +88,9 @@ test("the config's rl.loss defaults are what the kernels get", () => {
 
 test("rl.loss: unknown keys are rejected by name; a valid spec (YAML .inf included) parses", () => {
   const bad: [unknown, RegExp][] = [
-    [{ name: "rl", eps: 0.2 }, /rl\.loss: Unrecognized key: "eps"/],
-    [{ name: "ppo_clip", clip_eps: 0.2 }, /rl\.loss: Unrecognized key: "clip_eps"/],
-    [{ name: "sft", maskLow: 0.1 }, /rl\.loss: Unrecognized key: "maskLow"/],
+    [{ name: "rl", eps: 0.2 }, /rl\.loss\.eps: unknown key/],
+    [{ name: "ppo_clip", clip_eps: 0.2 }, /rl\.loss\.clip_eps: unknown key/],
+    [{ name: "sft", maskLow: 0.1 }, /rl\.loss\.maskLow: unknown key/],
     [{ name: "grpo" }, /rl\.loss\.name:/],
     [{ name: "rl", maskLow: 2, maskHigh: 1 }, /rl\.loss\.maskLow: must be below maskHigh/],
     [{ name: "ppo_clip", clipEps: 1 }, /rl\.loss\.clipEps:/],
@@ -101,4 +101,41 @@ test("rl.loss: unknown keys are rejected by name; a valid spec (YAML .inf includ
   assert.deepEqual(ok.rl.loss, { name: "ppo_clip", clipEps: 0.2, clipEpsHigh: 0.28, maskLow: 0.5, maskHigh: 2, klCoef: 0.01 });
   const inf = parseRunConfig({ ...minimal, ...(parseYaml("rl: { loss: { name: rl, maskLow: 0, maskHigh: .inf } }") as object) });
   assert.deepEqual(inf.rl.loss, { name: "rl", maskLow: 0, maskHigh: Infinity, klCoef: 0 });
+});
+
+test("config check reports every problem in one pass: unknown keys with a suggestion, environments and their args, cross-field rules", async () => {
+  const { checkConfigFile } = await import("../../actors/runtime/config-check.js");
+  const { mkdtempSync, writeFileSync } = await import("node:fs");
+  const { tmpdir } = await import("node:os");
+  const { join } = await import("node:path");
+  const dir = mkdtempSync(join(tmpdir(), "rs-cfgcheck-"));
+  const bad = join(dir, "bad.yaml");
+  writeFileSync(
+    bad,
+    [
+      "run: check",
+      "typo_field: 1",
+      "modle: { hiddenSize: 64 }",
+      "rl: { batchSize: 10, groupSize: 4, maxAsyncLvel: 2 }",
+      "environments:",
+      "  - id: nosuchenv@^9",
+      "  - id: arithmetic@^1",
+      "    args: { digits: 99, bogus: true }",
+    ].join("\n"),
+  );
+  const { problems, config } = await checkConfigFile(bad);
+  assert.equal(config, undefined);
+  const text = problems.join("\n");
+  assert.match(text, /typo_field: unknown key/);
+  assert.match(text, /modle: unknown key; did you mean "model"\?/);
+  assert.match(text, /rl\.maxAsyncLvel: unknown key; did you mean "maxAsyncLevel"\?/);
+  assert.match(text, /rl\.batchSize: must be a multiple of rl\.groupSize/, "a cross-field rule reported with the key errors");
+  assert.match(text, /environments\.0 \(nosuchenv@\^9\): .*nosuchenv/);
+  assert.match(text, /environments\.1 \(arithmetic@\^1\): .*(digits|bogus)/);
+  // Positive control: a good config passes with its parsed value.
+  const good = join(dir, "good.yaml");
+  writeFileSync(good, "run: check\nenvironments:\n  - id: arithmetic@^1\n    args: { digits: 2 }\n");
+  const ok = await checkConfigFile(good);
+  assert.deepEqual(ok.problems, []);
+  assert.equal(ok.config?.run, "check");
 });

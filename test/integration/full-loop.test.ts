@@ -13,6 +13,8 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
     sft: { steps: 4, batchSize: 8 },
     rl: { steps: 4, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
     checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 },
+    // Room for logic's longer prompts (a rollout past the context is left out of training, not cut).
+    model: { vocabSize: 288, hiddenSize: 32, intermediateSize: 64, numLayers: 1, numHeads: 2, numKvHeads: 1, maxPositionEmbeddings: 256, threads: 1, seed: 5 },
     // A mix: SFT uses the one with gold replies; RL tasks come from both by weight.
     environments: [
       { id: "arithmetic@^1", args: { digits: 1, ops: ["+"], seed: 3 }, weight: 1 },

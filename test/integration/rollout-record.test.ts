@@ -40,7 +40,23 @@ test("the reward actor scores the tool env's rollouts exactly as eval does, and 
   const abort = new AbortController();
   try {
     const run = "record";
-    const config = parseRunConfig(tinyConfig(run, mkdtempSync(join(tmpdir(), "rs-record-")), { environments: [{ id: "tool@^1" }] }));
+    const config = parseRunConfig(
+      tinyConfig(run, mkdtempSync(join(tmpdir(), "rs-record-")), {
+        environments: [{ id: "tool@^1" }],
+        // Room for the tool instructions and four turns: a longer rollout would be left out of training.
+        model: {
+          vocabSize: 288,
+          hiddenSize: 32,
+          intermediateSize: 64,
+          numLayers: 1,
+          numHeads: 2,
+          numKvHeads: 1,
+          maxPositionEmbeddings: 2048,
+          threads: 1,
+          seed: 5,
+        },
+      }),
+    );
     const [loaded] = [...(await loadRunEnvironments(config)).values()];
     const row = loaded!.env.dataset("train").row(3);
     const table = row.info["table"] as Record<string, number>;
@@ -92,7 +108,9 @@ test("the reward actor scores the tool env's rollouts exactly as eval does, and 
       signal: abort.signal,
       publishMetrics: async () => undefined,
     };
-    const actor = resolveActor(RewardActor, { ctx, topology, channels, state: new RunState(topology.kv) });
+    const state = new RunState(topology.kv);
+    await state.put(StateKeys.policyVersion, 0); // the version the scripted policy reports (as a learner would have)
+    const actor = resolveActor(RewardActor, { ctx, topology, channels, state });
     const running = actor.run();
     const rows = await readScored(channels, 2);
     abort.abort();
@@ -129,7 +147,7 @@ test("the tool env and a third-party multi-turn env run through every actor; sco
   const run = await startRun("multiturn", {
     environments: [{ id: "tool@^1", args: { maxTurns: 2 } }, { id: "echo-turns@^2" }],
     rl: { steps: 2, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
-    model: { vocabSize: 288, hiddenSize: 32, intermediateSize: 64, numLayers: 1, numHeads: 2, numKvHeads: 1, maxPositionEmbeddings: 256, threads: 1, seed: 5 },
+    model: { vocabSize: 288, hiddenSize: 32, intermediateSize: 64, numLayers: 1, numHeads: 2, numKvHeads: 1, maxPositionEmbeddings: 1024, threads: 1, seed: 5 },
   });
   try {
     run.launcher.start({ name: "checkpoint", replica: 0 });

@@ -1,0 +1,49 @@
+// Everything wrong with a run config, in one pass: the schema (unknown keys with "did you mean",
+// cross-field rules) AND every environment entry resolved and its args validated by the environment's
+// own schema, even when the schema check failed elsewhere. `config check` prints the list; `train`
+// runs the same check before it starts anything.
+import { readFileSync } from "node:fs";
+import { parse as parseYaml } from "yaml";
+import { resolveEnvironment } from "../../environments/registry.js";
+import { ConfigError, parseRunConfig, type RunConfig } from "./config.js";
+import { envKeyOf } from "./environments.js";
+
+export interface ConfigCheck {
+  config?: RunConfig;
+  problems: string[];
+}
+
+export async function checkConfigFile(path: string): Promise<ConfigCheck> {
+  let raw: unknown;
+  try {
+    raw = parseYaml(readFileSync(path, "utf8"));
+  } catch (e) {
+    return { problems: [`${(e as Error).message.split("\n")[0]}`] };
+  }
+  const problems: string[] = [];
+  let config: RunConfig | undefined;
+  try {
+    config = parseRunConfig(raw, path);
+  } catch (e) {
+    if (!(e instanceof ConfigError)) throw e;
+    problems.push(...e.problems);
+  }
+  const entries = (raw as { environments?: unknown } | null)?.environments;
+  if (Array.isArray(entries)) {
+    const keys = new Map<string, number>();
+    for (const [i, entry] of entries.entries()) {
+      const e = entry as { id?: unknown; key?: unknown; args?: unknown } | null;
+      if (!e || typeof e.id !== "string") continue; // the schema already reported it
+      const key = envKeyOf({ id: e.id, key: typeof e.key === "string" ? e.key : undefined });
+      if (keys.has(key))
+        problems.push(`environments.${i}: shares the key ${JSON.stringify(key)} with environments.${keys.get(key)}; give one a distinct \`key\``);
+      keys.set(key, i);
+      try {
+        await resolveEnvironment(e.id, (e.args ?? {}) as Record<string, unknown>);
+      } catch (err) {
+        problems.push(`environments.${i} (${e.id}): ${(err as Error).message.replace(/\s*\n\s*/g, "; ")}`);
+      }
+    }
+  }
+  return problems.length ? { problems } : { config, problems };
+}

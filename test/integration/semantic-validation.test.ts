@@ -1,0 +1,154 @@
+// Well-formed messages with wrong values (a token past the vocabulary, a rollout past the context, a
+// policy version from the future, an absurd advantage, a group that does not match its task) are
+// dead-lettered with a reason that names what is wrong, and the run goes on and finishes: no actor
+// exits, the learner trains only on clean rows. On the main before this check, the first one ended
+// the run (the learner's kernels threw, it restarted onto the same batch, and gave up).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { encodeRolloutBatch } from "../../streams/arrow-codec.js";
+import { ContentType, makeHeaders } from "../../streams/headers.js";
+import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
+import { decodeMsgpack, Hdr, MetricsEventSchema, RunChannels, StateKeys, type RawRollout, type Task } from "../../streams/index.js";
+
+const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 4 };
+
+function rollout(edit: Partial<RawRollout> = {}): RawRollout {
+  return {
+    promptIds: [257, 260, 49, 43, 50, 263, 261],
+    completionIds: [51, 263],
+    completionMask: [1, 1],
+    samplerLogprobs: [-5.6, -5.6],
+    messages: [
+      { role: "user", content: "1+2" },
+      { role: "assistant", content: "3" },
+    ],
+    numTurns: 1,
+    turnOffsets: [0],
+    stopReason: "eos",
+    isTruncated: false,
+    policyVersionMin: 0,
+    policyVersionMax: 0,
+    state: {},
+    timings: { generateMs: 1, envMs: 0 },
+    ...edit,
+  };
+}
+
+function row(tag: string, i: number, edit: Partial<RolloutRow> = {}): RolloutRow {
+  return {
+    taskId: tag,
+    groupId: tag,
+    env: "arithmetic@1.0.0",
+    exampleId: `${tag}-${i}`,
+    exampleIndex: i,
+    step: 0,
+    promptIds: Int32Array.from([257, 260, 49, 43, 50, 263, 261]),
+    completionIds: Int32Array.from([51, 263]),
+    completionMask: Uint8Array.from([1, 1]),
+    samplerLogprobs: Float32Array.from([-5.6, -5.6]),
+    turnOffsets: Int32Array.from([0]),
+    messages: [],
+    stateJson: "{}",
+    policyVersionMin: 0,
+    policyVersionMax: 0,
+    reward: i % 2,
+    advantage: (i % 2) - 0.5,
+    rewardComponents: { correct: i % 2 },
+    metrics: {},
+    errors: [],
+    isTruncated: false,
+    stopReason: "eos",
+    numTurns: 1,
+    generateMs: 1,
+    envMs: 0,
+    scoreMs: 1,
+    ...edit,
+  };
+}
+
+test("wrong-but-well-formed raw groups and scored batches are dead-lettered with their reason; the run finishes", async () => {
+  const run = await startRun("semantic", {
+    rl: { steps: 3, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, maxAbsAdvantage: 10, sampling },
+  });
+  try {
+    const channels = new RunChannels(run.topology.wire);
+    const task = (label: string): Task => ({
+      run: "semantic",
+      taskId: `semantic:9:${label}`,
+      epoch: 9,
+      index: 0,
+      step: 0,
+      env: "arithmetic@1.0.0",
+      envKey: "arithmetic",
+      exampleIndex: 0,
+      groupSize: 4,
+      sampling,
+      seed: 1,
+    });
+    for (const name of ["checkpoint", "learner", "orchestrator", "inference", "reward"]) run.launcher.start({ name, replica: 0 });
+    // Into the live run, once the first policy exists (a group cannot honestly predate it).
+    await waitUntil("policy v0", async () => (await run.state.policyVersion()) >= 0, 30_000, `${run.dir}/logs`);
+    const four = (bad: RawRollout) => [rollout(), rollout(), bad, rollout()];
+    await channels.rawRollouts.publish({
+      task: task("vocab"),
+      rollouts: four(rollout({ completionIds: [51, 300], completionMask: [1, 1], samplerLogprobs: [-1, -1] })),
+      producer: "test",
+    });
+    const long = Array.from({ length: 150_000 }, () => 50);
+    await channels.rawRollouts.publish({ task: task("context"), rollouts: four(rollout({ promptIds: long })), producer: "test" });
+    await channels.rawRollouts.publish({ task: task("future"), rollouts: four(rollout({ policyVersionMax: 1_000_000 })), producer: "test" });
+    await channels.rawRollouts.publish({ task: task("group"), rollouts: [rollout(), rollout()], producer: "test" });
+    // Scored batches published straight onto the learner's subject (as a buggy or hostile producer would).
+    const meta = { run: "semantic", schemaVersion: ROLLOUT_SCHEMA_VERSION, producer: "test", createdAt: new Date().toISOString() };
+    const pub = (rows: RolloutRow[], id: string) =>
+      run.js.publish(run.topology.names.subjects.rolloutsScored, encodeRolloutBatch(rows, meta), {
+        msgID: id,
+        headers: makeHeaders({ contentType: ContentType.arrow }),
+      });
+    await pub(
+      [0, 1, 2, 3].map((i) => row("s-vocab", i, i === 1 ? { completionIds: Int32Array.from([51, 300]) } : {})),
+      "s-vocab",
+    );
+    await pub(
+      [0, 1, 2, 3].map((i) => row("s-future", i, { policyVersionMin: 1_000_000, policyVersionMax: 1_000_000 })),
+      "s-future",
+    );
+    await pub(
+      [0, 1, 2, 3].map((i) => row("s-adv", i, i === 0 ? { advantage: 1e30 } : {})),
+      "s-adv",
+    );
+
+    // maxRestarts is 0: an actor that exits would leave the run unfinished and fail this wait.
+    await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 60_000, `${run.dir}/logs`);
+
+    const dead = await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.dlq);
+    const reasons = dead.map((m) => m.header?.get(Hdr.error) ?? "");
+    const expect: Array<[RegExp, string]> = [
+      [/^vocab: rollout 2 of task semantic:9:vocab has token id 300, outside the model's vocabulary \[0, 288\)/, "raw vocab"],
+      [
+        /^context: 1 of 4 rollouts left out \(rollout 2 of task semantic:9:context has 150002 tokens \(150000 prompt \+ 2 completion\), more than the 48-token context/,
+        "raw context",
+      ],
+      [/^future_version: rollout 2 of task semantic:9:future claims policy version 1000000, but the newest is \d+/, "raw future"],
+      [/^group: task semantic:9:group asked for 4 rollouts, the group has 2/, "raw group"],
+      [/^vocab: row 1 \(task s-vocab\) has token id 300/, "scored vocab"],
+      [/^future_version: row 0 \(task s-future\) claims policy version 1000000/, "scored future"],
+      [/^advantage: row 0 \(task s-adv\) has advantage 1\.0000000150474662e\+30, beyond rl.maxAbsAdvantage 10/, "scored advantage"],
+    ];
+    for (const [pattern, what] of expect)
+      assert.ok(
+        reasons.some((r) => pattern.test(r)),
+        `${what} dead-lettered: ${pattern} not in\n${reasons.join("\n")}`,
+      );
+    assert.equal(dead.length, expect.length, reasons.join("\n"));
+    // The learner trained every step on clean rows only: each step's samples are exactly the batch size.
+    const steps = (await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.metrics("learner")))
+      .map((m) => decodeMsgpack(MetricsEventSchema, m.data))
+      .filter((e) => e.kind === "step");
+    assert.equal(steps.length, 3);
+    for (const e of steps) assert.ok((e.values["samples"] ?? 0) >= 8, `step ${e.step} trained on a full batch of clean rows`);
+  } finally {
+    await run.close();
+  }
+});
