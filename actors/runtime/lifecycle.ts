@@ -31,7 +31,7 @@ export interface ActorWiring {
 export async function buildContext(actor: string, config: RunConfig, opts: { natsUrl?: string; instance?: string; signal: AbortSignal }): Promise<ActorWiring> {
   const instance = opts.instance ?? `${hostname()}-${process.pid}`;
   const log = createLogger({ run: config.run, actor, instance });
-  const nc = await connectNats(natsUrlFor(config.nats.url, opts.natsUrl), `rollstream-${actor}-${instance}`);
+  const nc = await connectNats(natsUrlFor(config.nats.url, opts.natsUrl), `rollstream-${actor}-${instance}`, { waitForServer: true });
   const topology = await ensureTopology(nc, config.run, {
     replicas: config.nats.replicas,
     rolloutsMaxBytes: config.nats.rolloutsMaxBytes,

@@ -5,11 +5,16 @@ export function natsUrlFor(configUrl?: string, explicit?: string): string {
   return explicit ?? process.env.NATS_URL ?? configUrl ?? "nats://127.0.0.1:4222";
 }
 
-export async function connectNats(url: string, name: string): Promise<NatsConnection> {
+/**
+ * `waitForServer`: keep trying until the server answers (actors: a restarted actor must not die again
+ * while the run's server is still down). Commands fail at once with a clear line instead.
+ */
+export async function connectNats(url: string, name: string, opts: { waitForServer?: boolean } = {}): Promise<NatsConnection> {
   try {
     return await connect({
       servers: url,
       name,
+      waitOnFirstConnect: opts.waitForServer === true,
       maxReconnectAttempts: -1,
       reconnectTimeWait: 500,
       // Big Arrow batches: don't let a ping timeout during a long synchronous kernel call kill us.

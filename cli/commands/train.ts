@@ -17,6 +17,7 @@ import { loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtim
 // The model code loads only when an evaluation runs, so `rollstream train --help` works without kernels.
 const heldOutEval: typeof import("../held-out-eval.js").heldOutEval = async (...a) => (await import("../held-out-eval.js")).heldOutEval(...a);
 import { RunProgress } from "../train/progress.js";
+import { OutageReport } from "../train/outage.js";
 
 export interface TrainOptions {
   nats?: string;
@@ -118,6 +119,32 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   }
 
   const progress = new RunProgress(nc, topology.jsm, topology.names, join(runDir, "metrics.jsonl"), config.rl.steps);
+  const outage = new OutageReport((line) => progress.say(line));
+  // The server we started is part of the run: if it dies, bring it back on the same port and store.
+  const superviseServer = (srv: LocalNatsServer) => {
+    srv.process.once("exit", (code, signal) => {
+      if (stopping) return;
+      progress.say(`nats-server exited (code ${code}, signal ${signal}): restarting it on the same store`);
+      const again = async (attempt: number): Promise<void> => {
+        try {
+          server = await startNatsServer({
+            storeDir: srv.storeDir,
+            port: srv.port,
+            monitorPort: srv.monitorPort,
+            logFile: join(runDir, "logs", "nats-server.log"),
+          });
+          superviseServer(server);
+        } catch (e) {
+          if (stopping) return;
+          progress.say(`nats-server restart ${attempt} failed: ${(e as Error).message.split("\n")[0]}`);
+          await new Promise((r) => setTimeout(r, Math.min(10_000, 500 * 2 ** attempt)));
+          return again(attempt + 1);
+        }
+      };
+      void again(1);
+    });
+  };
+  if (server) superviseServer(server);
   let fatal: string | null = null;
   const launcher = new ActorLauncher({
     binPath,
@@ -153,9 +180,19 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   let sftEval: Promise<void> | null = null;
   try {
     while (!interrupted && !fatal) {
-      const version = await state.policyVersion();
-      const step = await state.learnerStep();
-      if (opts.eval !== false && !evals.sft && version >= 0 && sftEval === null && (await state.get(StateKeys.runPhase)) === "rl") {
+      let version: number, step: number, phase: string | undefined;
+      try {
+        version = await state.policyVersion();
+        step = await state.learnerStep();
+        phase = await state.get(StateKeys.runPhase);
+        outage.up();
+      } catch (e) {
+        // The server is away (restarting, or being restarted by us): wait for it, never give up the run.
+        outage.down(e);
+        await new Promise((r) => setTimeout(r, 1000));
+        continue;
+      }
+      if (opts.eval !== false && !evals.sft && version >= 0 && sftEval === null && phase === "rl") {
         sftEval = (async () => {
           const r = await heldOutEval(config, await channels.weights.fetch(0), 0, { threads: 1 });
           evals.sft = r;
@@ -185,8 +222,11 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     }
     // Let the orchestrator mark the run done and the checkpoint actor write the final state.
     const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && (await state.get(StateKeys.runStatus)) !== "done") await new Promise((r) => setTimeout(r, 250));
-    while (Date.now() < deadline && ((await state.get(StateKeys.checkpointLatest)) ?? -1) < config.rl.steps) await new Promise((r) => setTimeout(r, 250));
+    while (Date.now() < deadline && (await state.get(StateKeys.runStatus).catch(() => undefined)) !== "done") await new Promise((r) => setTimeout(r, 250));
+    while (Date.now() < deadline && ((await state.get(StateKeys.checkpointLatest).catch(() => undefined)) ?? -1) < config.rl.steps)
+      await new Promise((r) => setTimeout(r, 250));
+    if (outage.outages.length)
+      progress.say(`rode through ${outage.outages.length} NATS outage(s): ${outage.outages.map((x) => `${x.toFixed(1)} s`).join(", ")}`);
     await cleanup(launcher, progress);
     printSummary(evals);
     return 0;

@@ -28,6 +28,9 @@ export interface LauncherOptions {
   onExit?: (spec: ActorSpec, code: number | null, signal: string | null, willRestart: boolean) => void;
 }
 
+/** A restart after this long up is not part of a crash loop. */
+const RESTART_WINDOW_MS = 60_000;
+
 export class ActorLauncher {
   private running = new Map<string, Running>();
   private stopping = false;
@@ -51,13 +54,17 @@ export class ActorLauncher {
     child.stderr!.pipe(log, { end: false });
     const entry: Running = { spec, child, restarts, log };
     this.running.set(id, entry);
+    const startedAt = Date.now();
     child.once("exit", (code, signal) => {
       const unexpected = !this.stopping && code !== 0;
-      const willRestart = unexpected && restarts < (this.o.maxRestarts ?? 3);
+      // An actor that ran a while before it died (a server outage an hour into the run) starts a fresh
+      // count: maxRestarts bounds crash loops, not the number of incidents in a long run.
+      const count = Date.now() - startedAt > RESTART_WINDOW_MS ? 0 : restarts;
+      const willRestart = unexpected && count < (this.o.maxRestarts ?? 3);
       this.o.onExit?.(spec, code, signal, willRestart);
       if (willRestart)
         setTimeout(() => {
-          if (!this.stopping) this.start(spec, restarts + 1);
+          if (!this.stopping) this.start(spec, count + 1);
         }, 1000);
     });
   }
