@@ -29,7 +29,7 @@ export {
   type EvalMessage,
 } from "./messages.js";
 export { toRawRollout, toScoredRow } from "./rollout-record.js";
-export { checkRolloutLimits, rejectReasonOf, RolloutRejectedError, type RolloutLimits } from "./rollout-limits.js";
+export { checkAdvantage, checkRolloutLimits, rejectReasonOf, RolloutRejectedError, type RolloutLimits } from "./rollout-limits.js";
 export type { RolloutRow } from "./rollout-schema.js";
 export { decodeRolloutBatch } from "./arrow-codec.js";
 

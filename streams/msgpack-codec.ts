@@ -10,10 +10,20 @@ export class MessageValidationError extends Error {
   }
 }
 
-export function encodeMsgpack<S extends z.ZodType>(schema: S, value: z.input<S>): Uint8Array {
+/** The value as the schema outputs it, or MessageValidationError: what goes on the wire. */
+export function validateForPublish<S extends z.ZodType>(schema: S, value: z.input<S>): z.output<S> {
   const parsed = schema.safeParse(value);
   if (!parsed.success) throw new MessageValidationError(`refusing to publish an invalid message: ${formatIssues(parsed.error)}`);
-  return encode(parsed.data, { ignoreUndefined: true });
+  return parsed.data;
+}
+
+/** Encodes a value validateForPublish returned (no second validation). */
+export function encodeValidated(value: unknown): Uint8Array {
+  return encode(value, { ignoreUndefined: true });
+}
+
+export function encodeMsgpack<S extends z.ZodType>(schema: S, value: z.input<S>): Uint8Array {
+  return encodeValidated(validateForPublish(schema, value));
 }
 
 export function decodeMsgpack<S extends z.ZodType>(schema: S, data: Uint8Array, what = "message"): z.output<S> {

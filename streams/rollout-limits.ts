@@ -65,7 +65,12 @@ export function checkRolloutLimits(r: LimitedRollout, limits: RolloutLimits, wha
   if (r.policyVersionMax > limits.maxPolicyVersion) {
     throw new RolloutRejectedError("future_version", `${what} claims policy version ${r.policyVersionMax}, but the newest is ${limits.maxPolicyVersion}`);
   }
-  if (r.advantage !== undefined && !(Math.abs(r.advantage) <= limits.maxAbsAdvantage)) {
-    throw new RolloutRejectedError("advantage", `${what} has advantage ${r.advantage}, beyond rl.maxAbsAdvantage ${limits.maxAbsAdvantage}`);
+  if (r.advantage !== undefined) checkAdvantage(r.advantage, limits, what);
+}
+
+/** The advantage bound alone (for a producer that checked the rest before it computed advantages). */
+export function checkAdvantage(advantage: number, limits: Pick<RolloutLimits, "maxAbsAdvantage">, what: string): void {
+  if (!(Math.abs(advantage) <= limits.maxAbsAdvantage)) {
+    throw new RolloutRejectedError("advantage", `${what} has advantage ${advantage}, beyond rl.maxAbsAdvantage ${limits.maxAbsAdvantage}`);
   }
 }

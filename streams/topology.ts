@@ -154,7 +154,7 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
   const objects = await new Objm(nc).create(names.objectBucket, { replicas: o.replicas });
   // Kept like the rollouts stream they belong to: a replay or inspect of an old message still finds its blob.
   const blobs = await new Objm(nc).create(names.blobBucket, { replicas: o.replicas, max_bytes: o.rolloutsMaxBytes });
-  return { names, jsm, kv, objects, blobs, wire: openWire(nc, run, { jsm, kv, objects, blobs }) };
+  return { names, jsm, kv, objects, blobs, wire: openWire(nc, run, { jsm, objects, blobs }) };
 }
 
 /** Deletes every JetStream object of a run (used by tests and `rollstream train --fresh`). */

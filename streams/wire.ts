@@ -1,9 +1,9 @@
 // What every channel of a run stands on: the connection, the run's names and its buckets. Actors get a
 // Wire from ensureTopology (which creates what is missing); tools that only read a run (inspect, replay,
 // dashboard) get one from openWire, which creates nothing and opens buckets only when a message needs them.
+// The run's KV is not part of it: RunState wraps the bucket ensureTopology opens.
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
-import { Kvm, type KV } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { PoisonMessageError } from "./dead-letter.js";
 import { runNames, type RunNames } from "./subjects.js";
@@ -17,7 +17,6 @@ export interface Wire {
   nc: NatsConnection;
   js: JetStreamClient;
   jsm(): Promise<JetStreamManager>;
-  kv(): Promise<KV>;
   /** Policy weights and training-state objects. */
   objects(): Promise<ObjectStore>;
   /** Payloads larger than max_payload (large-payload.ts). */
@@ -37,7 +36,6 @@ function once<T>(open: () => Promise<T>, fail: (e: Error) => Error): () => Promi
 
 export interface WireParts {
   jsm?: JetStreamManager;
-  kv?: KV;
   objects?: ObjectStore;
   blobs?: ObjectStore;
 }
@@ -56,12 +54,6 @@ export function openWire(nc: NatsConnection, run: string, parts: WireParts = {})
       : once(
           () => jetstreamManager(nc),
           (e) => e,
-        ),
-    kv: parts.kv
-      ? () => Promise.resolve(parts.kv!)
-      : once(
-          () => new Kvm(nc).open(names.kvBucket),
-          (e) => new Error(`run ${run} has no state bucket ${names.kvBucket}: ${e.message}`),
         ),
     objects: parts.objects
       ? () => Promise.resolve(parts.objects!)

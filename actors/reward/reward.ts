@@ -12,6 +12,7 @@ import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environm
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { rolloutLimitsOf } from "../runtime/model-factory.js";
 import {
+  checkAdvantage,
   checkRolloutLimits,
   PoisonMessageError,
   RolloutRejectedError,
@@ -62,13 +63,13 @@ export class RewardActor implements Actor {
     // when a multi-turn transcript outgrows the window: they are left out (the rest of the group is
     // scored and trained on), counted, and the raw group is copied to the dead-letter subject with the
     // reason, so nothing is cut silently. Any other violation rejects the whole group.
-    const overlong: string[] = [];
+    const overlong = new Map<number, string>();
     group.rollouts.forEach((r, i) => {
       try {
         checkRolloutLimits(r, limits, `rollout ${i} of task ${task.taskId}`);
       } catch (e) {
         if (!(e instanceof RolloutRejectedError && e.reason === "context")) throw e;
-        overlong.push(e.message);
+        overlong.set(i, e.message);
       }
     });
     const row = loaded.env.dataset("train").row(task.exampleIndex);
@@ -77,8 +78,7 @@ export class RewardActor implements Actor {
     const scoreMs = Date.now() - t0;
     if (scores.length !== group.rollouts.length)
       throw new Error(`rubric of ${task.env} returned ${scores.length} scores for ${group.rollouts.length} rollouts`);
-    const fits = group.rollouts.map((r) => r.promptIds.length + r.completionIds.length <= limits.contextTokens);
-    const kept = group.rollouts.map((r, i) => ({ r, score: scores[i]!, i })).filter((x) => fits[x.i]);
+    const kept = group.rollouts.map((r, i) => ({ r, score: scores[i]!, i })).filter((x) => !overlong.has(x.i));
     const rewards = scores.map((s) => (Number.isFinite(s.reward) ? s.reward : 0));
     // Advantages are relative to what is trained on.
     const adv = groupAdvantages(
@@ -86,16 +86,13 @@ export class RewardActor implements Actor {
       ctx.config.rl.normalizeAdvantage,
     );
     adv.forEach((a, k) => {
-      checkRolloutLimits({ ...kept[k]!.r, advantage: a }, limits, `rollout ${kept[k]!.i} of task ${task.taskId}`);
+      checkAdvantage(a, limits, `rollout ${kept[k]!.i} of task ${task.taskId}`);
     });
-    if (overlong.length > 0) {
-      this.overlong.inc(overlong.length);
-      await this.deadLetters.send(
-        msg,
-        `context: ${overlong.length} of ${group.rollouts.length} rollouts left out (${overlong[0]!.replace(/^context: /, "")})`,
-        ctx.actor,
-      );
-      ctx.log.warn({ task: task.taskId, overlong: overlong.length }, "rollouts longer than the context left out");
+    if (overlong.size > 0) {
+      this.overlong.inc(overlong.size);
+      const first = [...overlong.values()][0]!.replace(/^context: /, "");
+      await this.deadLetters.send(msg, `context: ${overlong.size} of ${group.rollouts.length} rollouts left out (${first})`, ctx.actor);
+      ctx.log.warn({ task: task.taskId, overlong: overlong.size }, "rollouts longer than the context left out");
     }
     const rows = kept.map((x, k) => toScoredRow(x.r, { task, exampleId: row.id, score: x.score, reward: rewards[x.i]!, advantage: adv[k]!, scoreMs }));
     if (rows.length > 0) await this.scored.publish(rows, { batchId: task.taskId, step: task.step, env: task.env, producer: ctx.instance });
@@ -106,7 +103,7 @@ export class RewardActor implements Actor {
       rewardMean: mean,
       passRate: rewards.filter((r) => r >= 1 - 1e-6).length / rewards.length,
       samples: rows.length,
-      overlong: overlong.length,
+      overlong: overlong.size,
       scoreMs,
       errors: scores.reduce((s, x) => s + x.errors.length, 0),
     };

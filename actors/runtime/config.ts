@@ -2,6 +2,7 @@
 // smallest valid config is `run: name` plus an environment. `rollstream config --defaults` prints it.
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
+import { closest, distance } from "fastest-levenshtein";
 import { z } from "zod";
 import { lossSpecSchema } from "../../kernels/loss-spec.js";
 import { OptimizerSchema } from "../../kernels/optimizer.js";
@@ -147,35 +148,19 @@ export type { OptimizerConfig } from "../../kernels/optimizer.js";
 
 /** The keys an object schema accepts at `path` of the run config (for "did you mean"). */
 function keysAt(path: PropertyKey[]): string[] {
-  let node: z.ZodType = RunConfigSchema as unknown as z.ZodType;
+  // Through defaults, optionals and preprocess pipes to the object (or array) schema underneath.
   const unwrap = (t: z.ZodType): z.ZodType => {
-    let cur: z.ZodType = t;
-    for (let i = 0; i < 8; i++) {
-      const def = (cur as unknown as { _zod: { def: { innerType?: z.ZodType; in?: z.ZodType; element?: z.ZodType; type: string } } })._zod.def;
-      if (def.innerType) cur = def.innerType;
-      else if (def.type === "pipe" && def.in) cur = def.in;
-      else break;
-    }
-    return cur;
+    if (t instanceof z.ZodDefault || t instanceof z.ZodOptional) return unwrap(t.unwrap() as z.ZodType);
+    if (t instanceof z.ZodPipe) return unwrap(t.in as z.ZodType);
+    return t;
   };
+  let node = unwrap(RunConfigSchema);
   for (const part of path) {
-    node = unwrap(node);
-    const def = (node as unknown as { _zod: { def: { type: string; shape?: Record<string, z.ZodType>; element?: z.ZodType } } })._zod.def;
-    if (def.type === "object" && def.shape && typeof part === "string" && def.shape[part]) node = def.shape[part]!;
-    else if (def.type === "array" && def.element && typeof part === "number") node = def.element;
+    if (node instanceof z.ZodObject && typeof part === "string" && part in node.shape) node = unwrap(node.shape[part] as z.ZodType);
+    else if (node instanceof z.ZodArray && typeof part === "number") node = unwrap(node.element as z.ZodType);
     else return [];
   }
-  const def = (unwrap(node) as unknown as { _zod: { def: { type: string; shape?: Record<string, z.ZodType> } } })._zod.def;
-  return def.type === "object" && def.shape ? Object.keys(def.shape) : [];
-}
-
-function editDistance(a: string, b: string): number {
-  const d = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array(b.length).fill(0)] as number[]);
-  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
-  for (let i = 1; i <= a.length; i++)
-    for (let j = 1; j <= b.length; j++)
-      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + (a[i - 1]!.toLowerCase() === b[j - 1]!.toLowerCase() ? 0 : 1));
-  return d[a.length]![b.length]!;
+  return node instanceof z.ZodObject ? Object.keys(node.shape) : [];
 }
 
 /** One line per problem; an unknown key names the closest key that exists there. */
@@ -186,9 +171,9 @@ export function describeIssues(issues: z.core.$ZodIssue[]): string[] {
     if (i.code === "unrecognized_keys") {
       const known = keysAt(i.path);
       for (const k of i.keys) {
-        const best = known.map((c) => ({ c, d: editDistance(k, c) })).sort((x, y) => x.d - y.d)[0];
-        const hint =
-          best && best.d <= Math.max(2, Math.floor(k.length / 3)) ? `; did you mean "${best.c}"?` : known.length ? ` (known: ${known.join(", ")})` : "";
+        const best = known.length ? closest(k, known) : undefined;
+        const near = best !== undefined && distance(k.toLowerCase(), best.toLowerCase()) <= Math.max(2, Math.floor(k.length / 3));
+        const hint = near ? `; did you mean "${best}"?` : known.length ? ` (known: ${known.join(", ")})` : "";
         out.push(`${i.path.length ? `${where}.` : ""}${k}: unknown key${hint}`);
       }
     } else out.push(`${where}: ${i.message}`);

@@ -20,8 +20,6 @@ export interface ConsumeOptions {
   onError?(e: unknown, msg: JsMsg): void;
 }
 
-export type { Outcome };
-
 export async function consumeDurable(wire: Wire, stream: string, durable: string, handler: (msg: JsMsg) => Promise<void>, o: ConsumeOptions): Promise<void> {
   const consumer = await wire.js.consumers.get(stream, durable);
   await lastValueFrom(

@@ -6,8 +6,7 @@ import type { MsgHdrs } from "@nats-io/transport-node";
 import type { z } from "zod";
 import { ContentType, makeHeaders, type HeaderValues } from "../headers.js";
 import { publishPayload, readPayload } from "../large-payload.js";
-import { decodeMsgpack, encodeMsgpack } from "../msgpack-codec.js";
-import { StreamReader } from "../stream-reader.js";
+import { decodeMsgpack, encodeValidated, validateForPublish } from "../msgpack-codec.js";
 import type { Wire } from "../wire.js";
 import { consumeDurable, type ConsumeOptions } from "./consume-options.js";
 
@@ -40,10 +39,6 @@ export class MsgpackChannel<S extends z.ZodType> {
     return this.spec.subject;
   }
 
-  encode(value: z.input<S>): Uint8Array {
-    return encodeMsgpack(this.spec.schema, value);
-  }
-
   decode(data: Uint8Array): z.output<S> {
     return decodeMsgpack(this.spec.schema, data, this.spec.what);
   }
@@ -55,8 +50,9 @@ export class MsgpackChannel<S extends z.ZodType> {
   }
 
   async publish(value: z.input<S>): Promise<PubAck> {
-    const data = this.encode(value);
-    const parsed = this.spec.schema.parse(value) as z.output<S>;
+    // Validated once: the headers and msg-id read the same parsed value that is encoded.
+    const parsed = validateForPublish(this.spec.schema, value);
+    const data = encodeValidated(parsed);
     const headers = makeHeaders({ contentType: ContentType.msgpack, run: this.wire.run, kind: this.spec.kind, ...this.spec.headers(parsed) });
     const msgId = this.spec.msgId?.(parsed);
     if (this.spec.large) {
@@ -78,10 +74,5 @@ export class MsgpackChannel<S extends z.ZodType> {
     if (!this.spec.durable) return null;
     const info = await (await this.wire.jsm()).consumers.info(this.spec.stream, this.spec.durable).catch(() => null);
     return info === null ? null : info.num_pending + info.num_ack_pending;
-  }
-
-  /** An ordered reader of the subject from a stream sequence (no acks, no consumer state on the server). */
-  reader(fromSeq = 1, batch?: number): StreamReader {
-    return new StreamReader(this.wire.js, { stream: this.spec.stream, subject: this.spec.subject, fromSeq, batch });
   }
 }

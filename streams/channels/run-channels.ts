@@ -1,6 +1,5 @@
 // All channels of one run over one Wire. Actors get the ones they use injected one by one
 // (actors/runtime/tokens.ts); tools build this and pick what they read.
-import { RunState } from "../run-state.js";
 import type { Wire } from "../wire.js";
 import { CheckpointChannel, RestoreChannel } from "./checkpoint-channels.js";
 import {
@@ -40,9 +39,5 @@ export class RunChannels {
 
   metrics(actor: string): MetricsChannel {
     return metricsChannel(this.wire, actor);
-  }
-
-  async state(): Promise<RunState> {
-    return new RunState(await this.wire.kv());
   }
 }

@@ -10,67 +10,16 @@ import { mulberry32 } from "../helpers/rng.js";
 import { encodeRolloutBatch, encodeRolloutBatchUnchecked } from "../../streams/arrow-codec.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
+import { arithmeticTask, testSampling, validRollout, validRow } from "../helpers/rollout-fixtures.js";
 import { decodeMsgpack, Hdr, MetricsEventSchema, StateKeys } from "../../streams/index.js";
 
-const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 4 };
+const sampling = testSampling;
 type Obj = Record<string, unknown>;
 
-const task = (label: string): Obj => ({
-  run: "fuzz",
-  taskId: `fuzz:7:${label}`,
-  epoch: 7,
-  index: 0,
-  step: 0,
-  env: "arithmetic@1.0.0",
-  envKey: "arithmetic",
-  exampleIndex: 0,
-  groupSize: 2,
-  sampling,
-  seed: 1,
-});
-const rollout = (): Obj => ({
-  promptIds: [257, 260, 49, 43, 50, 263, 261],
-  completionIds: [51, 263],
-  completionMask: [1, 1],
-  samplerLogprobs: [-5.6, -5.6],
-  messages: [{ role: "user", content: "1+2" }],
-  numTurns: 1,
-  turnOffsets: [0],
-  stopReason: "eos",
-  isTruncated: false,
-  policyVersionMin: 0,
-  policyVersionMax: 0,
-  state: {},
-  timings: { generateMs: 1, envMs: 0 },
-});
-const row = (tag: string, i: number): RolloutRow => ({
-  taskId: tag,
-  groupId: tag,
-  env: "arithmetic@1.0.0",
-  exampleId: `${tag}-${i}`,
-  exampleIndex: i,
-  step: 0,
-  promptIds: Int32Array.from([257, 260, 49, 43, 50, 263, 261]),
-  completionIds: Int32Array.from([51, 263]),
-  completionMask: Uint8Array.from([1, 1]),
-  samplerLogprobs: Float32Array.from([-5.6, -5.6]),
-  turnOffsets: Int32Array.from([0]),
-  messages: [],
-  stateJson: "{}",
-  policyVersionMin: 0,
-  policyVersionMax: 0,
-  reward: i % 2,
-  advantage: (i % 2) - 0.5,
-  rewardComponents: {},
-  metrics: {},
-  errors: [],
-  isTruncated: false,
-  stopReason: "eos",
-  numTurns: 1,
-  generateMs: 1,
-  envMs: 0,
-  scoreMs: 1,
-});
+// Plain objects, so a corruption can delete a field or give it the wrong type.
+const task = (label: string): Obj => ({ ...arithmeticTask("fuzz", 7, label, 2) });
+const rollout = (): Obj => ({ ...validRollout() });
+const row = validRow;
 
 // Structured corruptions: each makes the message invalid by schema or by the run's limits.
 const taskEdits: Array<(t: Obj) => void> = [

@@ -9,63 +9,10 @@ import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { encodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
-import { decodeMsgpack, Hdr, MetricsEventSchema, RunChannels, StateKeys, type RawRollout, type Task } from "../../streams/index.js";
+import { decodeMsgpack, Hdr, MetricsEventSchema, RunChannels, StateKeys, type RawRollout } from "../../streams/index.js";
+import { arithmeticTask, testSampling, validRollout, validRow } from "../helpers/rollout-fixtures.js";
 
-const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 4 };
-
-function rollout(edit: Partial<RawRollout> = {}): RawRollout {
-  return {
-    promptIds: [257, 260, 49, 43, 50, 263, 261],
-    completionIds: [51, 263],
-    completionMask: [1, 1],
-    samplerLogprobs: [-5.6, -5.6],
-    messages: [
-      { role: "user", content: "1+2" },
-      { role: "assistant", content: "3" },
-    ],
-    numTurns: 1,
-    turnOffsets: [0],
-    stopReason: "eos",
-    isTruncated: false,
-    policyVersionMin: 0,
-    policyVersionMax: 0,
-    state: {},
-    timings: { generateMs: 1, envMs: 0 },
-    ...edit,
-  };
-}
-
-function row(tag: string, i: number, edit: Partial<RolloutRow> = {}): RolloutRow {
-  return {
-    taskId: tag,
-    groupId: tag,
-    env: "arithmetic@1.0.0",
-    exampleId: `${tag}-${i}`,
-    exampleIndex: i,
-    step: 0,
-    promptIds: Int32Array.from([257, 260, 49, 43, 50, 263, 261]),
-    completionIds: Int32Array.from([51, 263]),
-    completionMask: Uint8Array.from([1, 1]),
-    samplerLogprobs: Float32Array.from([-5.6, -5.6]),
-    turnOffsets: Int32Array.from([0]),
-    messages: [],
-    stateJson: "{}",
-    policyVersionMin: 0,
-    policyVersionMax: 0,
-    reward: i % 2,
-    advantage: (i % 2) - 0.5,
-    rewardComponents: { correct: i % 2 },
-    metrics: {},
-    errors: [],
-    isTruncated: false,
-    stopReason: "eos",
-    numTurns: 1,
-    generateMs: 1,
-    envMs: 0,
-    scoreMs: 1,
-    ...edit,
-  };
-}
+const sampling = testSampling;
 
 test("wrong-but-well-formed raw groups and scored batches are dead-lettered with their reason; the run finishes", async () => {
   const run = await startRun("semantic", {
@@ -73,32 +20,20 @@ test("wrong-but-well-formed raw groups and scored batches are dead-lettered with
   });
   try {
     const channels = new RunChannels(run.topology.wire);
-    const task = (label: string): Task => ({
-      run: "semantic",
-      taskId: `semantic:9:${label}`,
-      epoch: 9,
-      index: 0,
-      step: 0,
-      env: "arithmetic@1.0.0",
-      envKey: "arithmetic",
-      exampleIndex: 0,
-      groupSize: 4,
-      sampling,
-      seed: 1,
-    });
+    const task = (label: string) => arithmeticTask("semantic", 9, label, 4);
     for (const name of ["checkpoint", "learner", "orchestrator", "inference", "reward"]) run.launcher.start({ name, replica: 0 });
     // Into the live run, once the first policy exists (a group cannot honestly predate it).
     await waitUntil("policy v0", async () => (await run.state.policyVersion()) >= 0, 30_000, `${run.dir}/logs`);
-    const four = (bad: RawRollout) => [rollout(), rollout(), bad, rollout()];
+    const four = (bad: RawRollout) => [validRollout(), validRollout(), bad, validRollout()];
     await channels.rawRollouts.publish({
       task: task("vocab"),
-      rollouts: four(rollout({ completionIds: [51, 300], completionMask: [1, 1], samplerLogprobs: [-1, -1] })),
+      rollouts: four(validRollout({ completionIds: [51, 300], completionMask: [1, 1], samplerLogprobs: [-1, -1] })),
       producer: "test",
     });
     const long = Array.from({ length: 150_000 }, () => 50);
-    await channels.rawRollouts.publish({ task: task("context"), rollouts: four(rollout({ promptIds: long })), producer: "test" });
-    await channels.rawRollouts.publish({ task: task("future"), rollouts: four(rollout({ policyVersionMax: 1_000_000 })), producer: "test" });
-    await channels.rawRollouts.publish({ task: task("group"), rollouts: [rollout(), rollout()], producer: "test" });
+    await channels.rawRollouts.publish({ task: task("context"), rollouts: four(validRollout({ promptIds: long })), producer: "test" });
+    await channels.rawRollouts.publish({ task: task("future"), rollouts: four(validRollout({ policyVersionMax: 1_000_000 })), producer: "test" });
+    await channels.rawRollouts.publish({ task: task("group"), rollouts: [validRollout(), validRollout()], producer: "test" });
     // Scored batches published straight onto the learner's subject (as a buggy or hostile producer would).
     const meta = { run: "semantic", schemaVersion: ROLLOUT_SCHEMA_VERSION, producer: "test", createdAt: new Date().toISOString() };
     const pub = (rows: RolloutRow[], id: string) =>
@@ -107,15 +42,15 @@ test("wrong-but-well-formed raw groups and scored batches are dead-lettered with
         headers: makeHeaders({ contentType: ContentType.arrow }),
       });
     await pub(
-      [0, 1, 2, 3].map((i) => row("s-vocab", i, i === 1 ? { completionIds: Int32Array.from([51, 300]) } : {})),
+      [0, 1, 2, 3].map((i) => validRow("s-vocab", i, i === 1 ? { completionIds: Int32Array.from([51, 300]) } : {})),
       "s-vocab",
     );
     await pub(
-      [0, 1, 2, 3].map((i) => row("s-future", i, { policyVersionMin: 1_000_000, policyVersionMax: 1_000_000 })),
+      [0, 1, 2, 3].map((i) => validRow("s-future", i, { policyVersionMin: 1_000_000, policyVersionMax: 1_000_000 })),
       "s-future",
     );
     await pub(
-      [0, 1, 2, 3].map((i) => row("s-adv", i, i === 0 ? { advantage: 1e30 } : {})),
+      [0, 1, 2, 3].map((i) => validRow("s-adv", i, i === 0 ? { advantage: 1e30 } : {})),
       "s-adv",
     );
 
