@@ -4,6 +4,7 @@ import type { ParsedLossSpec } from "./loss-spec.js";
 import type { PolicyModel } from "./policy-model.js";
 import { learningRate, type OptimizerConfig } from "./optimizer.js";
 import { packSamples, type PackResult, type TrainSample } from "./packing.js";
+import { NonFiniteStepError } from "./train-errors.js";
 
 export interface StepReport {
   loss: number;
@@ -36,7 +37,13 @@ export async function trainOnSamples(model: PolicyModel, packed: PackResult, los
     masked += s.maskedTokens;
     lossTokens += s.lossTokens;
   }
+  if (!Number.isFinite(lossSum)) {
+    model.zeroGrad(); // the weights and moments are untouched: the step can be retried without these samples
+    throw new NonFiniteStepError(`the step's loss is ${lossSum}: its samples overflow the objective`);
+  }
   const r = await model.step({ lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm });
+  // The kernels drop a step with a non-finite gradient (weights, moments and step count untouched).
+  if (r.skipped) throw new NonFiniteStepError(`the step's gradient norm is ${r.gradNorm}: its samples overflow the gradient`);
   const ms = performance.now() - t0;
   return {
     loss: lossSum,

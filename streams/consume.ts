@@ -5,6 +5,8 @@
 import { Observable, mergeMap, from, type OperatorFunction } from "rxjs";
 import type { Consumer, JetStreamClient, JsMsg } from "@nats-io/jetstream";
 import { deadLetter, isPoison } from "./dead-letter.js";
+import { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
+import { RedeliveryGate } from "./redelivery-gate.js";
 
 export interface PullOptions {
   /** Messages processed at once (and so fetched at most). */
@@ -92,16 +94,70 @@ export interface HandleOptions {
   /** Sends `working()` while a handler runs longer than this, so the server does not redeliver. */
   heartbeatMs?: number;
   onError?: (e: unknown, msg: JsMsg) => void;
+  /**
+   * Remembers redelivered messages whose handling never ended (the actor died or hung). A message that
+   * ended `crashLimit` such attempts is dead-lettered instead of handled again, so one message cannot
+   * crash-loop its actor. Redelivered messages run alone while this is set.
+   */
+  attempts?: AttemptLedger;
+  crashLimit?: number;
 }
 
 /** Runs `handler` on each slot and turns its result into ack / dead-letter / nak. */
 export function handleWith(handler: (msg: JsMsg) => Promise<void>, o: HandleOptions): OperatorFunction<Slot, Outcome> {
-  return mergeMap((slot: Slot) => from(process(slot, handler, o)), o.maxInFlight);
+  const gate = new RedeliveryGate();
+  return mergeMap((slot: Slot) => from(guarded(slot, handler, o, gate)), o.maxInFlight);
 }
 
-async function process(slot: Slot, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions): Promise<Outcome> {
+/**
+ * A first delivery runs next to others. A redelivery may be the message that killed this actor: it runs
+ * alone, with its attempt recorded before and cleared after, so attempts that died are counted.
+ */
+async function guarded(slot: Slot, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions, gate: RedeliveryGate): Promise<Outcome> {
   const { msg } = slot;
+  const suspect = o.attempts !== undefined && msg.info.deliveryCount >= 2;
+  // Heartbeats run while a suspect waits for the gate too, so the wait does not cost it a redelivery.
   const hb = o.heartbeatMs ? setInterval(() => msg.working(), o.heartbeatMs) : null;
+  const release = await gate.acquire(suspect);
+  try {
+    if (!suspect) return await process(msg, handler, o);
+    const id = `${msg.info.stream}.${msg.seq}`;
+    let died: number;
+    try {
+      died = await o.attempts!.begin(id, o.actor, `${msg.subject} seq ${msg.seq}`);
+    } catch (e) {
+      msg.nak(1000); // the ledger is unreachable: the server is, most likely, too
+      return { kind: "nacked", msg, error: `attempt ledger: ${(e as Error).message}` };
+    }
+    try {
+      if (died >= (o.crashLimit ?? DEFAULT_CRASH_LIMIT)) {
+        const reason = `crash_loop: ${o.actor} died or hung ${died} times while handling this message (delivery ${msg.info.deliveryCount}); set aside so the run goes on`;
+        return await setAside(msg, reason, o);
+      }
+      return await process(msg, handler, o);
+    } finally {
+      await o.attempts!.end(id).catch(() => undefined);
+    }
+  } finally {
+    release();
+    if (hb) clearInterval(hb);
+    slot.release();
+  }
+}
+
+async function setAside(msg: JsMsg, reason: string, o: HandleOptions): Promise<Outcome> {
+  try {
+    await deadLetter(o.js, o.dlqSubject, msg, reason, o.actor);
+    // The DLQ now holds it: ack (not term) so a work-queue stream releases it too.
+    await msg.ackAck().catch(() => msg.term(reason.slice(0, 200)));
+    return { kind: "dead-lettered", msg, error: reason };
+  } catch {
+    msg.nak(1000);
+    return { kind: "nacked", msg, error: reason };
+  }
+}
+
+async function process(msg: JsMsg, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions): Promise<Outcome> {
   try {
     await handler(msg);
     try {
@@ -116,27 +172,11 @@ async function process(slot: Slot, handler: (msg: JsMsg) => Promise<void>, o: Ha
     const reason = e instanceof Error ? e.message : String(e);
     const exhausted = o.maxDeliver !== undefined && msg.info.deliveryCount >= o.maxDeliver;
     if (isPoison(e) || exhausted) {
-      try {
-        await deadLetter(
-          o.js,
-          o.dlqSubject,
-          msg,
-          exhausted && !isPoison(e) ? `gave up after ${msg.info.deliveryCount} deliveries: ${reason}` : reason,
-          o.actor,
-        );
-        // The DLQ now holds it: ack (not term) so a work-queue stream releases it too.
-        await msg.ackAck().catch(() => msg.term(reason.slice(0, 200)));
-        return { kind: "dead-lettered", msg, error: reason };
-      } catch {
-        msg.nak(1000);
-        return { kind: "nacked", msg, error: reason };
-      }
+      const outcome = await setAside(msg, exhausted && !isPoison(e) ? `gave up after ${msg.info.deliveryCount} deliveries: ${reason}` : reason, o);
+      return { ...outcome, error: reason };
     }
     const delay = Math.min(30_000, (o.nakBaseMs ?? 250) * 2 ** Math.max(0, msg.info.deliveryCount - 1));
     msg.nak(delay);
     return { kind: "nacked", msg, error: reason };
-  } finally {
-    if (hb) clearInterval(hb);
-    slot.release();
   }
 }

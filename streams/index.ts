@@ -10,7 +10,8 @@ export { openWire } from "./wire.js";
 // Channels
 export { RunChannels } from "./channels/run-channels.js";
 export type { TaskChannel, RawRolloutChannel } from "./channels/control-channels.js";
-export type { ScoredChannel, CollectedBatch } from "./channels/scored-channel.js";
+export type { ScoredChannel, ScoredReader, CollectedBatch, BatchSource } from "./channels/scored-channel.js";
+export { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 export type { WeightsChannel } from "./channels/weights-channel.js";
 export type { CheckpointChannel, RestoreChannel, RestoreRequest } from "./channels/checkpoint-channels.js";
 export type { ConsumeOptions } from "./channels/consume-options.js";

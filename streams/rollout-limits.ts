@@ -17,12 +17,14 @@ export interface RolloutLimits {
 }
 
 export const REJECT_REASONS = ["vocab", "context", "future_version", "version_order", "advantage", "group"] as const;
+/** Why else a message is set aside: it broke a training step (kernel), or its actor kept dying on it (crash_loop). */
+export const DEAD_LETTER_REASONS = [...REJECT_REASONS, "kernel", "crash_loop"] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
 /** The reason category of a dead letter's error text ("invalid" for schema and decode failures). */
-export function rejectReasonOf(error: string): RejectReason | "invalid" {
+export function rejectReasonOf(error: string): (typeof DEAD_LETTER_REASONS)[number] | "invalid" {
   const m = /^(\w+): /.exec(error);
-  return m && (REJECT_REASONS as readonly string[]).includes(m[1]!) ? (m[1] as RejectReason) : "invalid";
+  return m && (DEAD_LETTER_REASONS as readonly string[]).includes(m[1]!) ? (m[1] as RejectReason) : "invalid";
 }
 
 export class RolloutRejectedError extends PoisonMessageError {

@@ -15,6 +15,8 @@ export interface StreamReaderOptions {
   fromSeq: number;
   /** Messages buffered ahead of the reader; keep their bytes well under 64 MB. Default 8. */
   batch?: number;
+  /** Deliver headers without payloads (listing a subject by its headers). */
+  headersOnly?: boolean;
 }
 
 type Waited = IteratorResult<JsMsg> | "timeout" | "aborted";
@@ -41,6 +43,7 @@ export class StreamReader {
       filter_subjects: this.o.subject,
       deliver_policy: DeliverPolicy.StartSequence,
       opt_start_seq: this.position,
+      ...(this.o.headersOnly ? { headers_only: true } : {}),
     });
     this.messages = await this.consumer.consume({ max_messages: this.o.batch ?? 8 });
     this.iterator = this.messages[Symbol.asyncIterator]();

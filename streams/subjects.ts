@@ -33,6 +33,8 @@ export interface RunNames {
   objectBucket: string;
   /** Payloads too large for one message (streams/large-payload.ts). */
   blobBucket: string;
+  /** Work started and never finished, per message (streams/attempt-ledger.ts). */
+  attemptsBucket: string;
 }
 
 export function runNames(run: string): RunNames {
@@ -59,6 +61,7 @@ export function runNames(run: string): RunNames {
     kvBucket: `rs-${run}-state`,
     objectBucket: `rs-${run}-weights`,
     blobBucket: `rs-${run}-blobs`,
+    attemptsBucket: `rs-${run}-attempts`,
   };
 }
 

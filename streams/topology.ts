@@ -41,11 +41,16 @@ export interface Topology {
   objects: ObjectStore;
   /** Payloads larger than max_payload, referenced from their stream messages (streams/large-payload.ts). */
   blobs: ObjectStore;
+  /** Attempts started and not finished, per message (streams/attempt-ledger.ts). */
+  attempts: KV;
   /** What the run's channels stand on, over the objects above. */
   wire: Wire;
 }
 
 const ms = (n: number) => n * 1_000_000; // JetStream durations are nanoseconds
+
+/** How long an unfinished attempt is remembered: far longer than any crash loop takes to show. */
+const ATTEMPTS_TTL_MS = 24 * 3600_000;
 
 function streamConfigs(names: RunNames, o: Required<TopologyOptions>): Array<Partial<StreamConfig> & { name: string; subjects: string[] }> {
   const common = { storage: StorageType.File, num_replicas: o.replicas, duplicate_window: ms(o.duplicateWindowMs) };
@@ -154,7 +159,9 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
   const objects = await new Objm(nc).create(names.objectBucket, { replicas: o.replicas });
   // Kept like the rollouts stream they belong to: a replay or inspect of an old message still finds its blob.
   const blobs = await new Objm(nc).create(names.blobBucket, { replicas: o.replicas, max_bytes: o.rolloutsMaxBytes });
-  return { names, jsm, kv, objects, blobs, wire: openWire(nc, run, { jsm, objects, blobs }) };
+  // Entries live only while a message is being retried; the age limit also clears the delete markers.
+  const attempts = await new Kvm(nc).create(names.attemptsBucket, { history: 1, replicas: o.replicas, ttl: ATTEMPTS_TTL_MS });
+  return { names, jsm, kv, objects, blobs, attempts, wire: openWire(nc, run, { jsm, objects, blobs, attempts }) };
 }
 
 /** Deletes every JetStream object of a run (used by tests and `rollstream train --fresh`). */
@@ -165,4 +172,5 @@ export async function deleteTopology(nc: NatsConnection, run: string): Promise<v
   await jsm.streams.delete(`KV_${names.kvBucket}`).catch(() => false);
   await jsm.streams.delete(`OBJ_${names.objectBucket}`).catch(() => false);
   await jsm.streams.delete(`OBJ_${names.blobBucket}`).catch(() => false);
+  await jsm.streams.delete(`KV_${names.attemptsBucket}`).catch(() => false);
 }

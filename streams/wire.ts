@@ -4,6 +4,7 @@
 // The run's KV is not part of it: RunState wraps the bucket ensureTopology opens.
 import type { NatsConnection } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from "@nats-io/jetstream";
+import { Kvm, type KV } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { PoisonMessageError } from "./dead-letter.js";
 import { runNames, type RunNames } from "./subjects.js";
@@ -21,6 +22,8 @@ export interface Wire {
   objects(): Promise<ObjectStore>;
   /** Payloads larger than max_payload (large-payload.ts). */
   blobs(): Promise<ObjectStore>;
+  /** Attempts started and never finished, per message (attempt-ledger.ts). */
+  attempts(): Promise<KV>;
   /** The server's max_payload: headers + payload of one message. */
   maxPayload(): number;
 }
@@ -38,6 +41,7 @@ export interface WireParts {
   jsm?: JetStreamManager;
   objects?: ObjectStore;
   blobs?: ObjectStore;
+  attempts?: KV;
 }
 
 /** A wire over an existing run; parts already open (from ensureTopology) are used as they are. */
@@ -68,6 +72,12 @@ export function openWire(nc: NatsConnection, run: string, parts: WireParts = {})
       : once(
           () => objm.open(names.blobBucket),
           (e) => new PoisonMessageError(`message points to a blob, but bucket ${names.blobBucket} cannot be opened: ${e.message}`),
+        ),
+    attempts: parts.attempts
+      ? () => Promise.resolve(parts.attempts!)
+      : once(
+          () => new Kvm(nc).open(names.attemptsBucket),
+          (e) => new Error(`run ${run} has no attempts bucket ${names.attemptsBucket}: ${e.message}`),
         ),
     maxPayload: () => nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD,
   };

@@ -15,6 +15,8 @@ import {
   rejectReasonOf,
   StateKeys,
   type CheckpointChannel,
+  type CollectedBatch,
+  type DeadLetterChannel,
   type RestoreChannel,
   type RunState,
   type ScoredChannel,
@@ -25,6 +27,7 @@ import { sftBatch } from "./sft-data.js";
 import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
 import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
 import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
+import { StepGuard } from "./step-guard.js";
 
 @injectable()
 export class LearnerActor implements Actor {
@@ -38,6 +41,7 @@ export class LearnerActor implements Actor {
     @inject(Tokens.Weights) private readonly weights: WeightsChannel,
     @inject(Tokens.Checkpoints) private readonly checkpoints: CheckpointChannel,
     @inject(Tokens.Restore) private readonly restoreChannel: RestoreChannel,
+    @inject(Tokens.DeadLetters) private readonly deadLetters: DeadLetterChannel,
   ) {}
 
   async run(): Promise<void> {
@@ -111,7 +115,11 @@ export class LearnerActor implements Actor {
       log.info({ threads: rlThreads }, "learner threads for RL");
     }
     const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject, by reason", ["reason"]);
+    // Batches an earlier life of this learner set aside: passed over when steps are recomputed after a
+    // restore, as replay passes over them, so both see the batches the run trained on.
+    const setAside = await this.deadLetters.originalSeqs(this.scored.subject);
     const reader = this.scored.reader(this.counters.readerSeq, {
+      skipSeqs: setAside,
       actor: ctx.actor,
       onDeadLetter: (msg, reason) => {
         deadLetters.inc({ reason: rejectReasonOf(reason) });
@@ -129,26 +137,36 @@ export class LearnerActor implements Actor {
     const dropped = ctx.metrics.counter("samples_dropped_stale_total", "samples older than maxOffPolicySteps, dropped");
     const stepGauge = ctx.metrics.gauge("learner_step", "RL optimizer steps done");
     stepGauge.set(this.counters.step);
+    const guard = new StepGuard(ctx, this.model, reader, this.scored.stepAttempts(), (b) =>
+      this.trainStep(b.kept, rl.loss, rl.optimizer, this.counters.step, rl.steps),
+    );
     try {
       while (this.counters.step < rl.steps && !ctx.signal.aborted) {
         const version = this.counters.step;
         // Tell the orchestrator when we wait on samples (dropped as stale or dead-lettered samples are
         // never coming): it tops the pipeline up if nothing is in flight.
-        const batch = await reader.collect(version, {
+        const collectOpts = {
           batchSize: rl.batchSize,
           maxOffPolicySteps: rl.maxOffPolicySteps,
           signal: ctx.signal,
-          onIdle: (missing) => this.state.put(StateKeys.learnerStarved, { step: version, missing }),
-        });
-        if (!batch) break;
+          onIdle: (missing: number) => this.state.put(StateKeys.learnerStarved, { step: version, missing }),
+        };
+        let batch: CollectedBatch | null = await reader.collect(version, collectOpts);
+        let report: StepReport | undefined;
+        while (batch && !ctx.signal.aborted) {
+          const outcome = await guard.step(version, batch, rl.loss);
+          if ("report" in outcome) {
+            report = outcome.report;
+            break;
+          }
+          batch = await reader.collect(version, collectOpts, outcome.retry);
+        }
+        if (!batch || !report || ctx.signal.aborted) break;
         const { kept, dropped: droppedNow } = batch;
-        if (ctx.signal.aborted) break;
         this.counters.readerSeq = reader.position;
         this.counters.droppedStale += droppedNow;
         this.counters.samplesSeen += kept.length + droppedNow;
         dropped.inc(droppedNow);
-        const samples: TrainSample[] = kept;
-        const report = await this.trainStep(samples, rl.loss, rl.optimizer, version, rl.steps);
         this.counters.step = version + 1;
         stepGauge.set(this.counters.step);
         await this.publishWeights(this.counters.step, "rl");

@@ -10,6 +10,7 @@ import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
+import { failpoint } from "../runtime/failpoints.js";
 import { rolloutLimitsOf } from "../runtime/model-factory.js";
 import {
   checkAdvantage,
@@ -73,6 +74,7 @@ export class RewardActor implements Actor {
       }
     });
     const row = loaded.env.dataset("train").row(task.exampleIndex);
+    failpoint("reward.score", [task.taskId]);
     const t0 = Date.now();
     const scores = await loaded.env.scoreGroup(group.rollouts, row, { sandbox: this.sandbox });
     const scoreMs = Date.now() - t0;

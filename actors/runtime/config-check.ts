@@ -5,7 +5,7 @@
 import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { resolveEnvironment } from "../../environments/registry.js";
-import { ConfigError, parseRunConfig, type RunConfig } from "./config.js";
+import { ConfigError, crossFieldProblems, describeIssues, parseRunConfig, type RunConfig } from "./config.js";
 import { envKeyOf } from "./environments.js";
 
 export interface ConfigCheck {
@@ -27,6 +27,9 @@ export async function checkConfigFile(path: string): Promise<ConfigCheck> {
   } catch (e) {
     if (!(e instanceof ConfigError)) throw e;
     problems.push(...e.problems);
+    // zod skips the schema's cross-field rules when any field has a type error; run them on the raw object
+    // so they show up in this pass too. Those the schema did report come out identical and are not repeated.
+    for (const p of describeIssues(crossFieldProblems(raw))) if (!problems.includes(p)) problems.push(p);
   }
   const entries = (raw as { environments?: unknown } | null)?.environments;
   if (Array.isArray(entries)) {

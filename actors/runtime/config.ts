@@ -129,19 +129,61 @@ export const RunConfigSchema = z
     sandbox: z.record(z.string(), z.unknown()).default({}).describe("sandbox actor settings (see actors/sandbox)"),
   })
   .superRefine((c, ctx) => {
-    if (c.rl.batchSize % c.rl.groupSize !== 0) {
-      ctx.addIssue({ code: "custom", path: ["rl", "batchSize"], message: `must be a multiple of rl.groupSize (${c.rl.groupSize})` });
-    }
-    if (c.model.hiddenSize % c.model.numHeads !== 0) {
-      ctx.addIssue({ code: "custom", path: ["model", "hiddenSize"], message: `must be divisible by numHeads (${c.model.numHeads})` });
-    }
-    if (c.model.numHeads % c.model.numKvHeads !== 0) {
-      ctx.addIssue({ code: "custom", path: ["model", "numKvHeads"], message: `must divide numHeads (${c.model.numHeads})` });
-    }
-    if (c.tokenizer.kind === "hf" && !c.tokenizer.path && !c.model.path) {
-      ctx.addIssue({ code: "custom", path: ["tokenizer", "path"], message: "kind hf needs tokenizer.path or model.path (the folder with tokenizer.json)" });
-    }
+    // The rules live in crossFieldProblems, not here: zod skips this refinement when any field has a type
+    // error, so `config check` also runs them on the raw object to report everything in one pass.
+    for (const { path, message } of crossFieldProblems(c)) ctx.addIssue({ code: "custom", path, message });
   });
+
+const INVALID = Symbol("invalid");
+
+/**
+ * `raw[section][key]` as its own field schema parses it (so an absent value gets its default), or INVALID when
+ * the value or its section has the wrong shape. A rule whose input is INVALID is skipped: the schema reports
+ * that field already, and a rule checked against a value that isn't one would only add noise.
+ */
+function fieldOf<T extends z.ZodType>(raw: unknown, section: string, key: string, schema: T): z.output<T> | typeof INVALID {
+  const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+  if (!isRecord(raw)) return INVALID;
+  const sec = raw[section];
+  if (sec !== undefined && !isRecord(sec)) return INVALID;
+  const r = schema.safeParse(sec?.[key]);
+  return r.success ? r.data : INVALID;
+}
+
+/**
+ * The rules that relate several fields, checked on a raw (unparsed) config with defaults applied field by field.
+ * RunConfigSchema runs them on its parsed value; `config check` runs them on the raw object when parsing failed,
+ * since zod then may have skipped them. Issues have the schema's form, so describeIssues formats both alike.
+ */
+export function crossFieldProblems(raw: unknown): z.core.$ZodIssueCustom[] {
+  const out: z.core.$ZodIssueCustom[] = [];
+  const problem = (path: string[], message: string) => out.push({ code: "custom", path, message });
+  const rl = RlSchema.shape;
+  const model = ModelSectionSchema.shape;
+  const tokenizer = RunConfigSchema.shape.tokenizer.unwrap().shape;
+
+  const batchSize = fieldOf(raw, "rl", "batchSize", rl.batchSize);
+  const groupSize = fieldOf(raw, "rl", "groupSize", rl.groupSize);
+  if (batchSize !== INVALID && groupSize !== INVALID && batchSize % groupSize !== 0) {
+    problem(["rl", "batchSize"], `must be a multiple of rl.groupSize (${groupSize})`);
+  }
+  const hiddenSize = fieldOf(raw, "model", "hiddenSize", model.hiddenSize);
+  const numHeads = fieldOf(raw, "model", "numHeads", model.numHeads);
+  const numKvHeads = fieldOf(raw, "model", "numKvHeads", model.numKvHeads);
+  if (hiddenSize !== INVALID && numHeads !== INVALID && hiddenSize % numHeads !== 0) {
+    problem(["model", "hiddenSize"], `must be divisible by numHeads (${numHeads})`);
+  }
+  if (numHeads !== INVALID && numKvHeads !== INVALID && numHeads % numKvHeads !== 0) {
+    problem(["model", "numKvHeads"], `must divide numHeads (${numHeads})`);
+  }
+  const kind = fieldOf(raw, "tokenizer", "kind", tokenizer.kind);
+  const tokenizerPath = fieldOf(raw, "tokenizer", "path", tokenizer.path);
+  const modelPath = fieldOf(raw, "model", "path", model.path);
+  if (kind === "hf" && tokenizerPath !== INVALID && modelPath !== INVALID && !tokenizerPath && !modelPath) {
+    problem(["tokenizer", "path"], "kind hf needs tokenizer.path or model.path (the folder with tokenizer.json)");
+  }
+  return out;
+}
 
 export type RunConfig = z.infer<typeof RunConfigSchema>;
 export type { OptimizerConfig } from "../../kernels/optimizer.js";

@@ -73,10 +73,13 @@ export async function replay(opts: ReplayOptions): Promise<number> {
   const served = await natsForRun(runDir, config.nats.url, opts.nats);
   const nc = await connectNats(served.url, "rollstream-replay");
   const channels = new RunChannels(openWire(nc, config.run));
-  // The learner dead-lettered such a batch and trained without it; replay does the same, loudly.
+  // The learner dead-lettered such a batch and trained without it; replay does the same, loudly. That
+  // includes batches it set aside after reading them (they broke a step, or it kept dying on them).
+  const setAside = await channels.deadLetters.originalSeqs(channels.scored.subject);
   const reader = channels.scored.reader(opts.fromSeq !== undefined ? Number(opts.fromSeq) : counters.readerSeq, {
     actor: "replay",
     readOnly: true,
+    skipSeqs: setAside,
     onDeadLetter: (m, reason) => console.log(`seq ${m.seq}: skipped undecodable batch (${reason})`),
   });
   let mismatches = 0;

@@ -98,5 +98,7 @@ inline bool field_bool(const Args& a, Napi::Object o, const char* key) {
 // Throws a JS Error carrying the backend's message when a call failed.
 inline void check_status(Napi::Env env, const char* fn, int32_t status, const rs_error& e) {
   if (status == 0) return;
-  throw Napi::Error::New(env, e.message[0] ? std::string(e.message) : std::string(fn) + ": error code " + std::to_string(status));
+  Napi::Error err = Napi::Error::New(env, e.message[0] ? std::string(e.message) : std::string(fn) + ": error code " + std::to_string(status));
+  err.Set("rsStatus", Napi::Number::New(env, status));
+  throw err;
 }

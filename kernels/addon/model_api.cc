@@ -21,8 +21,8 @@ class ModelWork : public Napi::AsyncWorker {
   Napi::Promise Promise() { return deferred_.Promise(); }
   void Execute() override {
     rs_error e{};
-    int32_t st = run_(&e);
-    if (st != RS_OK) SetError(e.message[0] ? e.message : "kernels backend error " + std::to_string(st));
+    status_ = run_(&e);
+    if (status_ != RS_OK) SetError(e.message[0] ? e.message : "kernels backend error " + std::to_string(status_));
   }
   void OnOK() override;
   void OnError(const Napi::Error& err) override;
@@ -32,6 +32,7 @@ class ModelWork : public Napi::AsyncWorker {
   ModelWrap* owner_;
   std::function<int32_t(rs_error*)> run_;
   std::function<Napi::Value(Napi::Env)> done_;
+  int32_t status_ = RS_OK;
 };
 
 template <typename T>
@@ -379,7 +380,11 @@ void ModelWork::OnOK() {
 
 void ModelWork::OnError(const Napi::Error& err) {
   owner_->work_done();
-  deferred_.Reject(err.Value());
+  // The status tells a caller whether its input was refused (RS_ERR_INVALID_ARGUMENT) or the backend
+  // failed (out of memory, internal): the learner sets a refused batch aside but never a failing device.
+  Napi::Object e = err.Value();
+  e.Set("rsStatus", Napi::Number::New(Env(), status_));
+  deferred_.Reject(e);
 }
 
 }  // namespace

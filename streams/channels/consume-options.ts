@@ -4,6 +4,7 @@
 import { lastValueFrom, tap } from "rxjs";
 import type { JsMsg } from "@nats-io/jetstream";
 import { handleWith, pullSlots, type Outcome } from "../consume.js";
+import { AttemptLedger } from "../attempt-ledger.js";
 import type { Wire } from "../wire.js";
 
 export interface ConsumeOptions {
@@ -16,6 +17,8 @@ export interface ConsumeOptions {
   maxDeliver?: number;
   /** Progress heartbeats (`working()`) while a handler runs longer than this. */
   heartbeatMs?: number;
+  /** Attempts of one message that may end with the actor (crash, kill, hang) before it is dead-lettered. */
+  crashLimit?: number;
   onOutcome?(o: Outcome): void;
   onError?(e: unknown, msg: JsMsg): void;
 }
@@ -32,6 +35,8 @@ export async function consumeDurable(wire: Wire, stream: string, durable: string
         maxDeliver: o.maxDeliver ?? 10,
         heartbeatMs: o.heartbeatMs,
         onError: o.onError,
+        attempts: new AttemptLedger(() => wire.attempts(), durable),
+        crashLimit: o.crashLimit,
       }),
       tap((r) => o.onOutcome?.(r)),
     ),

@@ -12,6 +12,7 @@ import { ContentType, makeHeaders } from "../headers.js";
 import { inlineLimit, publishPayload, readPayload } from "../large-payload.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../rollout-schema.js";
 import { StreamReader } from "../stream-reader.js";
+import { AttemptLedger } from "../attempt-ledger.js";
 import type { Wire } from "../wire.js";
 
 export interface ScoredBatchInfo {
@@ -72,6 +73,11 @@ export class ScoredChannel {
   reader(fromSeq: number, o: ScoredReaderOptions): ScoredReader {
     return new ScoredReader(this, this.wire, fromSeq, o);
   }
+
+  /** The learner's record of training steps started and never finished (its crash-loop guard). */
+  stepAttempts(): AttemptLedger {
+    return new AttemptLedger(() => this.wire.attempts(), "learner");
+  }
 }
 
 export interface ScoredReaderOptions {
@@ -82,10 +88,20 @@ export interface ScoredReaderOptions {
   readOnly?: boolean;
   /** Semantic checks of decoded rows (vocabulary, context, versions): a PoisonMessageError dead-letters the batch. */
   validate?: (rows: RolloutRow[]) => void;
+  /** Sequences to pass over unread: what the run already dead-lettered (DeadLetterChannel.originalSeqs). */
+  skipSeqs?: Set<number>;
+}
+
+/** One message's rows that a step kept: what the learner sets aside when the rows turn out to be bad. */
+export interface BatchSource {
+  msg: JsMsg;
+  rows: RolloutRow[];
 }
 
 export interface CollectedBatch {
   kept: RolloutRow[];
+  /** The messages the kept rows came from, in order (kept is their rows concatenated). */
+  sources: BatchSource[];
   dropped: number;
   stalenessMean: number;
   stalenessMax: number;
@@ -122,42 +138,60 @@ export class ScoredReader {
 
   /** The rows of the next message, [] for a dead-lettered one, null when none arrived within waitMs. */
   async next(waitMs = 1000, signal?: AbortSignal): Promise<RolloutRow[] | null> {
+    return (await this.nextSource(waitMs, signal))?.rows ?? null;
+  }
+
+  private async nextSource(waitMs: number, signal?: AbortSignal): Promise<BatchSource | null> {
     const msg = await this.reader.next(waitMs, signal);
     if (!msg) return null;
+    if (this.o.skipSeqs?.has(msg.seq)) return { msg, rows: [] };
     try {
       const { rows } = await this.channel.decodeMessage(msg);
       this.o.validate?.(rows);
-      return rows;
+      return { msg, rows };
     } catch (e) {
       if (!isPoison(e)) throw e; // the blob store was unreachable: fail and re-read, never skip
       // Nothing is acked on this subject, so a bad batch is copied to the DLQ and skipped.
-      const reason = (e as Error).message;
-      if (!this.o.readOnly) await deadLetter(this.wire.js, this.wire.names.subjects.dlq, msg, reason, this.o.actor);
-      this.o.onDeadLetter?.(msg, reason);
-      return [];
+      await this.reject(msg, (e as Error).message);
+      return { msg, rows: [] };
     }
+  }
+
+  /** Sets a batch aside after the fact (its rows broke a training step): a copy to the DLQ with the reason. */
+  async reject(msg: JsMsg, reason: string): Promise<void> {
+    // A reader that goes back over this sequence (a learner recomputing steps after a restore) passes it.
+    this.o.skipSeqs?.add(msg.seq);
+    if (!this.o.readOnly) await deadLetter(this.wire.js, this.wire.names.subjects.dlq, msg, reason, this.o.actor);
+    this.o.onDeadLetter?.(msg, reason);
   }
 
   /**
    * One optimizer step's samples for policy `version`, in stream order; samples staler than
    * maxOffPolicySteps are dropped and counted. Null when aborted or idle past giveUpAfterIdleMs.
+   * `carry` is what an earlier collect for the same step kept (less what was set aside): it is topped up.
    */
-  async collect(version: number, o: CollectOptions): Promise<CollectedBatch | null> {
-    const kept: RolloutRow[] = [];
-    let dropped = 0,
+  async collect(version: number, o: CollectOptions, carry?: CollectedBatch): Promise<CollectedBatch | null> {
+    const sources: BatchSource[] = [...(carry?.sources ?? [])];
+    const kept: RolloutRow[] = sources.flatMap((s) => s.rows);
+    let dropped = carry?.dropped ?? 0,
       staleSum = 0,
       staleMax = 0;
+    for (const row of kept) {
+      staleSum += version - row.policyVersionMin;
+      staleMax = Math.max(staleMax, version - row.policyVersionMin);
+    }
     let idleSince = Date.now();
     while (kept.length < o.batchSize) {
       if (o.signal?.aborted) return null;
-      const rows = await this.next(o.waitMs ?? 1000, o.signal);
-      if (!rows) {
+      const source = await this.nextSource(o.waitMs ?? 1000, o.signal);
+      if (!source) {
         if (Date.now() - idleSince > (o.giveUpAfterIdleMs ?? Infinity)) return null;
         await o.onIdle?.(o.batchSize - kept.length);
         continue;
       }
       idleSince = Date.now();
-      for (const row of rows) {
+      const fresh: RolloutRow[] = [];
+      for (const row of source.rows) {
         const staleness = version - row.policyVersionMin;
         if (staleness > o.maxOffPolicySteps) {
           dropped++;
@@ -165,10 +199,14 @@ export class ScoredReader {
         }
         staleSum += staleness;
         staleMax = Math.max(staleMax, staleness);
-        kept.push(row);
+        fresh.push(row);
+      }
+      if (fresh.length > 0) {
+        sources.push({ msg: source.msg, rows: fresh });
+        kept.push(...fresh);
       }
     }
-    return { kept, dropped, stalenessMean: staleSum / Math.max(1, kept.length), stalenessMax: staleMax };
+    return { kept, sources, dropped, stalenessMean: staleSum / Math.max(1, kept.length), stalenessMax: staleMax };
   }
 
   close(): Promise<void> {

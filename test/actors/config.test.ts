@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { ConfigError, loadRunConfig, parseRunConfig } from "../../actors/runtime/config.js";
@@ -138,4 +138,41 @@ test("config check reports every problem in one pass: unknown keys with a sugges
   const ok = await checkConfigFile(good);
   assert.deepEqual(ok.problems, []);
   assert.equal(ok.config?.run, "check");
+});
+
+test("config check reports a cross-field rule even when a field has a type error (zod skips refinements then)", async () => {
+  const { checkConfigFile } = await import("../../actors/runtime/config-check.js");
+  const dir = mkdtempSync(join(tmpdir(), "rs-cfgcross-"));
+  const bad = join(dir, "bad.yaml");
+  // A type error (rl.steps), a cross-field problem (10 is not a multiple of 4) and an unknown key, all at once.
+  writeFileSync(bad, ["run: cross", "rl: { steps: ten, batchSize: 10, groupSize: 4, seeed: 3 }", "environments:", "  - id: arithmetic@^1"].join("\n"));
+  // parseRunConfig alone stops at the type error: the schema's cross-field refinement never runs.
+  assert.throws(
+    () => parseRunConfig(parseYaml(readFileSync(bad, "utf8"))),
+    (e: unknown) => e instanceof ConfigError && !e.problems.some((p) => p.startsWith("rl.batchSize:")),
+  );
+  const { problems, config } = await checkConfigFile(bad);
+  assert.equal(config, undefined);
+  const text = problems.join("\n");
+  assert.match(text, /rl\.steps: .*expected number/, text);
+  assert.match(text, /rl\.seeed: unknown key; did you mean "seed"\?/, text);
+  assert.match(text, /rl\.batchSize: must be a multiple of rl\.groupSize \(4\)/, "the cross-field rule in the same pass as the type error");
+  assert.equal(problems.filter((p) => p.startsWith("rl.batchSize:")).length, 1, text);
+
+  // Without the type error the schema reports the rule itself; the check must not repeat it.
+  writeFileSync(bad, ["run: cross", "rl: { batchSize: 10, groupSize: 4 }", "environments:", "  - id: arithmetic@^1"].join("\n"));
+  assert.deepEqual((await checkConfigFile(bad)).problems, ["rl.batchSize: must be a multiple of rl.groupSize (4)"]);
+
+  // A rule whose input is itself invalid is skipped: only the field error is reported.
+  writeFileSync(bad, ["run: cross", "rl: { batchSize: 10, groupSize: four }", "environments:", "  - id: arithmetic@^1"].join("\n"));
+  const skipped = (await checkConfigFile(bad)).problems;
+  assert.equal(skipped.length, 1, skipped.join("\n"));
+  assert.match(skipped[0]!, /^rl\.groupSize: /);
+
+  // Positive control: the same config fixed has no problems.
+  const good = join(dir, "good.yaml");
+  writeFileSync(good, ["run: cross", "rl: { steps: 10, batchSize: 12, groupSize: 4, seed: 3 }", "environments:", "  - id: arithmetic@^1"].join("\n"));
+  const ok = await checkConfigFile(good);
+  assert.deepEqual(ok.problems, []);
+  assert.equal(ok.config?.rl.steps, 10);
 });
