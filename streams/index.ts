@@ -38,6 +38,9 @@ export { decodeRolloutBatch } from "./arrow-codec.js";
 export { RunState } from "./run-state.js";
 export { StateKeys, StateKeySchemas, type HeldOutResult } from "./state-keys.js";
 
+// Deadlines for calls that can block
+export { DeadlineError, withDeadline } from "./deadline.js";
+
 // Errors and message plumbing that tools show
 export { PoisonMessageError } from "./dead-letter.js";
 export { MessageValidationError, decodeMsgpack } from "./msgpack-codec.js";

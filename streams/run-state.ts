@@ -43,21 +43,63 @@ export class RunState {
     return this.get(StateKeys.learnerStep).then((v) => v ?? 0);
   }
 
-  /** Calls fn with every valid value of `key` as it changes (starting with the current one). */
-  async watch<K extends StateKey>(key: K, fn: (value: StateValue<K>) => void, signal?: AbortSignal, onInvalid?: (e: Error) => void): Promise<void> {
-    const it = await this.kv.watch({ key });
-    signal?.addEventListener("abort", () => it.stop(), { once: true });
+  /**
+   * Calls fn with every valid value of `key` as it changes (starting with the current one). The watch
+   * outlives its consumer: when the server holding it goes away (a killed cluster member) the iterator
+   * may end, throw, or just go quiet. So a direct read every `checkMs` compares revisions: a change the
+   * watch missed is delivered and the watch is started again (a new watch delivers the current value first).
+   */
+  async watch<K extends StateKey>(
+    key: K,
+    fn: (value: StateValue<K>) => void,
+    signal?: AbortSignal,
+    onInvalid?: (e: Error) => void,
+    checkMs = 5_000,
+  ): Promise<void> {
+    let lastRevision = 0;
+    const deliver = (revision: number, bytes: Uint8Array) => {
+      if (revision <= lastRevision) return;
+      lastRevision = revision;
+      try {
+        fn(parseValue(key, bytes));
+      } catch (err) {
+        onInvalid?.(err as Error); // a foreign writer: reported, skipped
+      }
+    };
+    let it = await this.kv.watch({ key });
+    const check = setInterval(() => {
+      this.kv
+        .get(key)
+        .then((e) => {
+          if (!e || e.operation !== "PUT" || e.revision <= lastRevision) return;
+          deliver(e.revision, e.value);
+          it.stop(); // it missed a change: replace it
+        })
+        .catch(() => undefined);
+    }, checkMs);
+    check.unref();
+    signal?.addEventListener(
+      "abort",
+      () => {
+        clearInterval(check);
+        it.stop();
+      },
+      { once: true },
+    );
     (async () => {
-      for await (const e of it) {
-        if (e.operation !== "PUT") continue;
-        let v: StateValue<K>;
+      while (!signal?.aborted) {
         try {
-          v = parseValue(key, e.value);
-        } catch (err) {
-          onInvalid?.(err as Error); // a foreign writer: reported, skipped
-          continue;
+          for await (const e of it) if (e.operation === "PUT") deliver(e.revision, e.value);
+        } catch {
+          // the watch's consumer failed: start another below
         }
-        fn(v);
+        if (signal?.aborted) break;
+        await new Promise((r) => setTimeout(r, 500));
+        try {
+          it = await this.kv.watch({ key });
+        } catch {
+          // the server is still away: try again on the next turn (the for-await on a stopped iterator ends at once)
+        }
       }
     })().catch(() => undefined);
   }

@@ -55,30 +55,62 @@ export class InferenceActor implements Actor {
 
     const versionGauge = ctx.metrics.gauge("policy_version", "policy version in use");
     versionGauge.set(version);
-    let fetching = Promise.resolve();
+    const follower = this.followPolicy(versionGauge);
+    await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
+    await follower;
+  }
+
+  /**
+   * Keeps the engine on the newest policy version in KV. One loop fetches the latest wanted version at a
+   * time; a fetch that fails or passes its deadline is retried with backoff, not dropped: when the learner
+   * is starved no new version comes to trigger a retry, and rollouts from ever older weights would all be
+   * dropped as stale (the run stalls).
+   */
+  private async followPolicy(versionGauge: { set(v: number): void }): Promise<void> {
+    const { ctx, state } = this;
+    const { log } = ctx;
+    let wanted = this.engine.version;
+    let wake: (() => void) | null = null;
     await state.watch(
       StateKeys.policyVersion,
       (v) => {
-        if (v === this.engine.version) return;
-        fetching = fetching.then(async () => {
-          if (v === this.engine.version) return;
-          // A lower version means the learner was restored from a checkpoint: follow it back.
-          const rollback = v < this.engine.version;
-          if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
-          try {
-            this.engine.swapWeights(v, await this.weights.fetch(v), rollback);
-            versionGauge.set(v);
-            log.debug({ version: v }, "weights swapped");
-          } catch (e) {
-            log.warn({ version: v, err: (e as Error).message }, "could not fetch weights; keeping the current ones");
-          }
-        });
+        wanted = v;
+        wake?.();
       },
       ctx.signal,
       (e) => log.warn({ err: e.message }, "invalid policy.version ignored"),
     );
-
-    await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
+    const failures = ctx.metrics.counter("weights_fetch_failures_total", "weight fetches that failed or passed their deadline");
+    const sleep = (ms: number) =>
+      new Promise<void>((r) => {
+        wake = r;
+        setTimeout(r, ms);
+      }).finally(() => (wake = null));
+    ctx.signal.addEventListener("abort", () => wake?.(), { once: true });
+    let backoffMs = 500;
+    while (!ctx.signal.aborted) {
+      const v = wanted;
+      if (v === this.engine.version) {
+        await sleep(5_000);
+        // Belt and braces next to the watch: read the current version now and then.
+        wanted = await state.policyVersion().catch(() => wanted);
+        continue;
+      }
+      // A lower version means the learner was restored from a checkpoint: follow it back.
+      const rollback = v < this.engine.version;
+      if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
+      try {
+        this.engine.swapWeights(v, await this.weights.fetch(v, ctx.config.actors.inference.weightsDeadlineMs), rollback);
+        versionGauge.set(v);
+        log.debug({ version: v }, "weights swapped");
+        backoffMs = 500;
+      } catch (e) {
+        failures.inc();
+        log.warn({ version: v, err: (e as Error).message, retryInMs: backoffMs }, "could not fetch weights; keeping the current ones for now");
+        await sleep(backoffMs);
+        backoffMs = Math.min(10_000, backoffMs * 2);
+      }
+    }
   }
 
   private async handleTask(task: Task): Promise<void> {

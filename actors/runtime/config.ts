@@ -94,8 +94,9 @@ export const ActorsSchema = z.strictObject({
       replicas: pos().default(1),
       maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
       threads: pos().optional(),
+      weightsDeadlineMs: pos().default(60_000).describe("a weights fetch that takes longer fails and is retried (a read can hang when a cluster member dies)"),
     })
-    .default({ replicas: 1, maxInFlight: 4 }),
+    .default({ replicas: 1, maxInFlight: 4, weightsDeadlineMs: 60_000 }),
   reward: z.strictObject({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
   learner: z
     .strictObject({

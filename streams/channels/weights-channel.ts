@@ -5,6 +5,7 @@ import type { PubAck } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
 import { WeightsAnnouncementSchema, type WeightsAnnouncement } from "../messages.js";
 import { weightsObjectName } from "../subjects.js";
+import { withDeadline } from "../deadline.js";
 import type { Wire } from "../wire.js";
 import { MsgpackChannel } from "./msgpack-channel.js";
 import { getObject, putObject } from "./objects.js";
@@ -33,8 +34,9 @@ export class WeightsChannel {
     return { ack: await this.announcements.publish(announcement), announcement };
   }
 
-  async fetch(version: number): Promise<Uint8Array> {
-    return getObject(await this.wire.objects(), weightsObjectName(version));
+  /** The weights of `version`; a DeadlineError after `deadlineMs` (a read can hang when a cluster member dies). */
+  async fetch(version: number, deadlineMs = 60_000): Promise<Uint8Array> {
+    return withDeadline((async () => getObject(await this.wire.objects(), weightsObjectName(version)))(), deadlineMs, `fetch of weights v${version}`);
   }
 
   /** Calls fn for every announcement published from now on (core subscription: pruning needs no history). */
