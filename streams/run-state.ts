@@ -71,7 +71,7 @@ export class RunState {
       this.kv
         .get(key)
         .then((e) => {
-          if (!e || e.operation !== "PUT" || e.revision <= lastRevision) return;
+          if (e?.operation !== "PUT" || e.revision <= lastRevision) return;
           deliver(e.revision, e.value);
           it.stop(); // it missed a change: replace it
         })
