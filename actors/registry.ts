@@ -9,5 +9,6 @@ export const ACTORS: Record<string, () => Promise<ActorClass>> = {
   reward: async () => (await import("./reward/reward.js")).RewardActor,
   learner: async () => (await import("./learner/learner.js")).LearnerActor,
   checkpoint: async () => (await import("./checkpoint/checkpoint.js")).CheckpointActor,
+  evaluator: async () => (await import("./evaluator/evaluator.js")).EvaluatorActor,
   sandbox: async () => (await import("./sandbox/actor.js")).SandboxActor,
 };

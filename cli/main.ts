@@ -6,6 +6,7 @@ import { registerActorCommand } from "./commands/actor.js";
 import { registerInspectCommand } from "./commands/inspect.js";
 import { registerBenchCommand } from "./commands/bench.js";
 import { registerConfigCommand } from "./commands/config.js";
+import { registerDoctorCommand } from "./commands/doctor.js";
 
 const program = new Command();
 program.name("rollstream").description("asynchronous RL post-training for language models over NATS JetStream").version("0.1.0");
@@ -14,6 +15,7 @@ registerActorCommand(program);
 registerInspectCommand(program);
 registerBenchCommand(program);
 registerConfigCommand(program);
+registerDoctorCommand(program);
 
 // Commands contributed by the sandbox and environments modules load lazily so that a missing optional
 // piece never breaks the core commands.

@@ -14,6 +14,8 @@ export interface PullOptions {
   /** How long one pull waits on an empty stream; >= 1 s per DESIGN §3. */
   expiresMs?: number;
   signal?: AbortSignal;
+  /** Called when the loop starts waiting for messages with free slots; returns the end of that wait (health reports). */
+  waiting?: () => () => void;
 }
 
 interface Slot {
@@ -27,6 +29,14 @@ export function pullSlots(consumer: Consumer, opts: PullOptions): Observable<Slo
     let inFlight = 0;
     let wake: (() => void) | null = null;
     let stopped = false;
+    let endWait: (() => void) | null = null;
+    const waitingForMessages = (on: boolean) => {
+      if (on) endWait ??= opts.waiting?.() ?? null;
+      else {
+        endWait?.();
+        endWait = null;
+      }
+    };
     const stop = () => {
       stopped = true;
       wake?.();
@@ -44,6 +54,7 @@ export function pullSlots(consumer: Consumer, opts: PullOptions): Observable<Slo
           continue;
         }
         const want = opts.maxInFlight - inFlight;
+        waitingForMessages(true);
         let batch;
         try {
           batch = await consumer.fetch({ max_messages: want, expires: Math.max(1000, opts.expiresMs ?? 1000) });
@@ -55,6 +66,7 @@ export function pullSlots(consumer: Consumer, opts: PullOptions): Observable<Slo
         }
         try {
           for await (const msg of batch) {
+            waitingForMessages(false);
             inFlight++;
             let released = false;
             subscriber.next({
@@ -74,8 +86,12 @@ export function pullSlots(consumer: Consumer, opts: PullOptions): Observable<Slo
           await new Promise((r) => setTimeout(r, 500));
         }
       }
+      waitingForMessages(false);
       subscriber.complete();
-    })().catch((e) => subscriber.error(e));
+    })().catch((e) => {
+      waitingForMessages(false);
+      subscriber.error(e);
+    });
     return stop;
   });
 }

@@ -9,12 +9,12 @@ export { openWire } from "./wire.js";
 
 // Channels
 export { RunChannels } from "./channels/run-channels.js";
-export type { TaskChannel, RawRolloutChannel } from "./channels/control-channels.js";
+export type { TaskChannel, RawRolloutChannel, EvalChannel } from "./channels/control-channels.js";
 export type { ScoredChannel, ScoredReader, CollectedBatch, BatchSource } from "./channels/scored-channel.js";
 export { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 export type { WeightsChannel } from "./channels/weights-channel.js";
 export type { CheckpointChannel, RestoreChannel, RestoreRequest } from "./channels/checkpoint-channels.js";
-export type { ConsumeOptions } from "./channels/consume-options.js";
+export type { ConsumeOptions, ConsumeActivity } from "./channels/consume-options.js";
 export type { DeadLetterChannel } from "./channels/dead-letter-channel.js";
 
 // Message schemas and types
@@ -37,6 +37,21 @@ export { decodeRolloutBatch } from "./arrow-codec.js";
 // Run state (KV)
 export { RunState } from "./run-state.js";
 export { StateKeys, StateKeySchemas, type HeldOutResult } from "./state-keys.js";
+
+// Run health: heartbeats, idle ratios, and what the work consumers have not finished
+export {
+  formatIdleRatios,
+  HealthBoard,
+  HeartbeatSchema,
+  healthKey,
+  readIdleRatios,
+  summariseIdle,
+  type HealthEntry,
+  type Heartbeat,
+  type IdleSummary,
+  type LogLine,
+} from "./health.js";
+export { consumerBacklogs, type ConsumerBacklog, type OldestMessage } from "./consumer-backlog.js";
 
 // Deadlines for calls that can block
 export { DeadlineError, withDeadline } from "./deadline.js";

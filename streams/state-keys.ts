@@ -12,14 +12,19 @@ export type LearnerStarved = z.infer<typeof LearnerStarvedSchema>;
 
 export const RunEnvironmentSchema = z.object({ key: z.string(), id: z.string(), weight: z.number().positive() });
 
-/** A held-out evaluation of one policy version (what `train` prints after SFT and after RL). */
+/** The evaluator's summary of one policy version over all environments (per-env detail is on rs.<run>.eval). */
 export const HeldOutResultSchema = z.object({
   version: int,
   n: int.nonnegative(),
+  /** Greedy decoding. */
   passAt1: z.number(),
+  /** Unbiased pass@k from eval.samples sampled completions per problem ("pass@1", "pass@2", ...). */
+  passAtK: z.record(z.string(), z.number()).default({}),
   rewardMean: z.number(),
   byEnv: z.record(z.string(), z.object({ n: int.nonnegative(), passAt1: z.number() })),
   seconds: z.number().nonnegative(),
+  /** Why the version could not be evaluated (its weights are gone), when it could not. */
+  skipped: z.string().optional(),
 });
 export type HeldOutResult = z.infer<typeof HeldOutResultSchema>;
 
@@ -39,8 +44,8 @@ export const StateKeySchemas = {
   "checkpoint.latest": int.min(-1),
   /** The run's environments as the orchestrator resolved them. */
   "run.environments": z.array(RunEnvironmentSchema),
-  /** Held-out results after SFT and after RL. */
-  "eval.summary": z.object({ sft: HeldOutResultSchema.optional(), rl: HeldOutResultSchema.optional() }),
+  /** The evaluator's result per evaluated policy version (keys are versions); written by the evaluator alone. */
+  "eval.results": z.record(z.string().regex(/^\d+$/), HeldOutResultSchema),
 } as const;
 
 export type StateKey = keyof typeof StateKeySchemas;
@@ -57,5 +62,5 @@ export const StateKeys = {
   learnerStarved: "learner.starved",
   checkpointLatest: "checkpoint.latest",
   environments: "run.environments",
-  evalSummary: "eval.summary",
+  evalResults: "eval.results",
 } as const satisfies Record<string, StateKey>;

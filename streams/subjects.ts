@@ -35,6 +35,8 @@ export interface RunNames {
   blobBucket: string;
   /** Work started and never finished, per message (streams/attempt-ledger.ts). */
   attemptsBucket: string;
+  /** Each actor instance's heartbeat (streams/health.ts). */
+  healthBucket: string;
 }
 
 export function runNames(run: string): RunNames {
@@ -62,6 +64,7 @@ export function runNames(run: string): RunNames {
     objectBucket: `rs-${run}-weights`,
     blobBucket: `rs-${run}-blobs`,
     attemptsBucket: `rs-${run}-attempts`,
+    healthBucket: `rs-${run}-health`,
   };
 }
 

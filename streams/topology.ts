@@ -43,6 +43,8 @@ export interface Topology {
   blobs: ObjectStore;
   /** Attempts started and not finished, per message (streams/attempt-ledger.ts). */
   attempts: KV;
+  /** Each actor instance's heartbeat (streams/health.ts). */
+  health: KV;
   /** What the run's channels stand on, over the objects above. */
   wire: Wire;
 }
@@ -51,6 +53,9 @@ const ms = (n: number) => n * 1_000_000; // JetStream durations are nanoseconds
 
 /** How long an unfinished attempt is remembered: far longer than any crash loop takes to show. */
 const ATTEMPTS_TTL_MS = 24 * 3600_000;
+
+/** Live keys are rewritten every few seconds; this only clears those of processes that died, after a while. */
+const HEALTH_TTL_MS = 3600_000;
 
 function streamConfigs(names: RunNames, o: Required<TopologyOptions>): Array<Partial<StreamConfig> & { name: string; subjects: string[] }> {
   const common = { storage: StorageType.File, num_replicas: o.replicas, duplicate_window: ms(o.duplicateWindowMs) };
@@ -161,7 +166,8 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
   const blobs = await new Objm(nc).create(names.blobBucket, { replicas: o.replicas, max_bytes: o.rolloutsMaxBytes });
   // Entries live only while a message is being retried; the age limit also clears the delete markers.
   const attempts = await new Kvm(nc).create(names.attemptsBucket, { history: 1, replicas: o.replicas, ttl: ATTEMPTS_TTL_MS });
-  return { names, jsm, kv, objects, blobs, attempts, wire: openWire(nc, run, { jsm, objects, blobs, attempts }) };
+  const health = await new Kvm(nc).create(names.healthBucket, { history: 1, replicas: o.replicas, ttl: HEALTH_TTL_MS });
+  return { names, jsm, kv, objects, blobs, attempts, health, wire: openWire(nc, run, { jsm, objects, blobs, attempts, health }) };
 }
 
 /** Deletes every JetStream object of a run (used by tests and `rollstream train --fresh`). */
@@ -173,4 +179,5 @@ export async function deleteTopology(nc: NatsConnection, run: string): Promise<v
   await jsm.streams.delete(`OBJ_${names.objectBucket}`).catch(() => false);
   await jsm.streams.delete(`OBJ_${names.blobBucket}`).catch(() => false);
   await jsm.streams.delete(`KV_${names.attemptsBucket}`).catch(() => false);
+  await jsm.streams.delete(`KV_${names.healthBucket}`).catch(() => false);
 }

@@ -24,6 +24,8 @@ export interface Wire {
   blobs(): Promise<ObjectStore>;
   /** Attempts started and never finished, per message (attempt-ledger.ts). */
   attempts(): Promise<KV>;
+  /** Each actor instance's heartbeat (health.ts). */
+  health(): Promise<KV>;
   /** The server's max_payload: headers + payload of one message. */
   maxPayload(): number;
 }
@@ -42,6 +44,7 @@ export interface WireParts {
   objects?: ObjectStore;
   blobs?: ObjectStore;
   attempts?: KV;
+  health?: KV;
 }
 
 /** A wire over an existing run; parts already open (from ensureTopology) are used as they are. */
@@ -78,6 +81,12 @@ export function openWire(nc: NatsConnection, run: string, parts: WireParts = {})
       : once(
           () => new Kvm(nc).open(names.attemptsBucket),
           (e) => new Error(`run ${run} has no attempts bucket ${names.attemptsBucket}: ${e.message}`),
+        ),
+    health: parts.health
+      ? () => Promise.resolve(parts.health!)
+      : once(
+          () => new Kvm(nc).open(names.healthBucket),
+          (e) => new Error(`run ${run} has no health bucket ${names.healthBucket}: ${e.message}`),
         ),
     maxPayload: () => nc.info?.max_payload ?? DEFAULT_MAX_PAYLOAD,
   };

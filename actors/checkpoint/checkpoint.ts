@@ -7,6 +7,7 @@ import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { CheckpointDir } from "../runtime/checkpoint-dir.js";
+import { evalSchedule } from "../runtime/eval-schedule.js";
 import {
   StateKeys,
   type CheckpointChannel,
@@ -36,7 +37,10 @@ export class CheckpointActor implements Actor {
     const serveRestores = this.restores.serve((req) => this.restore(req), ctx.signal);
     const prune = this.weights.onAnnouncement(
       async (ann) => {
-        const removed = await this.weights.prune(ann.version, ctx.config.checkpoint.keepVersions);
+        // Scheduled versions the evaluator has not evaluated yet stay: it may be running behind.
+        const evaluated = (await this.state.get(StateKeys.evalResults)) ?? {};
+        const pending = new Set(evalSchedule(ctx.config).filter((v) => evaluated[String(v)] === undefined));
+        const removed = await this.weights.prune(ann.version, ctx.config.checkpoint.keepVersions, pending);
         if (removed.length) ctx.log.debug({ removed }, "pruned weight versions");
       },
       ctx.signal,
@@ -53,7 +57,7 @@ export class CheckpointActor implements Actor {
       if (this.dir.steps().includes(ann.step)) return;
       throw new Error(`state object ${ann.object} is not in the object store`);
     }
-    const manifest = this.dir.write(ann.step, state);
+    const manifest = await ctx.health.work(`write checkpoint step ${ann.step}`, () => this.dir.write(ann.step, state));
     const removed = this.dir.prune(ctx.config.checkpoint.keepLast);
     await this.state.put(StateKeys.checkpointLatest, ann.step);
     await this.checkpoints.deleteObject(ann.object);

@@ -6,7 +6,7 @@ import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
-import { PolicyEngine } from "../runtime/policy-engine.js";
+import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
 import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import {
@@ -44,13 +44,19 @@ export class InferenceActor implements Actor {
 
     // Wait for the first policy (after SFT, or the learner's initial weights).
     let version = -1;
+    const firstPolicy = ctx.health.waiting("policy", { detail: "first version", idle: true });
     while (version < 0 && !ctx.signal.aborted) {
       version = await state.policyVersion();
       if (version < 0) await new Promise((r) => setTimeout(r, 250));
     }
+    firstPolicy.end();
     if (ctx.signal.aborted) return;
-    model.loadSafetensors(await this.weights.fetch(version));
-    this.engine = new PolicyEngine(model, tokenizer, version, { seed: config.rl.seed });
+    model.loadSafetensors(await ctx.health.wait("weights", () => this.weights.fetch(version), { detail: `v${version}` }));
+    this.engine = new PolicyEngine(model, tokenizer, version, {
+      seed: config.rl.seed,
+      generateDeadlineMs: config.actors.inference.generateDeadlineMs,
+      onWedged: (e) => exitWedged(ctx, e),
+    });
     log.info({ version }, "policy loaded");
 
     const versionGauge = ctx.metrics.gauge("policy_version", "policy version in use");
@@ -100,7 +106,8 @@ export class InferenceActor implements Actor {
       const rollback = v < this.engine.version;
       if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
       try {
-        this.engine.swapWeights(v, await this.weights.fetch(v, ctx.config.actors.inference.weightsDeadlineMs), rollback);
+        const bytes = await ctx.health.wait("weights", () => this.weights.fetch(v, ctx.config.actors.inference.weightsDeadlineMs), { detail: `v${v}` });
+        this.engine.swapWeights(v, bytes, rollback);
         versionGauge.set(v);
         log.debug({ version: v }, "weights swapped");
         backoffMs = 500;

@@ -98,7 +98,7 @@ export class LearnerActor implements Actor {
     ctx.log.info({ steps: sft.steps, batchSize: sft.batchSize }, "SFT stage");
     for (let s = 0; s < sft.steps && !ctx.signal.aborted; s++) {
       const samples = sftBatch(envs, tokenizer, sft.seed, s, sft.batchSize);
-      const report = await this.trainStep(samples, { name: "sft" }, sft.optimizer, s, sft.steps);
+      const report = await ctx.health.work(`sft step ${s + 1}`, () => this.trainStep(samples, { name: "sft" }, sft.optimizer, s, sft.steps));
       await ctx.publishMetrics("sft", { sftStep: s + 1, sftSteps: sft.steps, ...flatReport(report) }, s + 1);
     }
   }
@@ -149,17 +149,22 @@ export class LearnerActor implements Actor {
           batchSize: rl.batchSize,
           maxOffPolicySteps: rl.maxOffPolicySteps,
           signal: ctx.signal,
-          onIdle: (missing: number) => this.state.put(StateKeys.learnerStarved, { step: version, missing }),
+          onIdle: (missing: number) => {
+            ctx.health.note(`for step ${version + 1} (${rl.batchSize - missing} of ${rl.batchSize})`);
+            return this.state.put(StateKeys.learnerStarved, { step: version, missing });
+          },
         };
-        let batch: CollectedBatch | null = await reader.collect(version, collectOpts);
+        const samples = { detail: `for step ${version + 1}` };
+        let batch: CollectedBatch | null = await ctx.health.wait("samples", () => reader.collect(version, collectOpts), samples);
         let report: StepReport | undefined;
         while (batch && !ctx.signal.aborted) {
-          const outcome = await guard.step(version, batch, rl.loss);
+          const collected = batch;
+          const outcome = await ctx.health.work(`train step ${version + 1}`, () => guard.step(version, collected, rl.loss));
           if ("report" in outcome) {
             report = outcome.report;
             break;
           }
-          batch = await reader.collect(version, collectOpts, outcome.retry);
+          batch = await ctx.health.wait("samples", () => reader.collect(version, collectOpts, outcome.retry), samples);
         }
         if (!batch || !report || ctx.signal.aborted) break;
         const { kept, dropped: droppedNow } = batch;
@@ -201,13 +206,17 @@ export class LearnerActor implements Actor {
   }
 
   private async publishWeights(version: number, phase: "sft" | "rl"): Promise<void> {
-    await this.weights.publish({ version, step: this.counters.step, phase, bytes: this.model.toSafetensors() });
+    await this.ctx.health.work(`publish weights v${version}`, () =>
+      this.weights.publish({ version, step: this.counters.step, phase, bytes: this.model.toSafetensors() }),
+    );
     await this.state.put(StateKeys.policyVersion, version);
     await this.state.put(StateKeys.learnerStep, this.counters.step);
   }
 
   private async saveState(): Promise<void> {
-    await this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters));
+    await this.ctx.health.work(`publish training state step ${this.counters.step}`, () =>
+      this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters)),
+    );
   }
 }
 

@@ -5,6 +5,7 @@ import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { hash32, loadRunEnvironments, pickEnvironment } from "../runtime/environments.js";
+import { exportHeartbeatAges } from "../runtime/heartbeat-ages.js";
 import { StateKeys, type RawRolloutChannel, type RunState, type Task, type TaskChannel } from "../../streams/index.js";
 
 @injectable()
@@ -41,13 +42,15 @@ export class OrchestratorActor implements Actor {
     );
     ctx.signal.addEventListener("abort", () => wake?.(), { once: true });
     const gate = ctx.metrics.gauge("orchestrator_gate_waiting", "1 while dispatch waits on the maxAsyncLevel gate");
+    exportHeartbeatAges(ctx);
 
     // Tasks only make sense once a policy exists (after SFT, or the initial weights).
-    await this.waitFor(() => this.state.policyVersion().then((v) => v >= 0));
+    await ctx.health.wait("policy", () => this.waitFor(() => this.state.policyVersion().then((v) => v >= 0)), { detail: "first version", idle: true });
     let next = (await state.get(StateKeys.orchestratorNext)) ?? 0;
     let refills = (await state.get(StateKeys.orchestratorRefills)) ?? 0;
     let idleChecks = 0;
     log.info({ next, totalTasks, promptsPerStep, maxAsyncLevel: rl.maxAsyncLevel }, "dispatching");
+    if ((await state.get(StateKeys.runStatus)) !== "done") await state.put(StateKeys.runStatus, "running");
     while (learnerStep < rl.steps && !ctx.signal.aborted) {
       if (next < totalTasks) {
         const step = Math.floor(next / promptsPerStep);
@@ -80,10 +83,11 @@ export class OrchestratorActor implements Actor {
       } else {
         idleChecks = 0;
       }
-      await new Promise<void>((r) => {
+      const gateOpen = new Promise<void>((r) => {
         wake = r;
         setTimeout(r, 1000);
       });
+      await ctx.health.wait("learner", () => gateOpen, { detail: `step ${learnerStep + 1}`, idle: true });
       wake = null;
     }
     if (ctx.signal.aborted) return;

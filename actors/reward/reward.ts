@@ -76,7 +76,7 @@ export class RewardActor implements Actor {
     const row = loaded.env.dataset("train").row(task.exampleIndex);
     failpoint("reward.score", [task.taskId]);
     const t0 = Date.now();
-    const scores = await loaded.env.scoreGroup(group.rollouts, row, { sandbox: this.sandbox });
+    const scores = await ctx.health.work(`score ${task.taskId}`, () => loaded.env.scoreGroup(group.rollouts, row, { sandbox: this.sandbox }));
     const scoreMs = Date.now() - t0;
     if (scores.length !== group.rollouts.length)
       throw new Error(`rubric of ${task.env} returned ${scores.length} scores for ${group.rollouts.length} rollouts`);

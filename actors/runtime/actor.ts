@@ -4,6 +4,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import type { Logger } from "pino";
 import type { RunConfig } from "./config.js";
 import type { ActorMetrics } from "./metrics.js";
+import type { Health } from "./heartbeat.js";
 
 export interface ActorContext {
   actor: string;
@@ -16,6 +17,8 @@ export interface ActorContext {
   nc: NatsConnection;
   log: Logger;
   metrics: ActorMetrics;
+  /** What it works on and waits for, written to the run's health bucket (heartbeat.ts). */
+  health: Health;
   /** Aborted on SIGTERM/SIGINT: finish the current unit of work, then return. */
   signal: AbortSignal;
   /** Publishes a metrics event on rs.<run>.metrics.<actor> (also kept in the events stream). */

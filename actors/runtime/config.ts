@@ -69,14 +69,19 @@ export const RlSchema = z.strictObject({
 });
 
 export const EvalSchema = z.strictObject({
-  n: pos().default(200).describe("held-out examples for pass@1 after SFT and after RL"),
+  interval: int().nonnegative().default(0).describe("the evaluator evaluates every N policy versions, plus v0 and the final one (0: only those two)"),
+  n: pos().default(200).describe("held-out problems per evaluation, split across the run's environments"),
+  samples: int()
+    .nonnegative()
+    .default(0)
+    .describe("sampled completions per problem (at rl.sampling's temperature) for pass@k, besides the greedy one; 0: greedy only"),
   maxTokens: pos().optional().describe("default: rl.sampling.maxTokens"),
 });
 
 export const CheckpointSchema = z.strictObject({
   interval: pos().default(10).describe("full training state to disk every N learner steps"),
   keepLast: pos().default(3).describe("checkpoints kept on disk"),
-  keepVersions: pos().default(4).describe("newest weight versions kept in the object store (v0, the policy RL starts from, is always kept)"),
+  keepVersions: pos().default(4).describe("newest weight versions kept in the object store (and those the evaluator has yet to evaluate)"),
 });
 
 export const NatsSchema = z.strictObject({
@@ -95,9 +100,15 @@ export const ActorsSchema = z.strictObject({
       maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
       threads: pos().optional(),
       weightsDeadlineMs: pos().default(60_000).describe("a weights fetch that takes longer fails and is retried (a read can hang when a cluster member dies)"),
+      generateDeadlineMs: pos()
+        .default(600_000)
+        .describe("a generation batch that takes longer fails; the engine is then wedged and its actor exits to be restarted"),
     })
-    .default({ replicas: 1, maxInFlight: 4, weightsDeadlineMs: 60_000 }),
+    .default({ replicas: 1, maxInFlight: 4, weightsDeadlineMs: 60_000, generateDeadlineMs: 600_000 }),
   reward: z.strictObject({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
+  evaluator: z
+    .strictObject({ threads: pos().default(1).describe("kernel threads of the evaluator's own engine: its share of the machine") })
+    .default({ threads: 1 }),
   learner: z
     .strictObject({
       rlThreads: pos()

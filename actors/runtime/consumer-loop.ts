@@ -1,6 +1,6 @@
 // How every actor drives a channel's durable consumer: bounded in-flight work, progress heartbeats
 // inside the ack wait, and each outcome counted and logged the same way.
-import { rejectReasonOf, type ConsumeOptions } from "../../streams/index.js";
+import { rejectReasonOf, type ConsumeActivity, type ConsumeOptions } from "../../streams/index.js";
 import type { ActorContext } from "./actor.js";
 
 export function consumeOptions(ctx: ActorContext, what: string, maxInFlight: number): ConsumeOptions {
@@ -19,6 +19,27 @@ export function consumeOptions(ctx: ActorContext, what: string, maxInFlight: num
       if (r.kind === "dead-lettered") {
         dead.inc({ reason: rejectReasonOf(r.error ?? "") });
         ctx.log.error({ seq: r.msg.seq, err: r.error }, `${what} dead-lettered`);
+      }
+    },
+    activity: healthActivity(ctx, what),
+  };
+}
+
+/** The loop in the actor's heartbeat: idle while it waits for input, working on each message it handles. */
+function healthActivity(ctx: ActorContext, what: string): ConsumeActivity {
+  const prefix = `rs.${ctx.config.run}.`;
+  let inFlight = 0;
+  return {
+    waiting(subject) {
+      const mark = ctx.health.waiting(subject.startsWith(prefix) ? subject.slice(prefix.length) : subject, { idle: true });
+      return () => mark.end();
+    },
+    async handling(msg, fn) {
+      ctx.health.inFlight(++inFlight);
+      try {
+        return await ctx.health.work(`${what} ${msg.msgId ?? `seq ${msg.seq}`}`, fn);
+      } finally {
+        ctx.health.inFlight(--inFlight);
       }
     },
   };

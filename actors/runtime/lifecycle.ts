@@ -6,12 +6,14 @@ import { resolve } from "node:path";
 import { mkdirSync } from "node:fs";
 import { container as rootContainer, type InjectionToken } from "tsyringe";
 import { ConfigError, loadRunConfig, type RunConfig } from "./config.js";
-import { createLogger } from "./logger.js";
+import { createLogger, LastLogLine } from "./logger.js";
 import { ActorMetrics } from "./metrics.js";
 import { connectNats, natsUrlFor } from "./nats-connect.js";
 import { Tokens } from "./tokens.js";
+import { Health } from "./heartbeat.js";
+import { sandboxWithHealth } from "./sandbox-health.js";
 import { ActorExit, ExitCodes, type Actor, type ActorClass, type ActorContext } from "./actor.js";
-import { ensureTopology, NatsSandboxClient, RunChannels, RunState, type Topology } from "../../streams/index.js";
+import { ensureTopology, HealthBoard, NatsSandboxClient, RunChannels, RunState, type Topology } from "../../streams/index.js";
 
 export interface RunActorOptions {
   configPath: string;
@@ -30,7 +32,8 @@ export interface ActorWiring {
 
 export async function buildContext(actor: string, config: RunConfig, opts: { natsUrl?: string; instance?: string; signal: AbortSignal }): Promise<ActorWiring> {
   const instance = opts.instance ?? `${hostname()}-${process.pid}`;
-  const log = createLogger({ run: config.run, actor, instance });
+  const lastLog = new LastLogLine();
+  const log = createLogger({ run: config.run, actor, instance }, undefined, lastLog);
   const nc = await connectNats(natsUrlFor(config.nats.url, opts.natsUrl), `rollstream-${actor}-${instance}`, { waitForServer: true });
   const topology = await ensureTopology(nc, config.run, {
     replicas: config.nats.replicas,
@@ -41,6 +44,11 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
   const metricsOut = channels.metrics(actor);
   const runDir = resolve(config.outDir, config.run);
   mkdirSync(runDir, { recursive: true });
+  const metrics = new ActorMetrics(actor, config.run);
+  const board = new HealthBoard(topology.wire.health);
+  const onBeatError = (e: Error) => log.debug({ err: e.message }, "heartbeat not written");
+  const health = new Health({ actor, instance, board, lastLog: () => lastLog.line, metrics, onBeatError });
+  opts.signal.addEventListener("abort", () => health.draining(), { once: true });
   const ctx: ActorContext = {
     actor,
     instance,
@@ -48,7 +56,8 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
     runDir,
     nc,
     log,
-    metrics: new ActorMetrics(actor, config.run),
+    metrics,
+    health,
     signal: opts.signal,
     async publishMetrics(kind, values, step, labels) {
       await metricsOut.publish({ actor, kind, time: Date.now(), step, values, labels });
@@ -69,7 +78,8 @@ export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {
   c.register(Tokens.Checkpoints, { useValue: w.channels.checkpoints });
   c.register(Tokens.Restore, { useValue: w.channels.restore });
   c.register(Tokens.DeadLetters, { useValue: w.channels.deadLetters });
-  c.register(Tokens.Sandbox, { useFactory: () => new NatsSandboxClient(w.ctx.nc) });
+  c.register(Tokens.Eval, { useValue: w.channels.eval });
+  c.register(Tokens.Sandbox, { useFactory: () => sandboxWithHealth(new NatsSandboxClient(w.ctx.nc), w.ctx.health) });
   return c.resolve(cls as unknown as InjectionToken<Actor>);
 }
 
@@ -112,14 +122,17 @@ export async function runActorProcess(actor: string, cls: ActorClass, opts: RunA
     }
   }
   ctx.log.info("starting");
+  ctx.health.start();
   let code: number = ExitCodes.ok;
   try {
     await resolveActor(cls, wiring).run();
     ctx.log.info(interrupted ? "drained after signal" : "done");
     if (interrupted) code = ExitCodes.interrupted;
+    await ctx.health.exit();
   } catch (e) {
     code = e instanceof ActorExit ? e.code : ExitCodes.error;
     ctx.log.error({ err: e instanceof Error ? { message: e.message, stack: e.stack } : String(e) }, "actor failed");
+    await ctx.health.stop(); // the key stays, with the error as its last log line
   } finally {
     await ctx.metrics.close();
     await ctx.nc.drain().catch(() => undefined);

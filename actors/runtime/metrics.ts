@@ -26,10 +26,10 @@ export class ActorMetrics {
     return c;
   }
 
-  gauge(name: string, help: string): Gauge {
+  gauge(name: string, help: string, labelNames: string[] = []): Gauge {
     let g = this.gauges.get(name);
     if (!g) {
-      g = new Gauge({ name: `rollstream_${name}`, help, registers: [this.registry] });
+      g = new Gauge({ name: `rollstream_${name}`, help, labelNames, registers: [this.registry] });
       this.gauges.set(name, g);
     }
     return g;

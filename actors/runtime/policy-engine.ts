@@ -4,6 +4,7 @@
 import type { PolicyModel } from "../../kernels/index.js";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
 import type { Generation, ModelClient, SamplingArgs } from "../../environments/api/index.js";
+import { DeadlineError, withDeadline } from "../../streams/index.js";
 
 interface Pending {
   promptIds: number[];
@@ -18,6 +19,13 @@ export interface PolicyEngineOptions {
   maxBatch?: number;
   /** Base seed; each request gets seed + a counter unless given one. */
   seed?: number;
+  /**
+   * A batch that takes longer fails every request in it with a DeadlineError, and the engine refuses all
+   * later ones: the native call cannot be interrupted, so an engine past its deadline is wedged and its
+   * actor should exit (onWedged) for its launcher to start a fresh one.
+   */
+  generateDeadlineMs?: number;
+  onWedged?: (e: DeadlineError) => void;
 }
 
 export class PolicyEngine {
@@ -27,6 +35,8 @@ export class PolicyEngine {
   private counter = 0;
   version: number;
   generatedTokens = 0;
+  /** Set once a batch passed its deadline: every later request fails with it. */
+  wedged: DeadlineError | null = null;
 
   constructor(
     private model: PolicyModel,
@@ -58,6 +68,7 @@ export class PolicyEngine {
 
   private enqueue(promptIds: number[], args: SamplingArgs, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {
     if (signal?.aborted) return Promise.reject(new Error("generation aborted"));
+    if (this.wedged) return Promise.reject(this.wedged);
     return new Promise<Generation>((resolve, reject) => {
       this.queue.push({ promptIds, args, seed: seed ?? ((this.opts.seed ?? 0) + this.counter++) >>> 0, resolve, reject });
       // Let every rollout that is about to ask join this batch.
@@ -99,7 +110,7 @@ export class PolicyEngine {
     const ctxLen = this.model.config.maxPositionEmbeddings;
     const stopSequences = (args.stop ?? []).map((s) => Int32Array.from(this.tokenizer.encode(s)));
     try {
-      const results = await this.model.generate({
+      const call = this.model.generate({
         prompts: batch.map((p) => Int32Array.from(p.promptIds.length >= ctxLen ? p.promptIds.slice(-(ctxLen - 1)) : p.promptIds)),
         maxNewTokens: args.maxTokens,
         temperature: args.temperature,
@@ -112,6 +123,8 @@ export class PolicyEngine {
         // A checkpoint's embedding may be padded past its tokenizer (Qwen's is): never draw an id it cannot decode.
         vocabLimit: this.tokenizer.vocabSize < this.model.config.vocabSize ? this.tokenizer.vocabSize : undefined,
       });
+      const deadline = this.opts.generateDeadlineMs;
+      const results = deadline ? await withDeadline(call, deadline, `generation of ${batch.length} sequences`) : await call;
       results.forEach((r, i) => {
         const tokenIds = Array.from(r.tokens);
         this.generatedTokens += tokenIds.length;
@@ -124,6 +137,11 @@ export class PolicyEngine {
         });
       });
     } catch (e) {
+      if (e instanceof DeadlineError && !this.wedged) {
+        this.wedged = e;
+        for (const p of this.queue.splice(0)) p.reject(e);
+        this.opts.onWedged?.(e);
+      }
       for (const p of batch) p.reject(e);
     }
   }
@@ -131,4 +149,15 @@ export class PolicyEngine {
 
 function argsKey(a: SamplingArgs): string {
   return `${a.temperature}|${a.topP}|${a.topK}|${a.maxTokens}|${(a.stop ?? []).join("\u0000")}`;
+}
+
+/**
+ * What an actor does when its engine is wedged: the native call past its deadline cannot be stopped and
+ * holds the model, so the process exits with an error (work it held is redelivered) for its launcher to
+ * start a fresh one.
+ */
+export function exitWedged(ctx: { log: { error(o: object, msg: string): void }; metrics: { counter(n: string, h: string): { inc(): void } } }, e: Error): void {
+  ctx.metrics.counter("deadline_expired_total", "calls that passed their deadline").inc();
+  ctx.log.error({ err: e.message }, "model generation passed its deadline; exiting so a fresh process takes over");
+  setTimeout(() => process.exit(1), 200);
 }

@@ -18,6 +18,8 @@ export const Tokens = {
   Checkpoints: Symbol("CheckpointChannel"),
   /** RestoreChannel: rs.<run>.checkpoint.restore request/reply. */
   Restore: Symbol("RestoreChannel"),
+  /** EvalChannel: rs.<run>.eval, held-out results and samples. */
+  Eval: Symbol("EvalChannel"),
   /** DeadLetterChannel: rs.<run>.dlq, for what an actor leaves out of a message it otherwise handles. */
   DeadLetters: Symbol("DeadLetterChannel"),
   /** CodeSandbox: the sandbox service client environments run code through. */

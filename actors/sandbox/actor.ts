@@ -33,6 +33,7 @@ export class SandboxActor implements Actor {
       }
     };
     publish();
+    ctx.health.waiting("requests", { idle: true }); // a service: idle between requests, as far as the heartbeat goes
     const timer = setInterval(publish, METRICS_EVERY_MS);
     try {
       await new Promise<void>((resolve) => {

@@ -1,6 +1,6 @@
 // `rollstream train <config>`: the embedded default. Finds NATS (flag, NATS_URL or config) or starts
 // a local nats-server with its store under runs/<run>/nats, launches every actor as a child process,
-// shows progress, evaluates held-out pass@1 after SFT and after RL, and stops what it started.
+// shows progress and the evaluator's held-out results as they come, and stops what it started.
 // Run it again to resume: the learner restores its last checkpoint and the orchestrator its position.
 import { copyFileSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { join, resolve, dirname } from "node:path";
@@ -11,12 +11,12 @@ import { checkConfigFile } from "../../actors/runtime/config-check.js";
 import { connectNats, natsReachable } from "../../actors/runtime/nats-connect.js";
 import { startNatsServer, type LocalNatsServer } from "../../deploy/local/nats-server.js";
 import { ActorLauncher, type ActorSpec } from "../../deploy/local/launcher.js";
-import { deleteTopology, ensureTopology, RunChannels, RunState, StateKeys, type HeldOutResult } from "../../streams/index.js";
+import { deleteTopology, ensureTopology, formatIdleRatios, readIdleRatios, RunState, StateKeys, type HeldOutResult } from "../../streams/index.js";
+import { healthAlerts } from "../health/verdicts.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtime/environments.js";
-
-// The model code loads only when an evaluation runs, so `rollstream train --help` works without kernels.
-const heldOutEval: typeof import("../held-out-eval.js").heldOutEval = async (...a) => (await import("../held-out-eval.js")).heldOutEval(...a);
+import { evalSchedule } from "../../actors/runtime/eval-schedule.js";
 import { RunProgress } from "../train/progress.js";
+import { LIVE_URL_FILE } from "../run-nats.js";
 import { OutageReport } from "../train/outage.js";
 
 export interface TrainOptions {
@@ -29,12 +29,13 @@ export interface TrainOptions {
 // Children run the same compiled CLI as this process (dist/ or a dist-* build).
 const binPath = resolve(dirname(fileURLToPath(import.meta.url)), "..", "main.js");
 
-export function actorPlan(config: RunConfig, envs: ReadonlyMap<string, LoadedEnvironment>): ActorSpec[] {
+export function actorPlan(config: RunConfig, envs: ReadonlyMap<string, LoadedEnvironment>, o: { eval?: boolean } = {}): ActorSpec[] {
   const specs: ActorSpec[] = [
     { name: "checkpoint", replica: 0 },
     { name: "learner", replica: 0 },
     { name: "orchestrator", replica: 0 },
   ];
+  if (o.eval !== false) specs.push({ name: "evaluator", replica: 0 });
   for (let i = 0; i < config.actors.reward.replicas; i++) specs.push({ name: "reward", replica: i });
   for (let i = 0; i < config.actors.inference.replicas; i++) specs.push({ name: "inference", replica: i });
   // The environments declare it (Environment.needsSandbox); `sandbox.enabled: true` forces it on.
@@ -49,7 +50,7 @@ export function registerTrainCommand(program: Command): void {
     .description("run SFT (if configured) then RL, every actor as a child process; resumes a stopped run")
     .option("--nats <url>", "use this NATS server instead of NATS_URL / the config / a local one")
     .option("--fresh", "delete the run's streams, checkpoints and metrics first")
-    .option("--no-eval", "skip the held-out pass@1 evaluations")
+    .option("--no-eval", "run without the evaluator (no held-out evaluations)")
     .option("--metrics-port <port>", "first Prometheus port for the actors (0 = off)")
     .action(async (configPath: string, opts: TrainOptions) => {
       process.exitCode = await train(configPath, opts);
@@ -89,6 +90,8 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   } else {
     server = await startNatsServer({ storeDir: join(runDir, "nats"), logFile: join(runDir, "logs", "nats-server.log") });
     url = server.url;
+    // `doctor`, `inspect` and `replay` look here first, so they read this live server, not a copy of its store.
+    writeFileSync(join(runDir, LIVE_URL_FILE), `${url}\n`);
     process.stdout.write(`started nats-server at ${url} (store ${join(runDir, "nats")}, monitoring http://127.0.0.1:${server.monitorPort}/jsz)\n`);
   }
   const nc = await connectNats(url, "rollstream-train");
@@ -99,21 +102,24 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     taskAckWaitMs: config.nats.taskAckWaitMs,
   });
   const state = new RunState(topology.kv);
-  const channels = new RunChannels(topology.wire);
-  const evals: { sft?: HeldOutResult; rl?: HeldOutResult } = (await state.get(StateKeys.evalSummary)) ?? {};
+  const schedule = evalSchedule(config);
 
   let stopping = false;
+  let idleLines: string[] = [];
   const cleanup = async (launcher?: ActorLauncher, progress?: RunProgress) => {
     stopping = true;
     progress?.stop();
     await launcher?.stopAll();
+    // Every actor left its accounting in the health bucket when it exited: how long each side waited.
+    if (launcher) idleLines = formatIdleRatios(await readIdleRatios(nc, config.run).catch(() => []));
     await nc.drain().catch(() => undefined);
     await server?.stop();
+    if (server) rmSync(join(runDir, LIVE_URL_FILE), { force: true });
   };
 
   if ((await state.get(StateKeys.runStatus)) === "done") {
     process.stdout.write(`run ${config.run} already finished (use --fresh to start over)\n`);
-    printSummary(evals);
+    printSummary(config, (await state.get(StateKeys.evalResults)) ?? {});
     await cleanup();
     return 0;
   }
@@ -169,36 +175,63 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   process.on("SIGINT", onSigint);
   process.on("SIGTERM", onSigint);
 
-  for (const spec of actorPlan(config, envs)) launcher.start(spec);
+  for (const spec of actorPlan(config, envs, { eval: opts.eval })) launcher.start(spec);
   progress.start();
   process.stdout.write(`run ${config.run}: actors started, logs in ${join(runDir, "logs")}\n`);
 
-  const saveEvals = async () => {
-    await state.put(StateKeys.evalSummary, evals);
-    writeFileSync(join(runDir, "eval.json"), JSON.stringify(evals, null, 2) + "\n");
+  // The evaluator's results, said as they arrive and kept in runs/<run>/eval.json.
+  const shown = new Set<string>();
+  const showEvals = async (): Promise<Record<string, HeldOutResult>> => {
+    const results = (await state.get(StateKeys.evalResults)) ?? {};
+    let fresh = false;
+    for (const [v, r] of Object.entries(results).sort(([a], [b]) => Number(a) - Number(b))) {
+      if (shown.has(v)) continue;
+      shown.add(v);
+      fresh = true;
+      progress.say(
+        r.skipped
+          ? `held-out evaluation of v${v} skipped: ${r.skipped}`
+          : `held-out pass@1 at v${v}: ${r.passAt1.toFixed(3)} on ${r.n} problems${passAtKText(r)} (${r.seconds.toFixed(1)} s)`,
+      );
+    }
+    if (fresh) writeFileSync(join(runDir, "eval.json"), JSON.stringify(results, null, 2) + "\n");
+    return results;
   };
-  let sftEval: Promise<void> | null = null;
+  // Silent or stuck actors, named as soon as doctor would name them; said once per actor and verdict.
+  const alerted = new Map<string, string>();
+  let lastHealthCheck = 0;
+  const checkHealth = async () => {
+    if (Date.now() - lastHealthCheck < 3_000) return;
+    lastHealthCheck = Date.now();
+    const alerts = await healthAlerts(nc, config.run).catch(() => []);
+    const now = new Set<string>();
+    for (const line of alerts) {
+      const [who, verdict] = line.split(" ", 2);
+      const key = `${who}`;
+      now.add(key);
+      if (alerted.get(key) !== verdict) progress.say(`health: ${line}`);
+      alerted.set(key, verdict ?? "");
+    }
+    for (const key of [...alerted.keys()])
+      if (!now.has(key)) {
+        alerted.delete(key);
+        progress.say(`health: ${key} is healthy again`);
+      }
+  };
   try {
     while (!interrupted && !fatal) {
-      let version: number, step: number, phase: string | undefined;
+      let version: number, step: number;
       try {
         version = await state.policyVersion();
         step = await state.learnerStep();
-        phase = await state.get(StateKeys.runPhase);
+        if (opts.eval !== false) await showEvals();
+        await checkHealth();
         outage.up();
       } catch (e) {
         // The server is away (restarting, or being restarted by us): wait for it, never give up the run.
         outage.down(e);
         await new Promise((r) => setTimeout(r, 1000));
         continue;
-      }
-      if (opts.eval !== false && !evals.sft && version >= 0 && sftEval === null && phase === "rl") {
-        sftEval = (async () => {
-          const r = await heldOutEval(config, await channels.weights.fetch(0), 0, { threads: 1 });
-          evals.sft = r;
-          await saveEvals();
-          progress.say(`held-out pass@1 after ${config.sft ? "SFT" : "init"} (v0): ${r.passAt1.toFixed(3)} on ${r.n} problems (${r.seconds.toFixed(1)} s)`);
-        })().catch((e) => progress.say(`eval after SFT failed: ${(e as Error).message}`));
       }
       if (step >= config.rl.steps && version >= config.rl.steps) break;
       await new Promise((r) => setTimeout(r, 1000));
@@ -213,12 +246,16 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
       process.stdout.write(`run ${config.run} stopped; run the same command to resume from the last checkpoint\n`);
       return 130;
     }
-    await sftEval;
     progress.say(`RL finished: ${config.rl.steps} steps`);
+    // The evaluator exits once the final version is evaluated; wait for its results while it works.
+    let results: Record<string, HeldOutResult> = {};
     if (opts.eval !== false) {
-      const r = await heldOutEval(config, await channels.weights.fetch(config.rl.steps), config.rl.steps, { threads: config.model.threads });
-      evals.rl = r;
-      await saveEvals();
+      const evalDeadline = Date.now() + 10 * 60_000;
+      while (!interrupted && !fatal && Date.now() < evalDeadline) {
+        results = await showEvals().catch(() => results);
+        if (schedule.every((v) => results[String(v)] !== undefined)) break;
+        await new Promise((r) => setTimeout(r, 500));
+      }
     }
     // Let the orchestrator mark the run done and the checkpoint actor write the final state.
     const deadline = Date.now() + 30_000;
@@ -228,7 +265,9 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     if (outage.outages.length)
       progress.say(`rode through ${outage.outages.length} NATS outage(s): ${outage.outages.map((x) => `${x.toFixed(1)} s`).join(", ")}`);
     await cleanup(launcher, progress);
-    printSummary(evals);
+    printSummary(config, results);
+    if (idleLines.length)
+      process.stdout.write(["time spent waiting, per actor (size the inference : training split by it):", ...idleLines.map((l) => `  ${l}`)].join("\n") + "\n");
     return 0;
   } catch (e) {
     progress.say(`train failed: ${(e as Error).message}`);
@@ -240,14 +279,28 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   }
 }
 
-function printSummary(evals: { sft?: HeldOutResult; rl?: HeldOutResult }): void {
+function passAtKText(r: HeldOutResult): string {
+  const ks = Object.entries(r.passAtK);
+  return ks.length ? `, sampled ${ks.map(([k, v]) => `${k} ${v.toFixed(3)}`).join(" ")}` : "";
+}
+
+/** The eval curve (greedy pass@1 per evaluated version), then before and after RL. */
+function printSummary(config: RunConfig, results: Record<string, HeldOutResult>): void {
+  const versions = Object.keys(results)
+    .map(Number)
+    .sort((a, b) => a - b);
+  const lines = ["held-out evaluation (greedy pass@1 by policy version):"];
+  if (versions.length > 2) lines.push(`  curve     ${versions.map((v) => `v${v} ${results[String(v)]!.passAt1.toFixed(3)}`).join("  ")}`);
   const line = (label: string, r?: HeldOutResult) =>
-    r
-      ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}  (n=${r.n}, policy v${r.version})`
+    r && !r.skipped
+      ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}${passAtKText(r)}  (n=${r.n}, policy v${r.version})`
       : `  ${label.padEnd(10)} (not evaluated)`;
-  process.stdout.write(["held-out evaluation:", line("after SFT", evals.sft), line("after RL", evals.rl)].join("\n") + "\n");
-  if (evals.sft && evals.rl) {
-    const d = evals.rl.passAt1 - evals.sft.passAt1;
-    process.stdout.write(`  RL changed pass@1 by ${d >= 0 ? "+" : ""}${d.toFixed(3)}\n`);
+  const first = results["0"];
+  const last = results[String(config.rl.steps)];
+  lines.push(line(config.sft ? "after SFT" : "at start", first), line("after RL", last));
+  if (first && last && !first.skipped && !last.skipped) {
+    const d = last.passAt1 - first.passAt1;
+    lines.push(`  RL changed pass@1 by ${d >= 0 ? "+" : ""}${d.toFixed(3)}`);
   }
+  process.stdout.write(lines.join("\n") + "\n");
 }

@@ -5,6 +5,7 @@ import { lastValueFrom, tap } from "rxjs";
 import type { JsMsg } from "@nats-io/jetstream";
 import { handleWith, pullSlots, type Outcome } from "../consume.js";
 import { AttemptLedger } from "../attempt-ledger.js";
+import { MSG_ID_HEADER } from "../headers.js";
 import type { Wire } from "../wire.js";
 
 export interface ConsumeOptions {
@@ -21,13 +22,28 @@ export interface ConsumeOptions {
   crashLimit?: number;
   onOutcome?(o: Outcome): void;
   onError?(e: unknown, msg: JsMsg): void;
+  /** What the actor's health report sees of the loop (actors/runtime/heartbeat.ts). */
+  activity?: ConsumeActivity;
+}
+
+/** The loop's waits for messages, and each message's handling, as an actor's health report counts them. */
+export interface ConsumeActivity {
+  /** The loop has free slots and waits for a message on `subject`; returns the end of that wait. */
+  waiting(subject: string): () => void;
+  /** Runs one message's handler, so that what the handler waits on (the sandbox) counts against that message. */
+  handling<T>(msg: { subject: string; seq: number; msgId?: string }, fn: () => Promise<T>): Promise<T>;
 }
 
 export async function consumeDurable(wire: Wire, stream: string, durable: string, handler: (msg: JsMsg) => Promise<void>, o: ConsumeOptions): Promise<void> {
   const consumer = await wire.js.consumers.get(stream, durable);
+  const activity = o.activity;
+  const subject = activity ? ((await consumer.info(true)).config.filter_subject ?? stream) : stream;
+  const handle = activity
+    ? (msg: JsMsg) => activity.handling({ subject: msg.subject, seq: msg.seq, msgId: msg.headers?.get(MSG_ID_HEADER) || undefined }, () => handler(msg))
+    : handler;
   await lastValueFrom(
-    pullSlots(consumer, { maxInFlight: o.maxInFlight, expiresMs: 1000, signal: o.signal }).pipe(
-      handleWith(handler, {
+    pullSlots(consumer, { maxInFlight: o.maxInFlight, expiresMs: 1000, signal: o.signal, waiting: activity && (() => activity.waiting(subject)) }).pipe(
+      handleWith(handle, {
         js: wire.js,
         dlqSubject: wire.names.subjects.dlq,
         actor: o.actor,

@@ -54,17 +54,15 @@ export class WeightsChannel {
     })();
   }
 
-  /** Deletes weight versions older than the newest `keep` (never the current one, never v0). */
-  async prune(current: number, keep: number): Promise<number[]> {
+  /** Deletes versions older than the newest `keep`, except those in `protect` (the evaluator still needs them). */
+  async prune(current: number, keep: number, protect: ReadonlySet<number> = new Set()): Promise<number[]> {
     const store: ObjectStore = await this.wire.objects();
     const removed: number[] = [];
     for (const info of await store.list()) {
       const m = /^v(\d+)$/.exec(info.name);
       if (!m) continue;
       const v = Number(m[1]);
-      // v0 is the policy RL started from (the SFT result): the "after SFT" evaluation and any later
-      // comparison read it, so it is kept however far the run goes.
-      if (v > 0 && v <= current - keep) {
+      if (v <= current - keep && !protect.has(v)) {
         await store.delete(info.name).catch(() => undefined);
         removed.push(v);
       }

@@ -8,7 +8,8 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { ActorLauncher } from "../../deploy/local/launcher.js";
 import { encodeRolloutBatch, decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { ROLLOUT_SCHEMA_VERSION } from "../../streams/rollout-schema.js";
@@ -76,6 +77,42 @@ test("a message that kills its actor every time is set aside after a few deaths;
       [1, 2, 3, 4, 5, 6],
     );
     for (const s of steps) assert.ok((s.values["samples"] ?? 0) >= 8, `step ${s.step}: ${s.values["samples"]} samples`);
+  } finally {
+    await run.close();
+  }
+});
+
+test("a run whose learner died on a batch resumes: the restarted learner sets the batch aside and finishes", async () => {
+  // maxRestarts 0: the first death ends the learner, as a launcher that gave up would. Then the run is
+  // resumed as `rollstream train` resumes it: the same actors started again over the same streams and KV.
+  const run = await startRun("resumecrash", {
+    rl: { steps: 4, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: testSampling },
+    checkpoint: { interval: 2, keepLast: 2, keepVersions: 3 },
+  });
+  const poison = "resumecrash:0:3";
+  const learner = { name: "learner", replica: 0, env: { ROLLSTREAM_FAILPOINTS: `learner.train=${poison}` } };
+  try {
+    for (const name of ["checkpoint", "orchestrator", "inference", "reward"]) run.launcher.start({ name, replica: 0 });
+    run.launcher.start(learner);
+    await run.launcher.waitExit("learner");
+    assert.notEqual(await run.state.get(StateKeys.runStatus), "done", "the run stopped when its learner died");
+    const resumed = new ActorLauncher({ binPath: cliMain, configPath: run.configPath, natsUrl: run.nats.url, logDir: join(run.dir, "logs"), maxRestarts: 3 });
+    try {
+      resumed.start(learner);
+      await waitUntil("resumed run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 90_000, join(run.dir, "logs"));
+    } finally {
+      await resumed.stopAll(5000);
+    }
+    const dead = await deadLetters(run);
+    const setAside = dead.filter((d) => d.actor === "learner" && d.reason.startsWith("crash_loop: "));
+    assert.ok(
+      setAside.some((d) => decodeRolloutBatch(d.data).rows.some((r) => r.taskId === poison)),
+      dead.map((d) => d.reason).join("\n"),
+    );
+    assert.deepEqual(
+      [...new Set((await learnerSteps(run)).map((s) => s.step))].sort((a, b) => a! - b!),
+      [1, 2, 3, 4],
+    );
   } finally {
     await run.close();
   }

@@ -15,9 +15,10 @@ import { parseRunConfig } from "../../actors/runtime/config.js";
 import { loadRunEnvironments } from "../../actors/runtime/environments.js";
 import { resolveActor } from "../../actors/runtime/lifecycle.js";
 import { ActorMetrics } from "../../actors/runtime/metrics.js";
+import { Health } from "../../actors/runtime/heartbeat.js";
 import type { ActorContext } from "../../actors/runtime/actor.js";
 import { RewardActor } from "../../actors/reward/reward.js";
-import { ensureTopology, RunChannels, RunState, StateKeys, toRawRollout, type RolloutRow, type Task } from "../../streams/index.js";
+import { ensureTopology, HealthBoard, RunChannels, RunState, StateKeys, toRawRollout, type RolloutRow, type Task } from "../../streams/index.js";
 import { ByteChatTokenizer } from "../../environments/testing/byte-tokenizer.js";
 import { ScriptedModelClient } from "../../environments/testing/scripted-model.js";
 import type { RolloutResult } from "../../environments/api/index.js";
@@ -105,6 +106,7 @@ test("the reward actor scores the tool env's rollouts exactly as eval does, and 
       nc,
       log: pino({ level: "silent" }),
       metrics: new ActorMetrics("reward", run),
+      health: new Health({ actor: "reward", instance: "test", board: new HealthBoard(topology.wire.health), lastLog: () => null }),
       signal: abort.signal,
       publishMetrics: async () => undefined,
     };

@@ -67,13 +67,14 @@ test("train: Ctrl-C drains the actors and stops its nats-server; rerunning resum
 
     const second = spawnSync(process.execPath, [cliMain, "train", cfgPath], { env, encoding: "utf8", timeout: 120_000 });
     assert.equal(second.status, 0, second.stdout + second.stderr);
-    assert.match(second.stdout, /held-out evaluation:/);
+    assert.match(second.stdout, /held-out evaluation \(greedy pass@1 by policy version\):/);
     assert.match(second.stdout, /after RL +pass@1 \d\.\d{3}/);
     const learnerLog = readFileSync(join(dir, "cli", "logs", "learner-0.log"), "utf8");
     assert.match(learnerLog, /restored from checkpoint/);
     const evals = JSON.parse(readFileSync(join(dir, "cli", "eval.json"), "utf8"));
-    assert.equal(evals.rl.version, 80);
-    assert.equal(typeof evals.sft.passAt1, "number");
+    // The evaluator's results by version: v0 and the final one at least, evaluated once each.
+    assert.equal(evals["80"].version, 80);
+    assert.equal(typeof evals["0"].passAt1, "number");
     // A third run sees the run is done and says so.
     const third = spawnSync(process.execPath, [cliMain, "train", cfgPath], { env, encoding: "utf8", timeout: 60_000 });
     assert.equal(third.status, 0, third.stdout + third.stderr);

@@ -1,0 +1,192 @@
+// `rollstream doctor --run R`: is the run healthy, and if not, which actor is silent or stuck, on what,
+// since when, and what it last logged. Reads the run's health bucket (every actor's heartbeat) and its
+// durable work consumers (what is pending or unacked, and how old the oldest of it is). Exit 0 when
+// healthy, 1 when not (or the run cannot be read), 2 on a usage error.
+import type { Command } from "commander";
+import { Kvm } from "@nats-io/kv";
+import { join } from "node:path";
+import { connectNats } from "../../actors/runtime/nats-connect.js";
+import { loadRunConfig } from "../../actors/runtime/config.js";
+import { natsForRun } from "../run-nats.js";
+import {
+  consumerBacklogs,
+  HealthBoard,
+  openWire,
+  runNames,
+  RunState,
+  StateKeys,
+  summariseIdle,
+  formatIdleRatios,
+  type ConsumerBacklog,
+} from "../../streams/index.js";
+import { classifyRun, DEFAULT_THRESHOLDS, instanceLabel, type InstanceHealth, type RunHealth } from "../health/verdicts.js";
+
+interface DoctorOptions {
+  run?: string;
+  config?: string;
+  nats?: string;
+  outDir?: string;
+  staleMs?: string;
+  stuckMs?: string;
+  json?: boolean;
+}
+
+class UsageError extends Error {}
+
+export function registerDoctorCommand(program: Command): void {
+  program
+    .command("doctor")
+    .description("check a run's health: names silent or stuck actors, what they wait on, and their last log line")
+    .option("--run <run>", "run name")
+    .option("-c, --config <file>", "take the run name and NATS URL from a run config")
+    .option("--nats <url>", "NATS server (default: NATS_URL, the config's, else the run's stored streams under <out-dir>/<run>/nats)")
+    .option("--out-dir <dir>", "where run folders live", "runs")
+    .option("--stale-ms <ms>", "an actor with no heartbeat for longer than this is silent", String(DEFAULT_THRESHOLDS.staleMs))
+    .option("--stuck-ms <ms>", "an actor working on one item, or waiting on one thing, for longer than this is stuck", String(DEFAULT_THRESHOLDS.stuckMs))
+    .option("--json", "print one JSON object")
+    // A usage error exits 2 like every other bad input to this command (commander would exit 1).
+    .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : 2))
+    .action(async (opts: DoctorOptions) => {
+      try {
+        process.exitCode = await doctor(opts);
+      } catch (e) {
+        // One clear line, never a stack: this command is what a person runs when something is already wrong.
+        const line = (e as Error).message.split("\n")[0];
+        process.stderr.write(`doctor: ${line}\n`);
+        if (opts.json && !(e instanceof UsageError)) process.stdout.write(`${JSON.stringify({ run: opts.run ?? null, healthy: false, error: line })}\n`);
+        process.exitCode = e instanceof UsageError ? 2 : 1;
+      }
+    });
+}
+
+function positiveMs(name: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new UsageError(`${name} must be a positive number of milliseconds, not ${JSON.stringify(value)}`);
+  return n;
+}
+
+async function doctor(opts: DoctorOptions): Promise<number> {
+  const thresholds = {
+    staleMs: positiveMs("--stale-ms", opts.staleMs, DEFAULT_THRESHOLDS.staleMs),
+    stuckMs: positiveMs("--stuck-ms", opts.stuckMs, DEFAULT_THRESHOLDS.stuckMs),
+  };
+  let run = opts.run;
+  let configUrl: string | undefined;
+  let outDir = opts.outDir ?? "runs";
+  if (opts.config) {
+    let c;
+    try {
+      c = loadRunConfig(opts.config);
+    } catch (e) {
+      throw new UsageError((e as Error).message);
+    }
+    run ??= c.run;
+    configUrl = c.nats.url;
+    outDir = c.outDir;
+  }
+  if (!run) throw new UsageError("doctor needs --run or --config");
+  try {
+    runNames(run);
+  } catch (e) {
+    throw new UsageError((e as Error).message);
+  }
+  const served = await natsForRun(join(outDir, run), configUrl, opts.nats);
+  try {
+    const nc = await connectNats(served.url, "rollstream-doctor");
+    try {
+      return await examine(nc, run, served.url, thresholds, opts.json === true);
+    } finally {
+      await nc.close();
+    }
+  } finally {
+    await served.stop();
+  }
+}
+
+async function examine(
+  nc: Awaited<ReturnType<typeof connectNats>>,
+  run: string,
+  url: string,
+  thresholds: { staleMs: number; stuckMs: number },
+  json: boolean,
+): Promise<number> {
+  const wire = openWire(nc, run);
+  const jsm = await wire.jsm();
+  if (!(await jsm.streams.info(`KV_${wire.names.kvBucket}`).catch(() => null)))
+    throw new Error(`no run ${run} on ${url} (no state bucket ${wire.names.kvBucket})`);
+  const status = await new RunState(await new Kvm(nc).open(wire.names.kvBucket)).get(StateKeys.runStatus).catch(() => undefined);
+  const board = new HealthBoard(wire.health);
+  const hasBucket = await board.exists();
+  const entries = hasBucket ? await board.read() : [];
+  const consumers = await consumerBacklogs(wire);
+  const now = Date.now();
+  const health: RunHealth = classifyRun(entries, status, now, thresholds);
+  if (!hasBucket) health.problems.unshift(`run ${run} has no health bucket ${wire.names.healthBucket}: its actors predate heartbeats, or never started`);
+  health.healthy = health.problems.length === 0;
+  const idle = summariseIdle(entries.flatMap((e) => (e.heartbeat ? [e.heartbeat] : [])));
+  if (json) {
+    const out = {
+      run,
+      url,
+      status: status ?? null,
+      healthy: health.healthy,
+      checkedAt: new Date(now).toISOString(),
+      ...thresholds,
+      problems: health.problems,
+      instances: health.instances,
+      consumers,
+      idle,
+    };
+    process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
+  } else {
+    printReport(run, url, status, health, consumers, formatIdleRatios(idle));
+  }
+  return health.healthy ? 0 : 1;
+}
+
+const secs = (ms: number | undefined) => (ms === undefined ? "" : `${(ms / 1000).toFixed(1)}s`);
+
+function cut(s: string, n: number): string {
+  return s.length > n ? `${s.slice(0, n - 1)}…` : s;
+}
+
+function printReport(run: string, url: string, status: string | undefined, h: RunHealth, consumers: ConsumerBacklog[], idle: string[]): void {
+  const lines: string[] = [];
+  lines.push(`run ${run} (status ${status ?? "unknown"}) at ${url}: ${h.healthy ? "healthy" : `${h.problems.length} problem(s)`}`);
+  if (h.instances.length === 0) lines.push("  no actor heartbeats");
+  const row = (i: InstanceHealth) => {
+    const log = i.lastLog ? `${i.lastLog.level} ${i.lastLog.time.slice(11, 19)} ${cut(i.lastLog.msg, 60)}` : "";
+    return [
+      instanceLabel(i.actor, i.instance).padEnd(16),
+      i.verdict.padEnd(9),
+      (i.state ?? "").padEnd(9),
+      cut(i.what || "-", 40).padEnd(40),
+      secs(i.forMs).padStart(8),
+      `${secs(i.heartbeatAgeMs)} ago`.padStart(11),
+      `  ${log}`,
+    ].join(" ");
+  };
+  if (h.instances.length > 0) {
+    lines.push(
+      `  ${["INSTANCE".padEnd(16), "VERDICT".padEnd(9), "STATE".padEnd(9), "ON".padEnd(40), "FOR".padStart(8), "HEARTBEAT".padStart(11), "  LAST WARN/ERROR"].join(" ")}`,
+    );
+    for (const i of h.instances) lines.push(`  ${row(i)}`.trimEnd());
+  }
+  if (consumers.length > 0) {
+    lines.push("work consumers:");
+    for (const c of consumers) {
+      const oldest = c.oldest ? `; oldest unfinished seq ${c.oldest.seq}${c.oldest.msgId ? ` (${c.oldest.msgId})` : ""}, ${secs(c.oldest.ageMs)} old` : "";
+      lines.push(`  ${c.consumer.padEnd(12)} ${c.subject}: ${c.pending} pending, ${c.ackPending} unacked, ${c.redelivered} redelivered${oldest}`);
+    }
+  }
+  if (idle.length > 0) {
+    lines.push("time split (busy vs waiting, since each process started):");
+    for (const l of idle) lines.push(`  ${l}`);
+  }
+  if (h.problems.length > 0) {
+    lines.push("problems:");
+    for (const p of h.problems) lines.push(`  - ${p}`);
+  }
+  process.stdout.write(`${lines.join("\n")}\n`);
+}
