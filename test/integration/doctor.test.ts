@@ -48,19 +48,20 @@ function doctor(url: string, run: string): Promise<DoctorRun> {
   });
 }
 
-const ACTORS = ["orchestrator", "learner", "inference", "reward", "checkpoint"] as const;
+// The three that exit when the run is done (the evaluator once it evaluated the final version) go first.
+const ACTORS = ["orchestrator", "learner", "evaluator", "inference", "reward", "checkpoint"] as const;
 
 test("doctor: healthy run, each stopped actor named silent within seconds, healthy again after it continues and after the run", async () => {
   const run = await startRun("doctor", {
     // Long enough that the orchestrator and the learner (which exit when the run is done) are still there
     // for their turn; a stopped actor stalls the run, so the steps take no longer than that.
-    rl: { steps: 120, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
+    rl: { steps: 200, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
     checkpoint: { interval: 10, keepLast: 2, keepVersions: 2 },
   });
   const logs = `${run.dir}/logs`;
   const url = run.nats.url;
   try {
-    for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
+    for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference", "evaluator"]) run.launcher.start({ name, replica: 0 });
     // What the latest doctor run said (a holder: assignments inside waitUntil's callbacks are not narrowed).
     const seen: { last?: DoctorRun } = {};
     // Positive control: every actor heartbeating, RL under way, doctor exits 0.
@@ -84,7 +85,8 @@ test("doctor: healthy run, each stopped actor named silent within seconds, healt
       const pid = run.launcher.pid(name);
       assert.ok(pid, `${name} is running`);
       // These two exit when the run is done: their turn must come while it runs.
-      if (name === "orchestrator" || name === "learner") assert.notEqual(await run.state.get(StateKeys.runStatus), "done", `the run outlived ${name}'s turn`);
+      if (name === "orchestrator" || name === "learner" || name === "evaluator")
+        assert.notEqual(await run.state.get(StateKeys.runStatus), "done", `the run outlived ${name}'s turn`);
       process.kill(pid, "SIGSTOP");
       try {
         let named: DoctorInstance | undefined;
