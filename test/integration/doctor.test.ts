@@ -49,7 +49,8 @@ function doctor(url: string, run: string): Promise<DoctorRun> {
 }
 
 // The three that exit when the run is done (the evaluator once it evaluated the final version) go first.
-const ACTORS = ["orchestrator", "learner", "evaluator", "inference", "reward", "checkpoint"] as const;
+// The sandbox actor serves any run; it runs here although arithmetic does not call it, to take its turn.
+const ACTORS = ["orchestrator", "learner", "evaluator", "inference", "reward", "checkpoint", "sandbox"] as const;
 
 test("doctor: healthy run, each stopped actor named silent within seconds, healthy again after it continues and after the run", async () => {
   const run = await startRun("doctor", {
@@ -61,7 +62,7 @@ test("doctor: healthy run, each stopped actor named silent within seconds, healt
   const logs = `${run.dir}/logs`;
   const url = run.nats.url;
   try {
-    for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference", "evaluator"]) run.launcher.start({ name, replica: 0 });
+    for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference", "evaluator", "sandbox"]) run.launcher.start({ name, replica: 0 });
     // What the latest doctor run said (a holder: assignments inside waitUntil's callbacks are not narrowed).
     const seen: { last?: DoctorRun } = {};
     // Positive control: every actor heartbeating, RL under way, doctor exits 0.
