@@ -24,6 +24,7 @@ const optional: Array<[string, (p: Command) => Promise<void>]> = [
   ["env", async (p) => (await import("./commands/env.js")).registerEnvCommands(p)],
   ["eval", async (p) => (await import("./commands/eval-wiring.js")).registerEval(p)],
   ["replay", async (p) => (await import("./commands/replay.js")).registerReplayCommand(p)],
+  ["dashboard", async (p) => (await import("./commands/dashboard.js")).registerDashboardCommand(p)],
 ];
 for (const [, register] of optional) {
   try {

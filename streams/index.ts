@@ -6,6 +6,7 @@
 export { runNames, type RunNames } from "./subjects.js";
 export { ensureTopology, deleteTopology, type Topology } from "./topology.js";
 export { openWire } from "./wire.js";
+export { StreamReader } from "./stream-reader.js";
 
 // Channels
 export { RunChannels } from "./channels/run-channels.js";

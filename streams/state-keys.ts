@@ -28,6 +28,27 @@ export const HeldOutResultSchema = z.object({
 });
 export type HeldOutResult = z.infer<typeof HeldOutResultSchema>;
 
+/** What decides the bits of the learner's RL steps, written when RL starts (by each learner life), so
+ *  `rollstream replay` can run on the same kernel backend or say before it starts why it cannot. */
+export const LearnerBackendSchema = z.object({
+  device: z.enum(["cpu", "cuda"]),
+  /** Whether sgemm went to a BLAS library (OpenBLAS on the CPU, cuBLAS on CUDA) or to our own kernel. */
+  blasDispatch: z.boolean(),
+  /** The library loaded, with its version and build ("openblas (libopenblas.so.0) OpenBLAS 0.3.21 ..."), or "none (why)". */
+  blas: z.string(),
+  /** CPU: our sgemm's instruction set ("+avx512f-sgemm": the AVX-512 micro-kernel); CUDA: the GPU. */
+  simd: z.string(),
+  /** CUDA: how the model's matmuls run (fp32, tf32, bf16). */
+  matmul: z.string().optional(),
+  abi: int.optional(),
+  /** Kernel threads of the RL steps. */
+  threads: int.positive(),
+  /** Same bits on any thread count: true of our own kernels (tested), not promised by a CPU BLAS library. */
+  threadIndependent: z.boolean(),
+  /** The RL step this learner life started at. */
+  step: int.nonnegative(),
+});
+
 export const StateKeySchemas = {
   /** The newest policy version inference should use (-1 before the first). */
   "policy.version": int.min(-1),
@@ -40,6 +61,7 @@ export const StateKeySchemas = {
   /** Refill tasks published so far (their msg-ids count from here). */
   "orchestrator.refills": int.nonnegative(),
   "learner.starved": LearnerStarvedSchema,
+  "learner.backend": LearnerBackendSchema,
   /** Newest training state step written to disk. */
   "checkpoint.latest": int.min(-1),
   /** The run's environments as the orchestrator resolved them. */
@@ -60,6 +82,7 @@ export const StateKeys = {
   orchestratorNext: "orchestrator.next",
   orchestratorRefills: "orchestrator.refills",
   learnerStarved: "learner.starved",
+  learnerBackend: "learner.backend",
   checkpointLatest: "checkpoint.latest",
   environments: "run.environments",
   evalResults: "eval.results",

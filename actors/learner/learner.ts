@@ -28,6 +28,7 @@ import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../ke
 import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
 import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 import { StepGuard } from "./step-guard.js";
+import { resolveBackend } from "../../kernels/native.js";
 
 @injectable()
 export class LearnerActor implements Actor {
@@ -114,6 +115,21 @@ export class LearnerActor implements Actor {
       this.model.setThreads(rlThreads);
       log.info({ threads: rlThreads }, "learner threads for RL");
     }
+    // What decides the bits of every RL step, for `rollstream replay` to match (or to say why it cannot).
+    const be = JSON.parse(resolveBackend(this.model.device).backend.info()) as { blas: string; simd: string; matmul?: string; abi?: number };
+    const blasDispatch = !be.blas.startsWith("none");
+    await this.state.put(StateKeys.learnerBackend, {
+      device: this.model.device,
+      blasDispatch,
+      blas: be.blas,
+      simd: be.simd,
+      // CUDA: what the model runs (model.cu: the variable's mode, else bf16 only when cuBLAS loaded); the info line reports the variable alone.
+      matmul: be.matmul && (process.env.ROLLSTREAM_CUDA_MATMUL ? be.matmul : blasDispatch ? "bf16" : "fp32"),
+      abi: be.abi,
+      threads: this.model.threads,
+      threadIndependent: this.model.device === "cuda" || !blasDispatch, // our kernels give the same bits on any count
+      step: this.counters.step,
+    });
     const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject, by reason", ["reason"]);
     // Batches an earlier life of this learner set aside: passed over when steps are recomputed after a
     // restore, as replay passes over them, so both see the batches the run trained on.

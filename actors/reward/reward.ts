@@ -25,7 +25,7 @@ import {
   type ScoredChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
-import { groupAdvantages } from "./advantages.js";
+import { groupAdvantages } from "../runtime/advantages.js";
 
 @injectable()
 export class RewardActor implements Actor {

@@ -1,132 +1,286 @@
 // `rollstream replay`: restores a learner from a checkpoint and feeds it the scored batches that are
-// still in the run's stream, from the checkpoint's position (or --from-seq). On the CPU backend the
-// losses must match the run's recorded ones bit for bit: this is how a bad step is debugged.
-import { existsSync, readFileSync } from "node:fs";
+// still in the run's stream, from the checkpoint's position (or --from-seq), on the kernel backend the
+// run recorded (cli/replay/backend.ts). On that backend every step must match the run's record bit for
+// bit: this is how a bad step is debugged. --set re-runs the steps with a changed loss or advantage
+// setting and shows both side by side; --export writes the steps to a bundle that --bundle replays on
+// another machine without NATS.
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
-import { loadRunConfig } from "../../actors/runtime/config.js";
+import { Kvm } from "@nats-io/kv";
+import { ConfigError, loadRunConfig, type RunConfig } from "../../actors/runtime/config.js";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
-import { natsForRun } from "../run-nats.js";
-import { createPolicyModel } from "../../actors/runtime/model-factory.js";
+import { modelConfigOf } from "../../actors/runtime/model-factory.js";
 import { CheckpointDir } from "../../actors/runtime/checkpoint-dir.js";
+import { PolicyModel } from "../../kernels/index.js";
+import type { ModelConfig } from "../../kernels/model-config.js";
+import { readSafetensorsMetadata } from "../../kernels/safetensors.js";
 import { decodeTrainState } from "../../kernels/train-state.js";
-import { runTrainStep } from "../../kernels/train-step.js";
-import { MetricsEventSchema, openWire, RunChannels } from "../../streams/index.js";
+import { openWire, readPayload, RunChannels, RunState, StateKeys } from "../../streams/index.js";
+import { natsForRun } from "../run-nats.js";
+import { matchBackend, type RecordedBackend } from "../replay/backend.js";
+import { readBundle, writeBundle, type CapturedStep } from "../replay/bundle.js";
+import { readRecordedSteps, type Figures } from "../replay/figures.js";
+import { ReplayOutput } from "../replay/output.js";
+import { applySettings, SettingError, type ChangedSettings } from "../replay/settings.js";
+import { bundleSource, streamSource, type StepSource } from "../replay/sources.js";
+import { replaySteps } from "../replay/steps.js";
 
-interface ReplayOptions {
+export interface ReplayOptions {
   config?: string;
   run?: string;
   outDir?: string;
   checkpoint?: string;
   fromSeq?: string;
-  steps: string;
+  steps?: string;
   nats?: string;
   json?: boolean;
+  set?: string[];
+  export?: string;
+  bundle?: string;
 }
+
+/** A wrong combination of options: exit 2. */
+class UsageError extends Error {}
 
 export function registerReplayCommand(program: Command): void {
   program
     .command("replay")
-    .description("re-run learner steps from a checkpoint over the stored scored batches and compare the losses")
+    .description("re-run learner steps from a checkpoint over the stored scored batches, on the run's kernel backend, and compare with the record")
     .option("-c, --config <file>", "the run's config")
     .option("--run <run>", "the run's name: its config is read from <out-dir>/<run>/config.yaml (train keeps a copy there)")
     .option("--out-dir <dir>", "where run folders live", "runs")
     .option("--checkpoint <step>", "checkpoint step to start from (default: the oldest kept)")
     .option("--from-seq <seq>", "stream sequence to start reading scored batches from (default: the checkpoint's)")
-    .option("--steps <n>", "steps to replay", "3")
+    .option("--steps <n>", "steps to replay (default 3; with --bundle, all it holds)")
     .option("--nats <url>", "NATS server")
-    .option("--json", "print one JSON object per step")
+    .option("--json", "print one JSON object per step (the rest goes to stderr)")
+    .option(
+      "--set <key=value>",
+      "replay with a changed rl.loss.* or advantage setting and show both side by side (repeatable)",
+      (v: string, all: string[]) => [...all, v],
+      [],
+    )
+    .option("--export <dir>", "write the steps (Arrow batches, checkpoint, config, backend, record) to a bundle instead of replaying them")
+    .option("--bundle <dir>", "replay a bundle written by --export (no NATS server needed)")
     .action(async (opts: ReplayOptions) => {
       process.exitCode = await replay(opts);
     });
 }
 
-export interface ReplayStep {
-  step: number;
-  loss: number;
-  recordedLoss: number | null;
-  gradNorm: number;
-  samples: number;
-  exact: boolean | null;
+export async function replay(opts: ReplayOptions): Promise<number> {
+  try {
+    checkUsage(opts);
+    return opts.bundle ? await replayBundle(opts, opts.bundle) : await replayRun(opts);
+  } catch (e) {
+    // One line, never a stack: a config's problems are joined.
+    const message = e instanceof ConfigError ? `invalid config ${e.source}: ${e.problems.map((p) => p.split("\n")[0]).join("; ")}` : (e as Error).message;
+    process.stderr.write(`replay: ${message}\n`);
+    return e instanceof UsageError || e instanceof SettingError ? 2 : 1;
+  }
 }
 
-export async function replay(opts: ReplayOptions): Promise<number> {
-  const configPath = opts.config ?? (opts.run ? join(opts.outDir ?? "runs", opts.run, "config.yaml") : undefined);
-  if (!configPath) {
-    process.stderr.write("replay needs --config <file> or --run <run>\n");
-    return 2;
+function checkUsage(opts: ReplayOptions): void {
+  if (opts.steps !== undefined && !/^[1-9]\d*$/.test(opts.steps)) throw new UsageError(`--steps must be a positive integer (got ${opts.steps})`);
+  for (const [flag, v] of [
+    ["--checkpoint", opts.checkpoint],
+    ["--from-seq", opts.fromSeq],
+  ] as const) {
+    if (v !== undefined && !/^\d+$/.test(v)) throw new UsageError(`${flag} must be a non-negative integer (got ${v})`);
   }
+  if (opts.bundle) {
+    const extra = Object.entries({
+      "--config": opts.config,
+      "--run": opts.run,
+      "--checkpoint": opts.checkpoint,
+      "--from-seq": opts.fromSeq,
+      "--nats": opts.nats,
+      "--export": opts.export,
+    })
+      .filter(([, v]) => v !== undefined)
+      .map(([k]) => k);
+    if (extra.length) throw new UsageError(`--bundle holds its own config, checkpoint and samples: drop ${extra.join(", ")}`);
+  } else if (!opts.config && !opts.run) throw new UsageError("replay needs --run <run>, --config <file> or --bundle <dir>");
+  if (opts.export && opts.set?.length) throw new UsageError("--export writes the run as recorded: use --set when replaying the bundle");
+}
+
+/** The checkpoint's step and stream position, read from its metadata (no model needed). */
+function checkpointPosition(state: Uint8Array, where: string): { step: number; readerSeq: number } {
+  const meta = readSafetensorsMetadata(state);
+  const step = Number(meta.step);
+  const readerSeq = Number(meta.readerSeq);
+  if (meta.format !== "rollstream-train-state-1" || !Number.isInteger(step) || !Number.isInteger(readerSeq)) {
+    throw new Error(`${where} is not a rollstream training state`);
+  }
+  return { step, readerSeq };
+}
+
+async function replayRun(opts: ReplayOptions): Promise<number> {
+  const configPath = opts.config ?? join(opts.outDir ?? "runs", opts.run!, "config.yaml");
+  if (!opts.config && !existsSync(configPath)) throw new Error(`no run ${opts.run} under ${opts.outDir ?? "runs"} (${configPath} is missing)`);
+  if (opts.export && existsSync(opts.export) && readdirSync(opts.export).length > 0) throw new Error(`${opts.export} is not empty: export into a new folder`);
   const config = loadRunConfig(configPath);
+  const configText = readFileSync(configPath, "utf8");
   const runDir = resolve(config.outDir, config.run);
-  const dir = new CheckpointDir(join(runDir, "checkpoints"), config.run);
-  const steps = dir.steps();
-  if (steps.length === 0) {
-    process.stderr.write(`no checkpoints under ${join(runDir, "checkpoints")}\n`);
-    return 1;
-  }
-  const start = opts.checkpoint !== undefined ? Number(opts.checkpoint) : Math.min(...steps);
+  const root = join(runDir, "checkpoints");
+  const kept = existsSync(root) ? new CheckpointDir(root, config.run).steps() : [];
+  if (kept.length === 0) throw new Error(`no checkpoints under ${root}`);
+  const start = opts.checkpoint !== undefined ? Number(opts.checkpoint) : Math.min(...kept);
+  if (!kept.includes(start)) throw new Error(`no checkpoint at step ${start} under ${root} (kept: ${kept.join(", ")})`);
+  const dir = new CheckpointDir(root, config.run);
   const { state } = dir.read(start);
-  // The threads the run's RL steps ran on (BLAS may round differently on other thread counts).
-  const model = createPolicyModel(config, { threads: config.actors.learner.rlThreads ?? config.model.threads });
-  const counters = decodeTrainState(model, state);
-  const recorded = recordedLosses(join(runDir, "metrics.jsonl"));
+  const position = checkpointPosition(state, dir.dirFor(start));
+  // Before any server is started: a bad --set is a one-line error at once.
+  const changed = opts.set?.length ? applySettings(configText, config, opts.set) : null;
+  const recorded = readRecordedSteps(join(runDir, "metrics.jsonl"));
+  const fromSeq = opts.fromSeq !== undefined ? Number(opts.fromSeq) : position.readerSeq;
+  const out = new ReplayOutput(opts.json === true);
+
   const served = await natsForRun(runDir, config.nats.url, opts.nats);
-  const nc = await connectNats(served.url, "rollstream-replay");
-  const channels = new RunChannels(openWire(nc, config.run));
-  // The learner dead-lettered such a batch and trained without it; replay does the same, loudly. That
-  // includes batches it set aside after reading them (they broke a step, or it kept dying on them).
-  const setAside = await channels.deadLetters.originalSeqs(channels.scored.subject);
-  const reader = channels.scored.reader(opts.fromSeq !== undefined ? Number(opts.fromSeq) : counters.readerSeq, {
-    actor: "replay",
-    readOnly: true,
-    skipSeqs: setAside,
-    onDeadLetter: (m, reason) => console.log(`seq ${m.seq}: skipped undecodable batch (${reason})`),
-  });
-  let mismatches = 0;
   try {
-    console.log(`replaying from checkpoint step ${counters.step} (stream seq ${reader.position})`);
-    for (let i = 0; i < Number(opts.steps); i++) {
-      const version = counters.step;
-      const batch = await reader.collect(version, {
-        batchSize: config.rl.batchSize,
-        maxOffPolicySteps: config.rl.maxOffPolicySteps,
-        waitMs: 1000,
-        giveUpAfterIdleMs: 3000,
+    const nc = await connectNats(served.url, "rollstream-replay");
+    try {
+      const wire = openWire(nc, config.run);
+      const kv = await new Kvm(nc).open(wire.names.kvBucket).catch(() => null);
+      const backend = kv ? ((await new RunState(kv).get(StateKeys.learnerBackend)) ?? null) : null;
+      const channels = new RunChannels(wire);
+      // The learner dead-lettered such a batch and trained without it; replay does the same, loudly. That
+      // includes batches it set aside after reading them (they broke a step, or it kept dying on them).
+      const setAside = await channels.deadLetters.originalSeqs(channels.scored.subject);
+      const reader = channels.scored.reader(fromSeq, {
+        actor: "replay",
+        readOnly: true,
+        skipSeqs: setAside,
+        onDeadLetter: (m, reason) => out.say(`seq ${m.seq}: skipped undecodable batch (${reason})`),
       });
-      if (!batch) {
-        console.log(`stream exhausted after ${i} steps`);
-        break;
+      const steps = Number(opts.steps ?? 3);
+      if (opts.export) {
+        const captured: CapturedStep[] = [];
+        const source = streamSource(reader, config, {
+          steps: captured,
+          payloadOf: (s) => readPayload({ data: s.msg.data, headers: s.msg.headers }, wire.blobs),
+        });
+        try {
+          for (let i = 0; i < steps; i++) if (!(await source.next(position.step + i))) break;
+        } finally {
+          await source.close();
+        }
+        return exportBundle(opts.export, { config, configText, dir, start, fromSeq, backend, recorded, captured, model: modelConfigOf(config) });
       }
-      const r = await runTrainStep(model, batch.kept, config.rl.loss, config.rl.optimizer, version, config.rl.steps, config.rl.microBatchTokens);
-      counters.step = version + 1;
-      const rec = recorded.get(counters.step) ?? null;
-      const exact = rec === null ? null : rec === r.loss;
-      if (exact === false) mismatches++;
-      const row: ReplayStep = { step: counters.step, loss: r.loss, recordedLoss: rec, gradNorm: r.gradNorm, samples: batch.kept.length, exact };
-      console.log(
-        opts.json
-          ? JSON.stringify(row)
-          : `step ${row.step}: loss ${row.loss} recorded ${row.recordedLoss ?? "-"} ${exact === null ? "" : exact ? "bit-exact" : "MISMATCH"} (grad norm ${r.gradNorm.toFixed(4)}, ${row.samples} samples)`,
-      );
+      out.say(`replaying run ${config.run} from checkpoint step ${position.step} (stream seq ${fromSeq})`);
+      return await replayWith({
+        source: streamSource(reader, config),
+        state,
+        model: modelConfigOf(config),
+        config,
+        changed,
+        recorded,
+        backend,
+        steps,
+        out,
+      });
+    } finally {
+      await nc.close();
     }
   } finally {
-    await reader.close();
-    await nc.close();
     await served.stop();
-    model.dispose();
   }
-  return mismatches === 0 ? 0 : 1;
 }
 
-function recordedLosses(file: string): Map<number, number> {
-  const out = new Map<number, number>();
-  if (!existsSync(file)) return out;
-  for (const line of readFileSync(file, "utf8").split("\n")) {
-    if (!line) continue;
-    const r = MetricsEventSchema.safeParse(JSON.parse(line));
-    if (r.success && r.data.actor === "learner" && r.data.kind === "step" && r.data.step !== undefined && r.data.values.loss !== undefined) {
-      out.set(r.data.step, r.data.values.loss);
+function exportBundle(
+  target: string,
+  e: {
+    config: RunConfig;
+    configText: string;
+    dir: CheckpointDir;
+    start: number;
+    fromSeq: number;
+    backend: RecordedBackend | null;
+    recorded: Map<number, { line: string }>;
+    captured: CapturedStep[];
+    model: ModelConfig;
+  },
+): number {
+  if (e.captured.length === 0) throw new Error(`no recorded samples after checkpoint step ${e.start}: nothing to export`);
+  const stepsOut = e.captured.map((s) => s.version + 1);
+  const { files, bytes } = writeBundle(target, {
+    run: e.config.run,
+    configText: e.configText,
+    checkpointDir: e.dir.dirFor(e.start),
+    checkpointStep: e.start,
+    fromSeq: e.fromSeq,
+    model: e.model,
+    backend: e.backend,
+    recordedLines: stepsOut.flatMap((s) => e.recorded.get(s)?.line ?? []),
+    steps: e.captured,
+  });
+  console.log(
+    `exported steps ${stepsOut[0]}-${stepsOut.at(-1)} of run ${e.config.run} from checkpoint step ${e.start}: ${files} Arrow batches (${(bytes / 1e6).toFixed(2)} MB), ` +
+      `the checkpoint, config, recorded backend${e.backend ? "" : " (none: the run did not record one)"} and losses, to ${target}`,
+  );
+  console.log(`replay it anywhere, no NATS server needed: rollstream replay --bundle ${target}`);
+  return 0;
+}
+
+async function replayBundle(opts: ReplayOptions, dir: string): Promise<number> {
+  const bundle = readBundle(dir);
+  const changed = opts.set?.length ? applySettings(bundle.configText, bundle.config, opts.set) : null;
+  const held = bundle.manifest.steps.length;
+  const steps = Math.min(held, Number(opts.steps ?? held));
+  const out = new ReplayOutput(opts.json === true);
+  out.say(`replaying bundle ${dir}: run ${bundle.manifest.run}, ${steps} of its ${held} steps from checkpoint step ${bundle.manifest.checkpoint}`);
+  return replayWith({
+    source: bundleSource(bundle),
+    state: bundle.state,
+    model: bundle.model,
+    config: bundle.config,
+    changed,
+    recorded: bundle.recorded,
+    backend: bundle.backend,
+    steps,
+    out,
+  });
+}
+
+/** Sets up the backend and the restored learner, then runs the steps. */
+async function replayWith(r: {
+  source: StepSource;
+  state: Uint8Array;
+  model: ModelConfig;
+  config: RunConfig;
+  changed: ChangedSettings | null;
+  recorded: Map<number, { figures: Figures }>;
+  backend: RecordedBackend | null;
+  steps: number;
+  out: ReplayOutput;
+}): Promise<number> {
+  const { out, config } = r;
+  // The threads the run's RL steps ran on, when it did not record them.
+  const plan = matchBackend(r.backend, { device: config.model.device, threads: config.actors.learner.rlThreads ?? config.model.threads });
+  let model: PolicyModel | undefined;
+  try {
+    for (const line of plan.lines) out.say(line);
+    if (r.changed) {
+      out.say(`replaying with ${r.changed.given.join(" ")}:`);
+      for (const line of r.changed.summary) out.say(`  ${line}`);
+      out.say("  each step trains on the recorded step's samples; from the checkpoint on, the model follows the changed setting");
     }
+    model = PolicyModel.create(r.model, { threads: plan.threads, device: plan.device });
+    const counters = decodeTrainState(model, r.state);
+    return await replaySteps({
+      model,
+      source: r.source,
+      fromStep: counters.step,
+      steps: r.steps,
+      config: r.changed?.config ?? config,
+      changed: r.changed,
+      recorded: r.recorded,
+      backendMatched: plan.matched,
+      out,
+    });
+  } finally {
+    await r.source.close();
+    model?.dispose();
+    plan.restore();
   }
-  return out;
 }

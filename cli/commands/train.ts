@@ -11,7 +11,16 @@ import { checkConfigFile } from "../../actors/runtime/config-check.js";
 import { connectNats, natsReachable } from "../../actors/runtime/nats-connect.js";
 import { startNatsServer, type LocalNatsServer } from "../../deploy/local/nats-server.js";
 import { ActorLauncher, type ActorSpec } from "../../deploy/local/launcher.js";
-import { deleteTopology, ensureTopology, formatIdleRatios, readIdleRatios, RunState, StateKeys, type HeldOutResult } from "../../streams/index.js";
+import {
+  deleteTopology,
+  ensureTopology,
+  formatIdleRatios,
+  readIdleRatios,
+  RunState,
+  StateKeys,
+  withDeadline,
+  type HeldOutResult,
+} from "../../streams/index.js";
 import { healthAlerts } from "../health/verdicts.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtime/environments.js";
 import { evalSchedule } from "../../actors/runtime/eval-schedule.js";
@@ -23,6 +32,8 @@ export interface TrainOptions {
   nats?: string;
   fresh?: boolean;
   eval?: boolean;
+  dashboard?: boolean;
+  dashboardPort?: string;
   metricsPort?: string;
 }
 
@@ -52,6 +63,8 @@ export function registerTrainCommand(program: Command): void {
     .option("--fresh", "delete the run's streams, checkpoints and metrics first")
     .option("--no-eval", "run without the evaluator (no held-out evaluations)")
     .option("--metrics-port <port>", "first Prometheus port for the actors (0 = off)")
+    .option("--no-dashboard", "do not serve the run's dashboard")
+    .option("--dashboard-port <port>", "dashboard port (taken: any free one)", "8765")
     .action(async (configPath: string, opts: TrainOptions) => {
       process.exitCode = await train(configPath, opts);
     });
@@ -106,12 +119,14 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
 
   let stopping = false;
   let idleLines: string[] = [];
+  let dashboard: { url: string; close(): Promise<void> } | null = null;
   const cleanup = async (launcher?: ActorLauncher, progress?: RunProgress) => {
     stopping = true;
     progress?.stop();
+    await withDeadline(dashboard?.close() ?? Promise.resolve(), 5_000, "closing the dashboard").catch(() => undefined);
     await launcher?.stopAll();
     // Every actor left its accounting in the health bucket when it exited: how long each side waited.
-    if (launcher) idleLines = formatIdleRatios(await readIdleRatios(nc, config.run).catch(() => []));
+    if (launcher) idleLines = formatIdleRatios(await withDeadline(readIdleRatios(nc, config.run), 5_000, "reading idle ratios").catch(() => []));
     await nc.drain().catch(() => undefined);
     await server?.stop();
     if (server) rmSync(join(runDir, LIVE_URL_FILE), { force: true });
@@ -176,6 +191,8 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   process.on("SIGTERM", onSigint);
 
   for (const spec of actorPlan(config, envs, { eval: opts.eval })) launcher.start(spec);
+  if (opts.dashboard !== false) dashboard = await serveDashboard(nc, config, Number(opts.dashboardPort ?? 8765));
+  if (dashboard) process.stdout.write(`dashboard: ${dashboard.url}\n`);
   progress.start();
   process.stdout.write(`run ${config.run}: actors started, logs in ${join(runDir, "logs")}\n`);
 
@@ -203,7 +220,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   const checkHealth = async () => {
     if (Date.now() - lastHealthCheck < 3_000) return;
     lastHealthCheck = Date.now();
-    const alerts = await healthAlerts(nc, config.run).catch(() => []);
+    const alerts = await withDeadline(healthAlerts(nc, config.run), 5_000, "reading heartbeats").catch(() => []);
     const now = new Set<string>();
     for (const line of alerts) {
       const [who, verdict] = line.split(" ", 2);
@@ -303,4 +320,20 @@ function printSummary(config: RunConfig, results: Record<string, HeldOutResult>)
     lines.push(`  RL changed pass@1 by ${d >= 0 ? "+" : ""}${d.toFixed(3)}`);
   }
   process.stdout.write(lines.join("\n") + "\n");
+}
+
+/** The run's dashboard on `port`, or on any free port when that one is taken; null (said) when it cannot start. */
+async function serveDashboard(nc: import("@nats-io/transport-node").NatsConnection, config: RunConfig, port: number) {
+  // Loaded here so `train --no-dashboard` never loads the web server.
+  const { startDashboard } = await import("../dashboard/server.js");
+  const { createTokenizer } = await import("../../actors/runtime/model-factory.js");
+  const tokenizer = createTokenizer(config);
+  for (const p of [port, 0]) {
+    try {
+      return await startDashboard({ nc, run: config.run, port: p, tokenizer });
+    } catch (e) {
+      if (p === 0) process.stderr.write(`dashboard not started: ${(e as Error).message.split("\n")[0]}\n`);
+    }
+  }
+  return null;
 }

@@ -1,4 +1,5 @@
-// Group-relative advantages (DESIGN §4): A = r - mean(group), optionally divided by the group std.
+// Group-relative advantages (DESIGN §4): A = r - mean(group), optionally divided by the group std. Shared by
+// the reward actor (which computes them) and replay (which recomputes them under changed settings).
 export function groupAdvantages(rewards: number[], normalize: boolean): number[] {
   const n = rewards.length;
   if (n === 0) return [];

@@ -1,0 +1,30 @@
+// Advantages of recorded rows under changed advantage settings (replay --set rl.normalizeAdvantage=...).
+// The reward actor computes them per group from its rewards with the same function (actors/runtime/
+// advantages.ts) and rejects a whole group when one advantage is past rl.maxAbsAdvantage. Rewards are recomputed from the rows' stored (float32) rewards.
+import type { RolloutRow } from "../../streams/index.js";
+import type { AdvantageSettings } from "./settings.js";
+import { groupAdvantages } from "../../actors/runtime/advantages.js";
+
+/** The step's rows with advantages under `s`, in their order; rows of rejected groups are left out. */
+export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows: RolloutRow[]; leftOut: number } {
+  const groups = new Map<string, number[]>();
+  rows.forEach((r, i) => {
+    groups.set(r.groupId, [...(groups.get(r.groupId) ?? []), i]);
+  });
+  const advantage = rows.map((r) => r.advantage);
+  const rejected = new Set<string>();
+  for (const [group, idx] of groups) {
+    if (s.recompute) {
+      const a = groupAdvantages(
+        idx.map((i) => rows[i]!.reward),
+        s.normalize,
+      );
+      idx.forEach((i, k) => {
+        advantage[i] = a[k]!;
+      });
+    }
+    if (idx.some((i) => Math.abs(advantage[i]!) > s.maxAbs)) rejected.add(group);
+  }
+  const kept = rows.flatMap((r, i) => (rejected.has(r.groupId) ? [] : [{ ...r, advantage: advantage[i]! }]));
+  return { rows: kept, leftOut: rows.length - kept.length };
+}
