@@ -3,7 +3,6 @@
 // `nats kv get` prints readably. A clean exit deletes that key and leaves the process's final accounting
 // under `exited.<actor>.<instance>`, so the idle ratios of actors that finish early (the learner, the
 // orchestrator) can still be summarised when the run ends. `rollstream doctor` and `train` read it.
-import { withDeadline } from "./deadline.js";
 import type { KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { z } from "zod";
@@ -106,14 +105,7 @@ export class HealthBoard {
     const kv = await this.kv();
     // A key rewritten while the listing runs can be listed twice.
     const keys = new Set<string>();
-    // A key listing runs on a consumer that can go quiet when its server does: never wait on it forever.
-    await withDeadline(
-      (async () => {
-        for await (const k of await kv.keys()) keys.add(k);
-      })(),
-      10_000,
-      "listing the health bucket",
-    );
+    for await (const k of await kv.keys()) keys.add(k);
     const entries: HealthEntry[] = [];
     for (const key of [...keys].sort()) {
       const e = await kv.get(key);
