@@ -30,7 +30,8 @@ if (files.length === 0) {
   console.error("no test files matched");
   process.exit(1);
 }
-// --test-force-exit: a file whose tests all finished is ended even if a handle (the dashboard test leaves one, not yet found) keeps its event loop alive.
+// --test-force-exit: a safety net, so a file whose tests all finished ends even if a leaked handle would keep its
+// event loop alive (the dashboard tests, which once leaked one, now exit without it).
 // Tests start their own nats-server processes and use both cores for kernels: run files one at a time
 // so timings stay sane on a 2-core machine.
 const r = spawnSync(process.execPath, ["--test", "--test-concurrency=1", "--test-force-exit", "--test-reporter=spec", ...files], { stdio: "inherit" });

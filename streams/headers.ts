@@ -17,6 +17,10 @@ export const Hdr = {
   env: "Rs-Env",
   rows: "Rs-Rows",
   tokens: "Rs-Tokens",
+  /** A scored batch's rewards (mean, min, max of its rows): browsing and filtering by reward needs no payload. */
+  rewardMean: "Rs-Reward-Mean",
+  rewardMin: "Rs-Reward-Min",
+  rewardMax: "Rs-Reward-Max",
   schema: "Rs-Schema",
   error: "Rs-Error",
   originalSubject: "Rs-Original-Subject",

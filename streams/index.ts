@@ -20,7 +20,10 @@ export type { DeadLetterChannel } from "./channels/dead-letter-channel.js";
 
 // Message schemas and types
 export {
+  EvalMessageSchema,
   MetricsEventSchema,
+  StateAnnouncementSchema,
+  WeightsAnnouncementSchema,
   type Task,
   type RawRollout,
   type RawRolloutGroup,

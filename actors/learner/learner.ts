@@ -171,7 +171,10 @@ export class LearnerActor implements Actor {
           },
         };
         const samples = { detail: `for step ${version + 1}` };
+        // The step-time breakdown (the dashboard's chart): waiting for samples, training, publishing weights.
+        const waitStart = performance.now();
         let batch: CollectedBatch | null = await ctx.health.wait("samples", () => reader.collect(version, collectOpts), samples);
+        let waitMs = performance.now() - waitStart;
         let report: StepReport | undefined;
         while (batch && !ctx.signal.aborted) {
           const collected = batch;
@@ -180,7 +183,9 @@ export class LearnerActor implements Actor {
             report = outcome.report;
             break;
           }
+          const retryStart = performance.now();
           batch = await ctx.health.wait("samples", () => reader.collect(version, collectOpts, outcome.retry), samples);
+          waitMs += performance.now() - retryStart;
         }
         if (!batch || !report || ctx.signal.aborted) break;
         const { kept, dropped: droppedNow } = batch;
@@ -190,7 +195,9 @@ export class LearnerActor implements Actor {
         dropped.inc(droppedNow);
         this.counters.step = version + 1;
         stepGauge.set(this.counters.step);
+        const publishStart = performance.now();
         await this.publishWeights(this.counters.step, "rl");
+        const publishMs = performance.now() - publishStart;
         const rewardMean = kept.reduce((s, r) => s + r.reward, 0) / Math.max(1, kept.length);
         await ctx.publishMetrics(
           "step",
@@ -204,6 +211,8 @@ export class LearnerActor implements Actor {
             stalenessMean: batch.stalenessMean,
             stalenessMax: batch.stalenessMax,
             steps: rl.steps,
+            waitMs,
+            publishMs,
           },
           this.counters.step,
         );

@@ -17,6 +17,10 @@ const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = 
     what: "sandbox warm-exec latency and throughput vs a bare python3 subprocess",
     load: async () => (await import("../../bench/sandbox.js")).runSandboxBench as BenchFn,
   },
+  dashboard: {
+    what: "the dashboard's first page over 10,000 scored rows vs one ordered consumer reading their headers",
+    load: async () => (await import("../../bench/dashboard.js")).runDashboardBench as BenchFn,
+  },
   loop: {
     what: "seconds per RL step with maxAsyncLevel 2 vs 0 on the demo config",
     load: async () => (await import("../../bench/loop.js")).runLoopBench as BenchFn,

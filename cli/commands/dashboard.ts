@@ -1,11 +1,11 @@
 // `rollstream dashboard --run R`: the web page over one run (cli/dashboard). Live runs are read from their
 // server; a finished run's stored streams are served for it, as replay and inspect do. Read-only, and bound
 // to 127.0.0.1 unless --host says otherwise.
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import type { Command } from "commander";
-import { loadRunConfig } from "../../actors/runtime/config.js";
+import { loadRunConfig, type RunConfig } from "../../actors/runtime/config.js";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
-import { createTokenizer } from "../../actors/runtime/model-factory.js";
 import { natsForRun } from "../run-nats.js";
 import { startDashboard } from "../dashboard/server.js";
 
@@ -37,14 +37,16 @@ async function dashboard(opts: DashboardOptions): Promise<number> {
   let run = opts.run;
   let configUrl: string | undefined;
   let outDir = opts.outDir ?? "runs";
-  let tokenizer;
+  let config: RunConfig | undefined;
   try {
     if (opts.config) {
-      const c = loadRunConfig(opts.config);
-      run ??= c.run;
-      configUrl = c.nats.url;
-      outDir = c.outDir;
-      tokenizer = createTokenizer(c);
+      config = loadRunConfig(opts.config);
+      run ??= config.run;
+      configUrl = config.nats.url;
+      outDir = config.outDir;
+    } else if (run && existsSync(join(outDir, run, "config.yaml"))) {
+      // train keeps the run's config with it: the token view can decode text and recompute the learner's logprobs.
+      config = loadRunConfig(join(outDir, run, "config.yaml"));
     }
   } catch (e) {
     process.stderr.write(`${(e as Error).message.split("\n")[0]}\n`);
@@ -62,7 +64,7 @@ async function dashboard(opts: DashboardOptions): Promise<number> {
   const served = await natsForRun(join(outDir, run), configUrl, opts.nats);
   try {
     const nc = await connectNats(served.url, "rollstream-dashboard");
-    const d = await startDashboard({ nc, run, host: opts.host, port, tokenizer });
+    const d = await startDashboard({ nc, run, host: opts.host, port, config });
     process.stdout.write(`dashboard of run ${run}: ${d.url} (Ctrl-C stops it)\n`);
     await new Promise<void>((resolve) => {
       process.once("SIGINT", resolve);

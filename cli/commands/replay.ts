@@ -20,11 +20,11 @@ import { openWire, readPayload, RunChannels, RunState, StateKeys } from "../../s
 import { natsForRun } from "../run-nats.js";
 import { matchBackend, type RecordedBackend } from "../replay/backend.js";
 import { readBundle, writeBundle, type CapturedStep } from "../replay/bundle.js";
-import { readRecordedSteps, type Figures } from "../replay/figures.js";
+import { compareFigures, readRecordedSteps, type Figures } from "../replay/figures.js";
 import { ReplayOutput } from "../replay/output.js";
 import { applySettings, SettingError, type ChangedSettings } from "../replay/settings.js";
 import { bundleSource, streamSource, type StepSource } from "../replay/sources.js";
-import { replaySteps } from "../replay/steps.js";
+import { replaySteps, type ReplayLoop } from "../replay/steps.js";
 
 export interface ReplayOptions {
   config?: string;
@@ -170,6 +170,7 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
       out.say(`replaying run ${config.run} from checkpoint step ${position.step} (stream seq ${fromSeq})`);
       return await replayWith({
         source: streamSource(reader, config),
+        record: replayRecorder(channels, changed),
         state,
         model: modelConfigOf(config),
         config,
@@ -253,6 +254,7 @@ async function replayWith(r: {
   backend: RecordedBackend | null;
   steps: number;
   out: ReplayOutput;
+  record?: ReplayLoop["record"];
 }): Promise<number> {
   const { out, config } = r;
   // The threads the run's RL steps ran on, when it did not record them.
@@ -277,10 +279,45 @@ async function replayWith(r: {
       recorded: r.recorded,
       backendMatched: plan.matched,
       out,
+      record: r.record
+        ? (step, replayed, recorded, extra) =>
+            r.record!(step, replayed, recorded, { ...extra, backendMatched: plan.matched === null ? -1 : Number(plan.matched) })
+        : undefined,
     });
   } finally {
     await r.source.close();
     model?.dispose();
     plan.restore();
   }
+}
+
+/** Keeps each replayed step on the run's metrics subject (actor "replay"), one session per invocation, so
+ *  the dashboard can show what replays found. A failure to record is said once and never stops the replay. */
+function replayRecorder(channels: RunChannels, changed: ChangedSettings | null): ReplayLoop["record"] {
+  const metrics = channels.metrics("replay");
+  const session = new Date().toISOString();
+  const setting = changed ? changed.given.join(" ") : "";
+  let failed = false;
+  return async (step, replayed, recorded, extra) => {
+    if (failed) return;
+    const c = compareFigures(replayed, recorded);
+    const values: Record<string, number> = { ...extra };
+    for (const [k, v] of Object.entries(replayed)) if (v !== undefined) values[k] = v;
+    for (const [k, v] of Object.entries(recorded ?? {})) if (v !== undefined) values[`recorded.${k}`] = v;
+    if (c.exact !== null) values["exact"] = Number(c.exact);
+    if (c.maxRelDiff !== undefined && c.maxRelDiff !== null) values["maxRelDiff"] = c.maxRelDiff;
+    try {
+      await metrics.publish({
+        actor: "replay",
+        kind: "step",
+        time: Date.now(),
+        step,
+        values,
+        labels: { session, setting, ...(c.figure ? { figure: c.figure } : {}) },
+      });
+    } catch (e) {
+      failed = true;
+      process.stderr.write(`replay: not recorded with the run (${(e as Error).message.split("\n")[0]})\n`);
+    }
+  };
 }

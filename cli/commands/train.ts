@@ -326,11 +326,9 @@ function printSummary(config: RunConfig, results: Record<string, HeldOutResult>)
 async function serveDashboard(nc: import("@nats-io/transport-node").NatsConnection, config: RunConfig, port: number) {
   // Loaded here so `train --no-dashboard` never loads the web server.
   const { startDashboard } = await import("../dashboard/server.js");
-  const { createTokenizer } = await import("../../actors/runtime/model-factory.js");
-  const tokenizer = createTokenizer(config);
   for (const p of [port, 0]) {
     try {
-      return await startDashboard({ nc, run: config.run, port: p, tokenizer });
+      return await startDashboard({ nc, run: config.run, port: p, config });
     } catch (e) {
       if (p === 0) process.stderr.write(`dashboard not started: ${(e as Error).message.split("\n")[0]}\n`);
     }

@@ -8,7 +8,13 @@ import Fastify, { type FastifyInstance } from "fastify";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
 import { RunData } from "./run-data.js";
+import { groupFilter, payloadPreview } from "./filters.js";
 import { groupView } from "./views.js";
+import { classifyRun } from "../health/verdicts.js";
+import { openWire, RunChannels, summariseIdle, type MetricsEvent } from "../../streams/index.js";
+import type { RunConfig } from "../../actors/runtime/config.js";
+import { LearnerLogprobCalculator } from "./learner-logprobs.js";
+import { createTokenizer } from "../../actors/runtime/model-factory.js";
 
 export interface DashboardOptions {
   nc: NatsConnection;
@@ -17,6 +23,8 @@ export interface DashboardOptions {
   port?: number;
   /** Decodes token ids for the token view when the run's config is known. */
   tokenizer?: Tokenizer;
+  /** The run's config: with it the token view also shows the learner's logprobs (recomputed on demand). */
+  config?: RunConfig;
   /** Server-sent overview updates this often. */
   pushMs?: number;
 }
@@ -46,9 +54,18 @@ const STATIC: Record<string, [string, string]> = {
 
 const int = (v: unknown, d: number) => (typeof v === "string" && /^\d+$/.test(v) ? Number(v) : d);
 
+/** Newest first (what a user of a live run wants to see), `limit` (at most 200) from `offset`. */
+function page<T>(list: readonly T[], q: Record<string, string>, key: string): Record<string, unknown> {
+  const offset = int(q["offset"], 0);
+  const limit = Math.min(200, int(q["limit"], 50));
+  return { total: list.length, offset, [key]: list.slice(Math.max(0, list.length - offset - limit), Math.max(0, list.length - offset)).reverse() };
+}
+
 export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
   const root = packageRoot();
   const data = new RunData(o.nc, o.run);
+  const tokenizer = o.tokenizer ?? (o.config ? createTokenizer(o.config) : undefined);
+  const learner = o.config ? new LearnerLogprobCalculator(o.config, new RunChannels(openWire(o.nc, o.run)).weights) : null;
   // Open event streams must not hold close() up: a browser tab left open would keep `train` from exiting.
   const app: FastifyInstance = Fastify({ logger: false, forceCloseConnections: true });
   for (const [path, [file, type]] of Object.entries(STATIC)) {
@@ -61,33 +78,81 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
     return data.metrics(req.params.actor);
   });
   app.get("/api/evals", async () => data.evals());
-  app.get<{ Querystring: Record<string, string> }>("/api/groups", async (req) => {
+  app.get<{ Querystring: Record<string, string> }>("/api/groups", async (req, reply) => {
     await data.refresh();
-    const q = req.query;
-    let list = data.groups;
-    if (q["env"]) list = list.filter((g) => g.env === q["env"]);
-    if (q["step"]) list = list.filter((g) => g.step === Number(q["step"]));
-    const offset = int(q["offset"], 0);
-    const limit = Math.min(200, int(q["limit"], 50));
-    // Newest first: what a user of a live run wants to see.
-    const page = list.slice(Math.max(0, list.length - offset - limit), list.length - offset).reverse();
-    return { total: list.length, offset, groups: page };
+    const filter = groupFilter(req.query);
+    if (typeof filter === "string") return reply.code(400).send({ error: filter });
+    return page(data.groups.filter(filter), req.query, "groups");
   });
   app.get<{ Params: { seq: string } }>("/api/groups/:seq", async (req, reply) => {
     const seq = int(req.params.seq, -1);
     if (seq < 1) return reply.code(400).send({ error: "a group is named by its stream sequence" });
     try {
-      return groupView(seq, await data.group(seq), o.tokenizer);
+      return groupView(seq, await data.group(seq), tokenizer);
+    } catch (e) {
+      return reply.code(404).send({ error: (e as Error).message });
+    }
+  });
+  app.get<{ Params: { seq: string }; Querystring: Record<string, string> }>("/api/groups/:seq/learner", async (req, reply) => {
+    const seq = int(req.params.seq, -1);
+    const row = int(req.query["row"], -1);
+    if (seq < 1 || row < 0) return reply.code(400).send({ error: "name the group by its sequence and the completion by ?row=<index>" });
+    if (!learner) return reply.code(409).send({ error: "the learner's logprobs need the run's config: start the dashboard with --config" });
+    try {
+      const r = (await data.group(seq))[row];
+      if (!r) return reply.code(404).send({ error: `group ${seq} has no row ${row}` });
+      return await learner.compute(int(req.query["version"], r.step), r.promptIds, r.completionIds);
+    } catch (e) {
+      return reply.code(404).send({ error: (e as Error).message.split("\n")[0] });
+    }
+  });
+  app.get<{ Querystring: Record<string, string> }>("/api/eval/samples", async (req) => {
+    const q = req.query;
+    let list = (await data.evalIndex()).filter((e) => e.kind === "sample");
+    if (q["version"]) list = list.filter((e) => e.version === Number(q["version"]));
+    if (q["env"]) list = list.filter((e) => e.env === q["env"]);
+    if (q["greedy"]) list = list.filter((e) => e.kind === "sample" && e.greedy === (q["greedy"] === "1"));
+    return page(list, q, "samples");
+  });
+  app.get("/api/eval/results", async () => (await data.evalIndex()).filter((e) => e.kind === "result"));
+  app.get<{ Params: { seq: string } }>("/api/eval/samples/:seq", async (req, reply) => {
+    const seq = int(req.params.seq, -1);
+    if (seq < 1) return reply.code(400).send({ error: "an eval sample is named by its stream sequence" });
+    try {
+      return await data.evalSample(seq);
     } catch (e) {
       return reply.code(404).send({ error: (e as Error).message });
     }
   });
   app.get<{ Querystring: Record<string, string> }>("/api/deadletters", async (req) => {
     await data.refresh();
-    const offset = int(req.query["offset"], 0);
-    const limit = Math.min(200, int(req.query["limit"], 50));
-    const list = data.deadLetters;
-    return { total: list.length, offset, items: list.slice(Math.max(0, list.length - offset - limit), list.length - offset).reverse() };
+    return page(data.deadLetters, req.query, "items");
+  });
+  app.get<{ Params: { seq: string } }>("/api/deadletters/:seq", async (req, reply) => {
+    const seq = int(req.params.seq, -1);
+    if (seq < 1) return reply.code(400).send({ error: "a dead letter is named by its stream sequence" });
+    try {
+      return payloadPreview(await data.deadLetterPayload(seq));
+    } catch (e) {
+      return reply.code(404).send({ error: (e as Error).message });
+    }
+  });
+  app.get("/api/checkpoints", async () => data.checkpoints());
+  app.get("/api/health", async () => {
+    const { entries, now } = await data.health();
+    const status = (await data.overview()).status;
+    return { run: classifyRun(entries, status ?? undefined, now), idle: summariseIdle(entries.flatMap((e) => (e.heartbeat ? [e.heartbeat] : []))) };
+  });
+  app.get("/api/queues", async () => data.queues());
+  app.get("/api/replays", async () => {
+    const sessions = new Map<string, { session: string; setting: string; steps: MetricsEvent[] }>();
+    for (const e of await data.metrics("replay")) {
+      const key = e.labels?.["session"] ?? "";
+      const s = sessions.get(key) ?? { session: key, setting: e.labels?.["setting"] ?? "", steps: [] };
+      s.steps.push(e);
+      sessions.set(key, s);
+    }
+    return [...sessions.values()].reverse();
   });
   app.get("/events", (req, reply) => {
     reply.raw.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
@@ -115,6 +180,7 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
       timers.clear();
       await app.close();
       await data.close();
+      learner?.dispose();
     },
   };
 }

@@ -24,6 +24,8 @@ export interface ReplayLoop {
   recorded: Map<number, { figures: Figures }>;
   backendMatched: boolean | null;
   out: ReplayOutput;
+  /** Keeps each replayed step with the run (the dashboard's replay page), when the run's streams are at hand. */
+  record?: (step: number, replayed: Figures, recorded: Figures | undefined, extra: Record<string, number>) => Promise<void>;
 }
 
 /** Runs the steps; returns the exit code. */
@@ -53,6 +55,7 @@ export async function replaySteps(r: ReplayLoop): Promise<number> {
     }
     const replayed = figuresOf(report);
     const recorded = r.recorded.get(step)?.figures;
+    await r.record?.(step, replayed, recorded, { samples: rows.length, leftOut });
     if (changed) {
       if (out.json) out.object({ step, samples: rows.length, leftOut, recorded: recorded ?? null, replayed });
       else out.say(tableRow(step, recorded, replayed, leftOut));

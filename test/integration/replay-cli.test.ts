@@ -13,36 +13,10 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { stringify } from "yaml";
 import { cliMain, tinyConfig } from "../helpers/run-fixture.js";
+import { writeSpreadEnv } from "../helpers/spread-env.js";
 import { backendInfo } from "../../kernels/index.js";
 
-const apiUrl = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "environments", "api", "index.js")).href;
 const hasOpenBlas = !backendInfo("cpu").blas.startsWith("none");
-
-/** A reward that varies within every group (a hash of the reply), so every step has non-zero advantages for a loss change to act on. */
-function writeSpreadEnv(dir: string): string {
-  const folder = join(dir, "envs", "spread");
-  mkdirSync(folder, { recursive: true });
-  writeFileSync(join(folder, "package.json"), JSON.stringify({ name: "spread", version: "1.0.0", type: "module", main: "index.js" }));
-  writeFileSync(
-    join(folder, "index.js"),
-    `import { buildPrompt, createEnvironment, generatorDataset, Rubric } from ${JSON.stringify(apiUrl)};
-export function loadEnvironment() {
-  const rubric = new Rubric().reward("spread", ({ completion }) => {
-    let h = 7;
-    for (const ch of completion.map((m) => m.content).join("")) h = (h * 31 + ch.codePointAt(0)) % 1000003;
-    return (h % 1000) / 1000;
-  });
-  return createEnvironment({
-    name: "spread",
-    version: "1.0.0",
-    dataset: (split) => generatorDataset(split === "train" ? Number.POSITIVE_INFINITY : 8, (i) => ({ id: split + "-" + i, prompt: buildPrompt("n " + (i % 9)), answer: "", info: {} })),
-    rubric,
-  });
-}
-`,
-  );
-  return join(dir, "envs");
-}
 
 interface Cli {
   status: number | null;
