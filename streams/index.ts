@@ -5,7 +5,7 @@
 // Names, topology, connection parts
 export { runNames, type RunNames } from "./subjects.js";
 export { ensureTopology, deleteTopology, type Topology } from "./topology.js";
-export { openWire } from "./wire.js";
+export { openWire, type Wire } from "./wire.js";
 export { StreamReader } from "./stream-reader.js";
 
 // Channels

@@ -22,10 +22,10 @@ import {
   type EvalMessage,
   type MetricsEvent,
   type RolloutRow,
+  type Wire,
 } from "../../streams/index.js";
 import { Kvm } from "@nats-io/kv";
 import { classifyRun, type RunHealth } from "../health/verdicts.js";
-import type { Wire } from "../../streams/wire.js";
 
 const MAX_POINTS = 20_000;
 /** Queue-depth samples kept (one per overview push of a live run). */
