@@ -7,9 +7,24 @@ import { registerInspectCommand } from "./commands/inspect.js";
 import { registerBenchCommand } from "./commands/bench.js";
 import { registerConfigCommand } from "./commands/config.js";
 import { registerDoctorCommand } from "./commands/doctor.js";
+import { debugEnabled, reportError } from "./errors.js";
+
+// Anything thrown past a command's own handling ends the same way: one line, a hint, exit code.
+for (const event of ["uncaughtException", "unhandledRejection"] as const) {
+  process.on(event, (e: unknown) => {
+    process.exitCode = reportError(e);
+    process.exit();
+  });
+}
 
 const program = new Command();
-program.name("rollstream").description("asynchronous RL post-training for language models over NATS JetStream").version("0.1.0");
+program
+  .name("rollstream")
+  .description("asynchronous RL post-training for language models over NATS JetStream")
+  .version("0.1.0")
+  .option("--debug", "print stack traces of errors (also ROLLSTREAM_DEBUG=1)")
+  // Commander's own usage errors throw (after printing their line) instead of exiting, so they exit 2 here.
+  .exitOverride();
 registerTrainCommand(program);
 registerActorCommand(program);
 registerInspectCommand(program);
@@ -30,7 +45,11 @@ for (const [, register] of optional) {
   try {
     await register(program);
   } catch (e) {
-    if (process.env.ROLLSTREAM_DEBUG) process.stderr.write(`optional command failed to load: ${(e as Error).message}\n`);
+    if (debugEnabled()) process.stderr.write(`optional command failed to load: ${(e as Error).message}\n`);
   }
 }
-await program.parseAsync(process.argv);
+try {
+  await program.parseAsync(process.argv);
+} catch (e) {
+  process.exitCode = reportError(e);
+}

@@ -16,7 +16,8 @@ import { ActorExit, ExitCodes, type Actor, type ActorClass, type ActorContext } 
 import { ensureTopology, HealthBoard, NatsSandboxClient, RunChannels, RunState, type Topology } from "../../streams/index.js";
 
 export interface RunActorOptions {
-  configPath: string;
+  /** The run config's file, or the config itself (the sandbox actor serves every run and needs none). */
+  configPath: string | RunConfig;
   natsUrl?: string;
   instance?: string;
   metricsPort?: number;
@@ -86,7 +87,7 @@ export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {
 export async function runActorProcess(actor: string, cls: ActorClass, opts: RunActorOptions): Promise<number> {
   let config: RunConfig;
   try {
-    config = loadRunConfig(opts.configPath);
+    config = typeof opts.configPath === "string" ? loadRunConfig(opts.configPath) : opts.configPath;
   } catch (e) {
     process.stderr.write(`${(e as Error).message}\n`);
     return e instanceof ConfigError ? ExitCodes.config : ExitCodes.error;

@@ -3,25 +3,30 @@
 import type { Command } from "commander";
 import { runActorProcess } from "../../actors/runtime/lifecycle.js";
 import { ACTORS } from "../../actors/registry.js";
+import { parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import { UsageError } from "../errors.js";
+
+/** A sandbox with no run: default sandbox settings; its heartbeat and metrics live under run `run`. */
+function standaloneSandboxConfig(run: string): RunConfig {
+  return parseRunConfig({ run, environments: [{ id: "code@^1" }] }, "(sandbox without a run config)");
+}
 
 export function registerActorCommand(program: Command): void {
   program
     .command("actor <name>")
     .description(`run one actor in this process: ${Object.keys(ACTORS).join(", ")}`)
-    .requiredOption("-c, --config <file>", "run config (YAML)")
+    .option("-c, --config <file>", "run config (YAML); the sandbox actor needs none (it serves every run)")
+    .option("--run <run>", "sandbox without -c: the run name its heartbeat and metrics go under", "sandbox")
     .option("--nats <url>", "NATS server (default: NATS_URL, then the config, then nats://127.0.0.1:4222)")
     .option("--instance <id>", "replica name used in logs and metrics")
     .option("--metrics-port <port>", "serve Prometheus /metrics on this port")
-    .action(async (name: string, opts: { config: string; nats?: string; instance?: string; metricsPort?: string }) => {
+    .action(async (name: string, opts: { config?: string; run: string; nats?: string; instance?: string; metricsPort?: string }) => {
       const load = ACTORS[name];
-      if (!load) {
-        process.stderr.write(`unknown actor ${JSON.stringify(name)}; choose one of ${Object.keys(ACTORS).join(", ")}\n`);
-        process.exitCode = 2;
-        return;
-      }
+      if (!load) throw new UsageError(`unknown actor ${JSON.stringify(name)}; choose one of ${Object.keys(ACTORS).join(", ")}`);
+      if (!opts.config && name !== "sandbox") throw new UsageError(`actor ${name} needs the run config: -c <file>`);
       const cls = await load();
       process.exitCode = await runActorProcess(name, cls, {
-        configPath: opts.config,
+        configPath: opts.config ?? standaloneSandboxConfig(opts.run),
         natsUrl: opts.nats,
         instance: opts.instance,
         metricsPort: opts.metricsPort ? Number(opts.metricsPort) : undefined,

@@ -1,8 +1,11 @@
 // `rollstream eval <env[@range]>`: rollouts of an environment with our checkpoint or an OpenAI-compatible
 // endpoint; prints reward, each rubric function and metric, pass@k, stop reasons, errors and timing; saves
 // results.jsonl + metadata.json as it goes, so the same command resumes after an interruption.
-import { basename, join, resolve } from "node:path";
+import { existsSync } from "node:fs";
+import { basename, dirname, join, resolve } from "node:path";
 import { InvalidArgumentError, type Command } from "commander";
+import { UsageError } from "../errors.js";
+import { loadRunConfig } from "../../actors/runtime/config.js";
 import cliProgress from "cli-progress";
 import type { CodeSandbox, ModelClient, SamplingArgs, TokenizerLike } from "../../environments/api/index.js";
 import { OpenAICompletionsClient } from "../../environments/clients/openai.js";
@@ -108,9 +111,10 @@ export function registerEvalCommand(program: Command, deps: EvalCommandDeps): vo
 }
 
 async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps): Promise<void> {
-  if (!!flags.checkpoint === !!flags.baseUrl) throw new Error("give exactly one of --checkpoint <path> or --base-url <url>");
-  if (flags.baseUrl && !flags.model) throw new Error("--base-url needs --model <name>");
-  const env = await resolveEnvironment(spec, flags.envArgs);
+  if (!!flags.checkpoint === !!flags.baseUrl) throw new UsageError("give exactly one of --checkpoint <path> or --base-url <url>");
+  if (flags.baseUrl && !flags.model) throw new UsageError("--base-url needs --model <name>");
+  const envArgs = Object.keys(flags.envArgs).length > 0 || !flags.checkpoint ? flags.envArgs : (runEnvArgs(flags.checkpoint, spec) ?? flags.envArgs);
+  const env = await resolveEnvironment(spec, envArgs);
   const sampling: SamplingArgs = {
     temperature: flags.temperature,
     topP: flags.topP,
@@ -165,7 +169,7 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
       overwrite: flags.overwrite,
       info: {
         model: flags.checkpoint ? { checkpoint: resolve(flags.checkpoint) } : { baseUrl: flags.baseUrl, model: flags.model },
-        envArgs: flags.envArgs,
+        envArgs,
         argv: process.argv.slice(2),
       },
       onProgress: (p) => {
@@ -193,11 +197,29 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
   }
 }
 
+/**
+ * A run checkpoint is evaluated on the environment as the run trained on it: the args of the run config's
+ * entry for that environment (its digits, its format reward, ...), unless -a names others.
+ */
+function runEnvArgs(checkpoint: string, spec: string): Record<string, unknown> | null {
+  const dir = resolve(checkpoint);
+  const configPath = join(dirname(dirname(dir)), "config.yaml");
+  if (!existsSync(join(dir, "manifest.json")) || !existsSync(configPath)) return null;
+  const name = spec.split("@")[0];
+  const entries = loadRunConfig(configPath).environments.filter((e) => e.id.split("@")[0] === name);
+  if (entries.length === 0) return null;
+  const args = entries[0]!.args ?? {};
+  process.stderr.write(
+    `environment args from the run's config (${configPath}${entries.length > 1 ? `, entry "${entries[0]!.key ?? name}" of ${entries.length}` : ""}): ${JSON.stringify(args)}; -a overrides\n`,
+  );
+  return args;
+}
+
 async function defaultTokenizer(spec: string): Promise<TokenizerLike> {
   const { loadTokenizer } = await import("../../kernels/tokenizer.js");
   if (spec === "byte") return loadTokenizer({ kind: "byte" });
   if (spec.startsWith("hf:")) return loadTokenizer({ kind: "hf", path: spec.slice(3) });
-  throw new Error(`--tokenizer must be "byte" or "hf:<path>", got "${spec}"`);
+  throw new UsageError(`--tokenizer must be "byte" or "hf:<path>", got "${spec}"`);
 }
 
 async function natsSandbox(url: string): Promise<{ sandbox: CodeSandbox; close(): Promise<void> }> {

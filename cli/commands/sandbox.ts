@@ -1,5 +1,6 @@
 // `rollstream sandbox exec --lang python -c 'print(1)'`: runs code through the sandbox service (a
 // quick try, and a health check of a deployment); `rollstream sandbox stats` shows every replica.
+import { hintFor } from "../errors.js";
 import { readFileSync } from "node:fs";
 import { constants as osConstants } from "node:os";
 import type { Command } from "commander";
@@ -111,7 +112,7 @@ async function statsCommand(opts: { server?: string }, io: SandboxCliIo): Promis
       }
     }
     if (n === 0) {
-      io.err(`no ${SANDBOX_SERVICE_NAME} replica answered\n`);
+      io.err(`no ${SANDBOX_SERVICE_NAME} replica answered\nhint: ${hintFor("no sandbox service is running")}\n`);
       return 1;
     }
     return 0;
@@ -138,6 +139,8 @@ export function registerSandboxCommands(program: Command, io: SandboxCliIo = pro
         process.exitCode = await execCommand(file, opts, io);
       } catch (e) {
         io.err(`sandbox exec: ${(e as Error).message}\n`);
+        const hint = hintFor((e as Error).message);
+        if (hint) io.err(`hint: ${hint}\n`);
         process.exitCode = 2;
       }
     });
@@ -150,6 +153,8 @@ export function registerSandboxCommands(program: Command, io: SandboxCliIo = pro
         process.exitCode = await statsCommand(opts, io);
       } catch (e) {
         io.err(`sandbox stats: ${(e as Error).message}\n`);
+        const hint = hintFor((e as Error).message);
+        if (hint) io.err(`hint: ${hint}\n`);
         process.exitCode = 2;
       }
     });
