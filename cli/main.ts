@@ -51,5 +51,7 @@ for (const [, register] of optional) {
 try {
   await program.parseAsync(process.argv);
 } catch (e) {
-  process.exitCode = reportError(e);
+  // Nothing is left to do after a failed command: exit now (open connections would keep the process up),
+  // and the servers and actors it started go with it (deploy/local/child-reaper.ts).
+  process.exit(reportError(e));
 }

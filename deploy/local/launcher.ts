@@ -1,5 +1,6 @@
 // Launches every actor of a run as its own child process (`rollstream actor <name>`), sends their
 // logs to runs/<run>/logs/<actor>.log, restarts one that dies unexpectedly, and drains them all on stop.
+import { killWithParent } from "./child-reaper.js";
 import { spawn, type ChildProcess } from "node:child_process";
 import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
 import { join } from "node:path";
@@ -49,7 +50,7 @@ export class ActorLauncher {
     const args = [this.o.binPath, "actor", spec.name, "--config", this.o.configPath, "--nats", this.o.natsUrl, "--instance", id];
     if (this.o.metricsPortBase && this.o.metricsPortBase > 0) args.push("--metrics-port", String(this.o.metricsPortBase + this.portCounter++));
     const log = this.running.get(id)?.log ?? createWriteStream(join(this.o.logDir, `${id}.log`), { flags: "a" });
-    const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env } });
+    const child = killWithParent(spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env } }));
     child.stdout!.pipe(log, { end: false });
     child.stderr!.pipe(log, { end: false });
     const entry: Running = { spec, child, restarts, log };

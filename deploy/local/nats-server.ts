@@ -6,6 +6,7 @@ import { createServer } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { connect as netConnect } from "node:net";
+import { killWithParent } from "./child-reaper.js";
 
 export interface LocalNatsServer {
   url: string;
@@ -98,7 +99,7 @@ export async function startNatsServer(opts: StartNatsOptions): Promise<LocalNats
   );
   const args = ["-c", confPath];
   if (opts.logFile) args.push("-l", opts.logFile);
-  const child = spawn(bin, args, { stdio: ["ignore", "ignore", opts.logFile ? "ignore" : "pipe"] });
+  const child = killWithParent(spawn(bin, args, { stdio: ["ignore", "ignore", opts.logFile ? "ignore" : "pipe"] }));
   let stderr = "";
   child.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString()).slice(-4000);

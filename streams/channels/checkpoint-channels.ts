@@ -64,7 +64,7 @@ export class CheckpointChannel {
   }
 
   async takeObject(name: string): Promise<Uint8Array> {
-    const bytes = await getObject(await this.wire.objects(), name);
+    const bytes = await getObject(await this.wire.objects(), name, await this.wire.jsm());
     await this.deleteObject(name);
     return bytes;
   }

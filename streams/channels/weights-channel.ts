@@ -36,7 +36,11 @@ export class WeightsChannel {
 
   /** The weights of `version`; a DeadlineError after `deadlineMs` (a read can hang when a cluster member dies). */
   async fetch(version: number, deadlineMs = 60_000): Promise<Uint8Array> {
-    return withDeadline((async () => getObject(await this.wire.objects(), weightsObjectName(version)))(), deadlineMs, `fetch of weights v${version}`);
+    return withDeadline(
+      (async () => getObject(await this.wire.objects(), weightsObjectName(version), await this.wire.jsm()))(),
+      deadlineMs,
+      `fetch of weights v${version}`,
+    );
   }
 
   /** Calls fn for every announcement published from now on (core subscription: pruning needs no history). */
