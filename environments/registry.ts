@@ -1,5 +1,6 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
+import { register } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { errorMessage } from "./api/dataset.js";
 import type { Environment, LoadEnvironment } from "./api/environment.js";
@@ -40,6 +41,16 @@ export interface RegistryOptions {
 }
 
 const HERE = dirname(fileURLToPath(import.meta.url));
+
+let hookRegistered = false;
+/** Environment packages import "rollstream/environments"; it resolves to this rollstream (resolve-hook.ts). */
+function registerRollstreamResolver(): void {
+  if (hookRegistered) return;
+  hookRegistered = true;
+  let root = resolve(HERE, "..");
+  while (!existsSync(join(root, "package.json")) && dirname(root) !== root) root = dirname(root);
+  register(new URL("./resolve-hook.js", import.meta.url), { data: { parentURL: pathToFileURL(join(root, "package.json")).href } });
+}
 const ENV_KEYWORD = "rollstream-environment";
 
 function locations(opts: RegistryOptions) {
@@ -231,6 +242,7 @@ export async function resolveEnvironment(spec: string, args: Record<string, unkn
   }
   let mod: Record<string, unknown>;
   try {
+    if (found.source !== "project") registerRollstreamResolver();
     mod = (await import(pathToFileURL(found.entry).href)) as Record<string, unknown>;
   } catch (err) {
     throw new Error(`environment ${id}: importing ${found.entry} failed: ${errorMessage(err)}`);

@@ -1,58 +1,130 @@
-import { existsSync, mkdirSync, writeFileSync } from "node:fs";
-import { join, relative } from "node:path";
+import { existsSync, mkdirSync, readdirSync, writeFileSync } from "node:fs";
+import { join, relative, resolve } from "node:path";
 
-/**
- * `rollstream env init <name>`: a new environment module in <root>/environments/<name> (package.json +
- * index.ts with a complete small environment) and its test in <root>/test/environments/<name>.test.ts.
- * The project build compiles it like the built-ins, and the registry finds it as <name>@0.1.0.
- */
-export function scaffoldEnvironment(name: string, opts: { root: string }): string[] {
-  if (!/^[a-z][a-z0-9-]{0,49}$/.test(name)) {
-    throw new Error(`invalid environment name "${name}": use lowercase letters, digits and "-", starting with a letter`);
+// `rollstream env init <name>` writes a small, complete environment: rows from a seed, an XML-tagged answer,
+// a rubric with a reward and a format metric, an SFT target. It is sized for the demo model (a byte
+// tokenizer and a 64-token context): the longest prompt and its target reply take 44 tokens with the chat
+// template, leaving room for sampling. Two forms:
+//   in a rollstream checkout   environments/<name>/ + test/environments/<name>.test.ts, built with the project;
+//   --package <dir>            a standalone npm package that imports only rollstream's public API
+//                              ("rollstream/environments", a peer dependency), with its own build and test.
+
+const NAME = /^[a-z][a-z0-9-]{0,49}$/;
+
+function checkName(name: string): void {
+  if (!NAME.test(name)) throw new Error(`invalid environment name "${name}": use lowercase letters, digits and "-", starting with a letter`);
+}
+
+function writeAll(root: string, files: Array<[string, string]>): string[] {
+  for (const [path] of files) if (existsSync(path)) throw new Error(`${path} already exists`);
+  for (const [path, text] of files) {
+    mkdirSync(join(path, ".."), { recursive: true });
+    writeFileSync(path, text);
   }
+  return files.map(([p]) => relative(root, p));
+}
+
+/** environments/<name> in a rollstream checkout, with its test under test/environments/. */
+export function scaffoldEnvironment(name: string, opts: { root: string }): string[] {
+  checkName(name);
   if (["api", "util", "eval", "clients", "testing"].includes(name)) throw new Error(`"${name}" is a reserved folder of environments/`);
   const dir = join(opts.root, "environments", name);
-  const testFile = join(opts.root, "test", "environments", `${name}.test.ts`);
-  for (const p of [dir, testFile]) if (existsSync(p)) throw new Error(`${p} already exists`);
-  mkdirSync(dir, { recursive: true });
-  mkdirSync(join(opts.root, "test", "environments"), { recursive: true });
-  const files: Array<[string, string]> = [
-    [join(dir, "package.json"), packageJson(name)],
-    [join(dir, "index.ts"), indexTs()],
-    [testFile, testTs(name)],
-  ];
-  for (const [path, text] of files) writeFileSync(path, text);
-  return files.map(([p]) => relative(opts.root, p));
+  return writeAll(opts.root, [
+    [
+      join(dir, "package.json"),
+      json({ name, version: "0.1.0", description: `The ${name} environment`, type: "module", main: "index.js", keywords: ["rollstream-environment"] }),
+    ],
+    [join(dir, "index.ts"), environmentSource({ api: "../public.js", pkg: `import pkg from "./package.json" with { type: "json" };` })],
+    [
+      join(opts.root, "test", "environments", `${name}.test.ts`),
+      testSource(name, `../../environments/${name}/index.js`, "../../environments/testing/index.js"),
+    ],
+  ]);
 }
 
-function packageJson(name: string): string {
-  return (
-    JSON.stringify(
-      { name, version: "0.1.0", description: `The ${name} environment`, type: "module", main: "index.js", keywords: ["rollstream-environment"] },
-      null,
-      2,
-    ) + "\n"
-  );
+/** A standalone environment package in `dir` (created; must be empty or absent). */
+export function scaffoldEnvironmentPackage(name: string, opts: { dir: string; rollstreamVersion: string }): string[] {
+  checkName(name);
+  const dir = resolve(opts.dir);
+  if (existsSync(dir) && readdirSync(dir).length > 0) throw new Error(`${dir} is not empty: give --package a new folder`);
+  return writeAll(dir, [
+    [
+      join(dir, "package.json"),
+      json({
+        name,
+        version: "0.1.0",
+        description: `The ${name} environment for rollstream`,
+        type: "module",
+        main: "dist/index.js",
+        types: "dist/index.d.ts",
+        files: ["dist"],
+        keywords: ["rollstream-environment"],
+        scripts: { build: "tsc -p tsconfig.json", test: "tsc -p tsconfig.json && node --test dist/test/" },
+        peerDependencies: { rollstream: `>=${opts.rollstreamVersion}` },
+        devDependencies: { typescript: "5.9.3", "@types/node": "^20.19.0" },
+      }),
+    ],
+    [
+      join(dir, "tsconfig.json"),
+      json({
+        compilerOptions: {
+          target: "ES2022",
+          module: "NodeNext",
+          moduleResolution: "NodeNext",
+          outDir: "dist",
+          rootDir: "src",
+          strict: true,
+          declaration: true,
+          skipLibCheck: true,
+          types: ["node"],
+        },
+        include: ["src"],
+      }),
+    ],
+    [
+      join(dir, "src", "index.ts"),
+      environmentSource({
+        api: "rollstream/environments",
+        pkg: `import { readFileSync } from "node:fs";\n\nconst pkg = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8")) as { name: string; version: string };`,
+      }),
+    ],
+    [join(dir, "src", "test", "index.test.ts"), testSource(name, "../index.js", "rollstream/environments/testing")],
+    [join(dir, ".gitignore"), "node_modules/\ndist/\n"],
+    [
+      join(dir, "README.md"),
+      `# ${name}\n\nA rollstream environment. \`npm run build && npm test\`; then, from a rollstream project where this package is\ninstalled (\`npm install <this folder or its tarball>\`, or its folder on \`ROLLSTREAM_ENV_PATH\`):\n\n    rollstream eval ${name} -n 20 --checkpoint <dir>\n\nand name it in a run config: \`environments: [{ id: "${name}@^0.1" }]\`.\n`,
+    ],
+  ]);
 }
 
-function indexTs(): string {
-  return `import { z } from "zod";
-import {
-  createEnvironment, generatorDataset, Rubric, XMLParser,
-  type DatasetRow, type DatasetSplit, type LoadEnvironment,
-} from "../api/index.js";
-import { parseEnvArgs } from "../util/args.js";
-import { rngFor } from "../util/rng.js";
-import pkg from "./package.json" with { type: "json" };
+function json(v: unknown): string {
+  return `${JSON.stringify(v, null, 2)}\n`;
+}
+
+function environmentSource(o: { api: string; pkg: string }): string {
+  return `import {
+  createEnvironment,
+  type DatasetRow,
+  type DatasetSplit,
+  generatorDataset,
+  type LoadEnvironment,
+  parseEnvArgs,
+  Rubric,
+  rngFor,
+  XMLParser,
+  z,
+} from "${o.api}";
+${o.pkg}
 
 // Args are validated: a typo or a bad value is an error naming this environment.
 export const argsSchema = z.object({ seed: z.number().int().default(0), evalSize: z.number().int().min(1).default(100) }).strict();
 
+// Short words and a one-letter tag: prompt and reply fit a 64-token context with room to sample.
 const WORDS = ["banana", "cherry", "apple", "kiwi", "mango", "papaya", "grape", "lemon"];
 
 export const loadEnvironment: LoadEnvironment = (rawArgs) => {
   const args = parseEnvArgs(pkg.name, argsSchema, rawArgs);
-  const parser = new XMLParser(["answer"]);
+  const parser = new XMLParser(["a"]);
 
   // Rows are a pure function of (seed, split, index): restarts and other actors see the same task.
   const row = (split: DatasetSplit, index: number): DatasetRow => {
@@ -61,7 +133,7 @@ export const loadEnvironment: LoadEnvironment = (rawArgs) => {
     const letter = rng.pick([...new Set(word)]);
     return {
       id: \`\${split}-\${index}\`,
-      prompt: [{ role: "user", content: \`How many times does "\${letter}" occur in "\${word}"? Answer in <answer></answer>.\` }],
+      prompt: [{ role: "user", content: \`"\${letter}" in \${word}?\` }],
       answer: String([...word].filter((c) => c === letter).length),
       info: { word, letter },
     };
@@ -77,32 +149,45 @@ export const loadEnvironment: LoadEnvironment = (rawArgs) => {
     dataset: (split) => generatorDataset(split === "train" ? Number.POSITIVE_INFINITY : args.evalSize, (i) => row(split, i)),
     rubric,
     // The default rollout is single-turn; see multiTurnRollout and toolRollout for more.
-    sftTarget: (r) => parser.format({ answer: r.answer }),
+    sftTarget: (r) => parser.format({ a: r.answer }),
   });
 };
 `;
 }
 
-function testTs(name: string): string {
+function testSource(name: string, envModule: string, testing: string): string {
   return `import { test } from "node:test";
 import assert from "node:assert/strict";
-import { loadEnvironment } from "../../environments/${name}/index.js";
-import { ByteChatTokenizer, ScriptedModelClient } from "../../environments/testing/index.js";
+import { loadEnvironment } from "${envModule}";
+import { ByteChatTokenizer, ScriptedModelClient } from "${testing}";
 
-const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 64 };
+const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 16 };
 
 test("${name}: deterministic rows, right and wrong answers", async () => {
   const env = await loadEnvironment({});
   assert.equal(env.name, "${name}");
   const row = env.dataset("eval").row(0);
   assert.deepEqual((await loadEnvironment({})).dataset("eval").row(0), row);
-  const replies = [env.sftTarget!(row), "<answer>99</answer>", "no idea"];
+  const replies = [env.sftTarget!(row), "<a>99</a>", "no idea"];
   const model = new ScriptedModelClient(new ByteChatTokenizer(), replies);
   const rollouts = [];
   for (let i = 0; i < replies.length; i++) rollouts.push(await env.rollout({ model, sampling }, row));
   const scores = await env.scoreGroup(rollouts, row, {});
   assert.deepEqual(scores.map((s) => s.reward), [1, 0, 0]);
-  assert.deepEqual(scores[2]!.errors, ["parse: no <answer> field"]);
+  assert.deepEqual(scores[2]!.errors, ["parse: no <a> field"]);
+});
+
+test("${name}: every prompt and its target reply fit a 64-token context (the demo model's) with room to sample", async () => {
+  const env = await loadEnvironment({});
+  const tok = new ByteChatTokenizer();
+  let longest = 0;
+  const evalRows = env.dataset("eval");
+  for (let i = 0; i < Math.min(200, evalRows.size); i++) {
+    const row = evalRows.row(i);
+    const prompt = tok.applyChatTemplate(row.prompt, { addGenerationPrompt: true }).length;
+    longest = Math.max(longest, prompt + tok.encode(env.sftTarget!(row)).length + 1);
+  }
+  assert.ok(longest <= 48, \`longest prompt + reply: \${longest} tokens\`);
 });
 `;
 }

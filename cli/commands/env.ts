@@ -1,7 +1,10 @@
 // `rollstream env list` and `rollstream env init <name>`.
+import { existsSync, readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 import { listEnvironments } from "../../environments/registry.js";
-import { scaffoldEnvironment } from "../../environments/scaffold.js";
+import { scaffoldEnvironment, scaffoldEnvironmentPackage } from "../../environments/scaffold.js";
 
 export function registerEnvCommands(program: Command): void {
   const env = program.command("env").description("environment modules: list what is installed, scaffold a new one");
@@ -28,10 +31,28 @@ export function registerEnvCommands(program: Command): void {
 
   env
     .command("init <name>")
-    .description("scaffold environments/<name> (package.json, index.ts) and test/environments/<name>.test.ts")
+    .description("scaffold environments/<name> and its test in this checkout, or with --package a standalone npm package")
     .option("--root <dir>", "project root", process.cwd())
-    .action((name: string, opts: { root: string }) => {
+    .option("--package [dir]", "write a standalone package (imports only rollstream/environments) into dir (default: ./<name>)")
+    .action((name: string, opts: { root: string; package?: string | boolean }) => {
+      if (opts.package !== undefined) {
+        const dir = typeof opts.package === "string" ? opts.package : name;
+        const files = scaffoldEnvironmentPackage(name, { dir, rollstreamVersion: ownVersion() });
+        process.stdout.write(
+          `created ${files.map((f) => join(dir, f)).join(", ")}\n` +
+            `next: cd ${dir} && npm install --no-save <path to rollstream> && npm install && npm test\n` +
+            `then from your rollstream project: npm install ${dir} (or put its parent folder on ROLLSTREAM_ENV_PATH) and rollstream eval ${name} -n 5 --checkpoint <dir>\n`,
+        );
+        return;
+      }
       const files = scaffoldEnvironment(name, { root: opts.root });
       process.stdout.write(`created ${files.join(", ")}\nbuild (npm run build), then: rollstream eval ${name} -n 5 --checkpoint <dir>\n`);
     });
+}
+
+/** This rollstream's version: the peer dependency range a new package asks for. */
+function ownVersion(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  while (!existsSync(join(dir, "package.json")) && dirname(dir) !== dir) dir = dirname(dir);
+  return (JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { version: string }).version;
 }
