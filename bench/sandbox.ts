@@ -1,12 +1,16 @@
 // `rollstream bench sandbox`: the sandbox service end to end (client -> NATS -> service -> bwrap
 // sandbox -> reply) against a bare `python3 -c` subprocess measured in the same run:
 //   - warm-exec latency p50/p99 (a warm sandbox is waiting), vs spawning python3 -c;
-//   - executions/s and latency at concurrency 1, 8 and 64 (closed loop; every request still gets a
-//     fresh sandbox, so this is bounded by how fast sandboxes start), vs python3 -c at the same concurrency;
+//   - executions/s and latency at concurrency 1, 8, 64 and 256 (closed loop; each request is a fresh
+//     process forked in a reused warm sandbox, reset after the previous request), vs python3 -c at the
+//     same concurrency;
+//   - a code-RL scoring step: 128 samples x 10 unit tests through the code environment's rubric (one
+//     batched request per sample, one case per test);
 //   - cold-start latency (pool disabled: bwrap + interpreter start + run), vs python3 -c;
 //   - concurrent sessions held open, each answering, with their memory (PSS) and idle CPU, vs the
 //     memory of idle bare python3 processes.
-// Targets on 2 cores: warm p50 <= 5 ms, p99 <= 50 ms, >= 200 concurrent sessions.
+// Targets on 2 cores: warm p50 <= 5 ms, >= 5x bare python3 -c at concurrency 64 with p99 <= 200 ms,
+// >= 200 concurrent sessions.
 // The last line printed is one JSON object of the figures.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
@@ -21,7 +25,10 @@ import { startNatsServer } from "../deploy/local/nats-server.js";
 import { SandboxExecutor } from "../actors/sandbox/index.js";
 import { NatsSandboxClient } from "../streams/sandbox-client.js";
 import { SANDBOX_SERVICE_NAME } from "../streams/sandbox-protocol.js";
-import type { SandboxSession } from "../environments/api/sandbox.js";
+import type { CodeSandbox, SandboxSession } from "../environments/api/sandbox.js";
+import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
+import { loadEnvironment as loadCodeEnvironment } from "../environments/code/index.js";
+import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
 
 export interface SandboxBenchOptions {
   quick?: boolean;
@@ -174,6 +181,36 @@ async function serviceStats(nc: NatsConnection): Promise<Record<string, number>>
   throw new Error("the sandbox service did not answer STATS");
 }
 
+/**
+ * One code-RL scoring step: `samples` completions (groups of 8 over the code environment's train rows,
+ * 3 in 4 correct), each scored by the environment's rubric against `testsPerSample` unit tests (the row's
+ * tests cycled). All groups are scored at once, as a reward actor with a full batch would. Seconds of wall.
+ */
+async function codeRlStep(sandbox: CodeSandbox, samples: number, testsPerSample: number): Promise<{ seconds: number; passRate: number }> {
+  const env = await loadCodeEnvironment({});
+  const ds = env.dataset("train");
+  const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 4000 };
+  const groups: Array<{ row: DatasetRow; rollouts: RolloutResult[] }> = [];
+  for (let g = 0; g * 8 < samples; g++) {
+    const base = ds.row(g % ds.size);
+    const tests = base.info["tests"] as string[];
+    const row: DatasetRow = { ...base, info: { ...base.info, tests: Array.from({ length: testsPerSample }, (_, i) => tests[i % tests.length]!) } };
+    const good = env.sftTarget!(row);
+    const bad = "```python\ndef nothing():\n    return None\n```";
+    const replies = Array.from({ length: Math.min(8, samples - g * 8) }, (_, i) => (i % 4 === 3 ? bad : good));
+    const model = new ScriptedModelClient(new ByteChatTokenizer(), replies);
+    const rollouts: RolloutResult[] = [];
+    for (let i = 0; i < replies.length; i++) rollouts.push(await env.rollout({ model, sampling }, row));
+    groups.push({ row, rollouts });
+  }
+  const t0 = performance.now();
+  const scores = await Promise.all(groups.map((g) => env.scoreGroup(g.rollouts, g.row, { sandbox })));
+  const seconds = (performance.now() - t0) / 1000;
+  const all = scores.flat();
+  const passRate = all.reduce((a, s) => a + (s.metrics["pass_rate"] ?? 0), 0) / all.length;
+  return { seconds, passRate };
+}
+
 export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<Record<string, number>> {
   const print = opts.print ?? ((l: string) => process.stdout.write(`${l}\n`));
   const quick = opts.quick === true;
@@ -226,8 +263,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       `warm exec         p50 ${out.warm_p50_ms} ms  p99 ${out.warm_p99_ms} ms   | bare python3 -c p50 ${out.bare_python_p50_ms} ms p99 ${out.bare_python_p99_ms} ms  (${out.warm_speedup_p50}x faster)`,
     );
 
-    // 2. Throughput at concurrency 1, 8, 64 (fresh sandbox per request).
-    for (const c of [1, 8, 64]) {
+    // 2. Throughput at concurrency 1, 8, 64, 256 (a fresh process per request on a reused sandbox).
+    for (const c of [1, 8, 64, 256]) {
       const total = quick ? Math.max(40, c * 2) : Math.max(150, c * 4);
       await sleep(300);
       const s = await closedLoop(c, total, exec);
@@ -240,13 +277,28 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       out[`c${c}_bare_p50_ms`] = r2(pct(b.lat, 0.5));
       out[`c${c}_ratio_vs_bare`] = r2(s.perSec / b.perSec);
       print(
-        `concurrency ${String(c).padStart(2)}    ${out[`c${c}_exec_per_s`]} exec/s p50 ${out[`c${c}_p50_ms`]} ms p99 ${out[`c${c}_p99_ms`]} ms | bare ${out[`c${c}_bare_per_s`]} /s p50 ${out[`c${c}_bare_p50_ms`]} ms  (${out[`c${c}_ratio_vs_bare`]}x)`,
+        `concurrency ${String(c).padStart(3)}   ${out[`c${c}_exec_per_s`]} exec/s p50 ${out[`c${c}_p50_ms`]} ms p99 ${out[`c${c}_p99_ms`]} ms | bare ${out[`c${c}_bare_per_s`]} /s p50 ${out[`c${c}_bare_p50_ms`]} ms  (${out[`c${c}_ratio_vs_bare`]}x)`,
       );
     }
 
-    // 3. Cold start: no pool, each request starts its sandbox.
+    // 2b. A code-RL scoring step through the code environment's rubric.
+    {
+      const samples = quick ? 32 : 128;
+      await sleep(300);
+      const step = await codeRlStep(client, samples, 10);
+      out.code_rl_step_s = r2(step.seconds);
+      out.code_rl_samples = samples;
+      out.code_rl_tests_per_sample = 10;
+      out.code_rl_pass_rate = r2(step.passRate);
+      print(`code-RL step      ${samples} samples x 10 tests scored in ${out.code_rl_step_s} s (pass rate ${out.code_rl_pass_rate}; 3 in 4 samples correct)`);
+    }
+
+    // 3. Cold start: no pool and no reuse, each request starts its sandbox.
     // Its own uid range, so that its sandboxes never share a host uid with the service's.
-    const cold = await SandboxExecutor.create({ poolSize: 0, runtimes: { node: { enabled: false } }, isolation: { hostUidBase: 1_600_000_000 } }, log);
+    const cold = await SandboxExecutor.create(
+      { poolSize: 0, maxExecsPerSandbox: 1, runtimes: { node: { enabled: false } }, isolation: { hostUidBase: 1_600_000_000 } },
+      log,
+    );
     try {
       const coldLat: number[] = [];
       for (let i = 0; i < (quick ? 15 : 40); i++) {

@@ -10,7 +10,8 @@ export { StreamReader } from "./stream-reader.js";
 
 // Channels
 export { RunChannels } from "./channels/run-channels.js";
-export type { TaskChannel, RawRolloutChannel, EvalChannel } from "./channels/control-channels.js";
+export type { TaskChannel, RawRolloutChannel, EvalChannel, MetricsChannel } from "./channels/control-channels.js";
+export type { MsgpackReader, ReadMessage } from "./channels/msgpack-channel.js";
 export type { ScoredChannel, ScoredReader, CollectedBatch, BatchSource } from "./channels/scored-channel.js";
 export { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 export type { WeightsChannel } from "./channels/weights-channel.js";
@@ -70,10 +71,12 @@ export { sha256Hex } from "./sha256.js";
 // The sandbox service (request/reply)
 export { NatsSandboxClient } from "./sandbox-client.js";
 export {
+  decodeBatchRequest,
   decodeExecRequest,
   decodeSessionClose,
   decodeSessionExec,
   decodeSessionOpen,
+  encodeBatchResult,
   encodeErrorBody,
   encodeExecResult,
   encodeSessionCloseReply,

@@ -29,6 +29,12 @@ export const TaskSchema = z.object({
   groupSize: int.positive(),
   sampling: SamplingSchema,
   seed: nonNegInt,
+  /**
+   * 0 for a task of the dataset's order; r for the r-th replacement of a group the zero-variance filter left
+   * out (rl.filter). The reward actor lets a zero-variance group through, with zero advantage, once this
+   * reaches rl.filter.maxRefillRounds. Absent = 0.
+   */
+  round: nonNegInt.optional(),
 });
 export type Task = z.infer<typeof TaskSchema>;
 
@@ -117,6 +123,8 @@ export const EvalSampleSchema = z.object({
   run: z.string(),
   version: nonNegInt,
   env: z.string(),
+  /** The held-out split the example is from; absent = "eval" (the split that follows train's distribution). */
+  split: z.string().optional(),
   exampleId: z.string(),
   sampleIndex: nonNegInt,
   greedy: z.boolean(),
@@ -135,6 +143,8 @@ export const EvalResultSchema = z.object({
   run: z.string(),
   version: nonNegInt,
   env: z.string(),
+  /** As on a sample: absent = "eval"; another split (e.g. "hard") is a result of its own. */
+  split: z.string().optional(),
   n: nonNegInt,
   passAt1: z.number(),
   passAtK: z.record(z.string(), z.number()),

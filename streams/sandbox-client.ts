@@ -4,13 +4,23 @@
 // the time the model's first turn produces code; session commands are never retried (not idempotent).
 import { nuid, RequestError, TimeoutError, type Msg, type NatsConnection } from "@nats-io/transport-node";
 import { ServiceErrorCodeHeader, ServiceErrorHeader } from "@nats-io/services";
-import type { CodeSandbox, SandboxExecRequest, SandboxExecResult, SandboxLanguage, SandboxSession } from "../environments/api/sandbox.js";
+import type {
+  CodeSandbox,
+  SandboxBatchRequest,
+  SandboxBatchResult,
+  SandboxExecRequest,
+  SandboxExecResult,
+  SandboxLanguage,
+  SandboxSession,
+} from "../environments/api/sandbox.js";
 import { MessageValidationError } from "./msgpack-codec.js";
 import {
+  decodeBatchResult,
   decodeErrorBody,
   decodeExecResult,
   decodeSessionCloseReply,
   decodeSessionOpenReply,
+  encodeBatchRequest,
   encodeExecRequest,
   encodeSessionClose,
   encodeSessionExec,
@@ -106,6 +116,21 @@ export class NatsSandboxClient implements CodeSandbox {
       throw invalidRequest(e);
     }
     return decodeExecResult(await this.request(SandboxSubjects.exec, data, this.timeoutFor(req), true));
+  }
+
+  /**
+   * One program against many inputs in one request; each case runs like a one-shot exec (fresh process,
+   * emptied work dir) and gets its own result and verdict. Retried like exec (running it again is safe).
+   */
+  async execBatch(req: SandboxBatchRequest): Promise<SandboxBatchResult> {
+    let data: Uint8Array;
+    try {
+      data = encodeBatchRequest(req);
+    } catch (e) {
+      throw invalidRequest(e);
+    }
+    const budget = req.batchWallMs ?? (req.limits?.wallMs ?? DEFAULT_WALL_MS) * req.cases.length;
+    return decodeBatchResult(await this.request(SandboxSubjects.execBatch, data, budget + this.timeoutMs, true));
   }
 
   /** Returns at once; the open runs in the background and the first exec waits for it. */

@@ -15,6 +15,8 @@ export const SANDBOX_QUEUE_GROUP = "rollstream-sandbox";
  */
 export const SandboxSubjects = {
   exec: "rs.sandbox.exec",
+  /** One program against many inputs (SandboxBatchRequest -> SandboxBatchResult); any replica. */
+  execBatch: "rs.sandbox.exec.batch",
   sessionOpen: "rs.sandbox.session.open",
   sessionExec: (instance: string) => `rs.sandbox.session.${instance}.exec`,
   sessionClose: (instance: string) => `rs.sandbox.session.${instance}.close`,
@@ -83,6 +85,30 @@ export const SandboxExecResultSchema = z.object({
   cpuMs: z.number().nonnegative(),
 });
 
+export const MAX_BATCH_CASES = 1000;
+
+export const SandboxCaseSchema = z.object({ stdin: z.string().optional(), expectedStdout: z.string().optional() }).strict();
+
+export const SandboxBatchRequestSchema = z
+  .object({
+    language: SandboxLanguageSchema,
+    code: z.string().max(MAX_CODE_BYTES),
+    files: SandboxExecRequestSchema.shape.files,
+    cases: z.array(SandboxCaseSchema).min(1).max(MAX_BATCH_CASES),
+    limits: SandboxLimitsSchema.optional(),
+    batchWallMs: posInt().optional(),
+    stopOnFailure: z.boolean().optional(),
+  })
+  .strict();
+
+export const SandboxVerdictSchema = z.enum(["passed", "failed", "error", "timeout", "oom", "output-limit", "skipped"]);
+
+export const SandboxBatchResultSchema = z.object({
+  results: z.array(SandboxExecResultSchema.extend({ verdict: SandboxVerdictSchema })),
+  passed: z.number().int().nonnegative(),
+  wallMs: z.number().nonnegative(),
+});
+
 export const SessionOpenRequestSchema = z
   .object({
     sessionId: SessionIdSchema,
@@ -111,6 +137,10 @@ export const encodeExecRequest = (v: z.input<typeof SandboxExecRequestSchema>) =
 export const decodeExecRequest = (d: Uint8Array) => decodeMsgpack(SandboxExecRequestSchema, d, "sandbox exec request");
 export const encodeExecResult = (v: z.input<typeof SandboxExecResultSchema>) => encodeMsgpack(SandboxExecResultSchema, v);
 export const decodeExecResult = (d: Uint8Array) => decodeMsgpack(SandboxExecResultSchema, d, "sandbox exec result");
+export const encodeBatchRequest = (v: z.input<typeof SandboxBatchRequestSchema>) => encodeMsgpack(SandboxBatchRequestSchema, v);
+export const decodeBatchRequest = (d: Uint8Array) => decodeMsgpack(SandboxBatchRequestSchema, d, "sandbox batch request");
+export const encodeBatchResult = (v: z.input<typeof SandboxBatchResultSchema>) => encodeMsgpack(SandboxBatchResultSchema, v);
+export const decodeBatchResult = (d: Uint8Array) => decodeMsgpack(SandboxBatchResultSchema, d, "sandbox batch result");
 export const encodeSessionOpen = (v: SessionOpenRequest) => encodeMsgpack(SessionOpenRequestSchema, v);
 export const decodeSessionOpen = (d: Uint8Array) => decodeMsgpack(SessionOpenRequestSchema, d, "session open request");
 export const encodeSessionOpenReply = (v: SessionOpenReply) => encodeMsgpack(SessionOpenReplySchema, v);

@@ -12,6 +12,15 @@ export type LearnerStarved = z.infer<typeof LearnerStarvedSchema>;
 
 export const RunEnvironmentSchema = z.object({ key: z.string(), id: z.string(), weight: z.number().positive() });
 
+/** One held-out split's figures for a policy version, over the environments that offer the split. */
+export const HeldOutSplitSchema = z.object({
+  n: int.nonnegative(),
+  passAt1: z.number(),
+  passAtK: z.record(z.string(), z.number()).default({}),
+  rewardMean: z.number(),
+  byEnv: z.record(z.string(), z.object({ n: int.nonnegative(), passAt1: z.number() })),
+});
+
 /** The evaluator's summary of one policy version over all environments (per-env detail is on rs.<run>.eval). */
 export const HeldOutResultSchema = z.object({
   version: int,
@@ -25,6 +34,11 @@ export const HeldOutResultSchema = z.object({
   seconds: z.number().nonnegative(),
   /** Why the version could not be evaluated (its weights are gone), when it could not. */
   skipped: z.string().optional(),
+  /**
+   * Held-out splits the environments offer besides eval (e.g. arithmetic's "hard"), each over the environments
+   * that have it. The fields above are the eval split's: it follows train's distribution, these do not.
+   */
+  splits: z.record(z.string(), HeldOutSplitSchema).optional(),
 });
 export type HeldOutResult = z.infer<typeof HeldOutResultSchema>;
 
@@ -58,8 +72,10 @@ export const StateKeySchemas = {
   "run.phase": z.enum(["sft", "rl"]),
   /** Index of the next regular task the orchestrator publishes. */
   "orchestrator.next": int.nonnegative(),
-  /** Refill tasks published so far (their msg-ids count from here). */
+  /** Refill tasks and zero-variance replacements published so far (refill msg-ids and their dataset positions count from here). */
   "orchestrator.refills": int.nonnegative(),
+  /** Next sequence of the events stream the orchestrator reads the reward actor's group events from (rl.filter). */
+  "orchestrator.filterSeq": int.positive(),
   "learner.starved": LearnerStarvedSchema,
   "learner.backend": LearnerBackendSchema,
   /** Newest training state step written to disk. */
@@ -81,6 +97,7 @@ export const StateKeys = {
   runPhase: "run.phase",
   orchestratorNext: "orchestrator.next",
   orchestratorRefills: "orchestrator.refills",
+  orchestratorFilterSeq: "orchestrator.filterSeq",
   learnerStarved: "learner.starved",
   learnerBackend: "learner.backend",
   checkpointLatest: "checkpoint.latest",

@@ -1,5 +1,5 @@
 // The evaluator: watches policy versions and evaluates each scheduled one (v0, every eval.interval, the
-// final) on the held-out split of every environment, with its own engine on its own threads so the learner
+// final) on the held-out splits of every environment (eval, and any other an environment offers), with its own engine on its own threads so the learner
 // keeps its share of the machine. Every completion and each environment's result go to rs.<run>.eval
 // (msg-ids per version, environment and sample: a version evaluated again after a restart is stored once);
 // the version's summary goes to KV eval.results, which says what is done. It exits when the final version
@@ -81,10 +81,12 @@ export class EvaluatorActor implements Actor {
           await state.put(StateKeys.evalResults, { ...((await state.get(StateKeys.evalResults)) ?? {}), [String(next)]: summary });
           evaluated.inc();
           passGauge.set(summary.passAt1);
-          log.info({ version: next, passAt1: summary.passAt1, passAtK: summary.passAtK, n: summary.n, seconds: summary.seconds }, "evaluated");
+          // Other held-out splits (arithmetic's hard) beside the eval split, never in its place.
+          const splits = Object.fromEntries(Object.entries(summary.splits ?? {}).map(([name, r]) => [`passAt1_${name}`, r.passAt1]));
+          log.info({ version: next, passAt1: summary.passAt1, passAtK: summary.passAtK, n: summary.n, ...splits, seconds: summary.seconds }, "evaluated");
           await ctx.publishMetrics(
             "eval",
-            { version: next, passAt1: summary.passAt1, rewardMean: summary.rewardMean, n: summary.n, seconds: summary.seconds },
+            { version: next, passAt1: summary.passAt1, rewardMean: summary.rewardMean, n: summary.n, ...splits, seconds: summary.seconds },
             next,
           );
           backoffMs = 500;

@@ -1,6 +1,9 @@
 // One held-out evaluation of one policy version on every environment of the run: greedy decoding for
 // pass@1, and eval.samples sampled completions per problem for pass@k. Everything it saw is returned as
-// eval messages (one per completion, one result per environment) plus the version's summary for KV.
+// eval messages (one per completion, one result per environment and split) plus the version's summary for KV.
+// The summary's headline is the eval split, which follows train's distribution; a split an environment offers
+// besides (arithmetic's "hard") is evaluated the same way and reported under its own name in `splits`.
+import { heldOutSplits } from "../../environments/api/index.js";
 import { passAtK, reportedKs } from "../../environments/eval/index.js";
 import type { EvalMessage, HeldOutResult } from "../../streams/index.js";
 import type { RunConfig } from "../runtime/config.js";
@@ -9,6 +12,7 @@ import type { PolicyEngine } from "../runtime/policy-engine.js";
 
 type EvalSample = Extract<EvalMessage, { kind: "sample" }>;
 type EvalResult = Extract<EvalMessage, { kind: "result" }>;
+type SplitSummary = NonNullable<HeldOutResult["splits"]>[string];
 
 export interface HeldOutEvaluation {
   samples: EvalSample[];
@@ -27,95 +31,137 @@ export async function evaluateVersion(
   signal?: AbortSignal,
 ): Promise<HeldOutEvaluation> {
   const t0 = Date.now();
+  const perEnv = Math.max(1, Math.floor(config.eval.n / envs.length));
+  const samples: EvalSample[] = [];
+  const results: EvalResult[] = [];
+  const bySplit = new Map<string, SplitTotals>();
+  for (const loaded of envs) {
+    const splits = config.eval.extraSplits ? heldOutSplits(loaded.env) : ["eval"];
+    for (const split of splits) {
+      const one = await evaluateSplit(engine, loaded, split, perEnv, config, version, signal);
+      samples.push(...one.samples);
+      results.push(one.result);
+      let totals = bySplit.get(split);
+      if (!totals) bySplit.set(split, (totals = new SplitTotals()));
+      totals.add(loaded.id, one.result, one.passes, one.rewardSum);
+    }
+  }
+  const evalSplit = (bySplit.get("eval") ?? new SplitTotals()).summary();
+  const extra = [...bySplit].filter(([name]) => name !== "eval").map(([name, totals]) => [name, totals.summary()] as const);
+  const summary: HeldOutResult = {
+    version,
+    ...evalSplit,
+    seconds: (Date.now() - t0) / 1000,
+    ...(extra.length ? { splits: Object.fromEntries(extra) } : {}),
+  };
+  return { samples, results, summary };
+}
+
+/** Sums of one split's results over environments, weighted by their problem counts. */
+class SplitTotals {
+  private n = 0;
+  private passes = 0;
+  private rewardSum = 0;
+  private readonly passAtKSums = new Map<string, number>();
+  private readonly byEnv: SplitSummary["byEnv"] = {};
+
+  add(env: string, r: EvalResult, passes: number, rewardSum: number): void {
+    this.n += r.n;
+    this.passes += passes;
+    this.rewardSum += rewardSum;
+    for (const [k, v] of Object.entries(r.passAtK)) this.passAtKSums.set(k, (this.passAtKSums.get(k) ?? 0) + v * r.n);
+    this.byEnv[env] = { n: r.n, passAt1: r.passAt1 };
+  }
+
+  summary(): SplitSummary {
+    const n = Math.max(1, this.n);
+    return {
+      n: this.n,
+      passAt1: this.passes / n,
+      passAtK: Object.fromEntries([...this.passAtKSums].map(([key, sum]) => [key, sum / n])),
+      rewardMean: this.rewardSum / n,
+      byEnv: this.byEnv,
+    };
+  }
+}
+
+async function evaluateSplit(
+  engine: PolicyEngine,
+  loaded: LoadedEnvironment,
+  split: string,
+  perEnv: number,
+  config: RunConfig,
+  version: number,
+  signal?: AbortSignal,
+): Promise<{ samples: EvalSample[]; result: EvalResult; passes: number; rewardSum: number }> {
+  const envStart = Date.now();
   const maxTokens = config.eval.maxTokens ?? config.rl.sampling.maxTokens;
   const greedy = { temperature: 0, topP: 1, topK: 0, maxTokens };
   const sampled = { ...config.rl.sampling, maxTokens };
   const k = config.eval.samples;
-  const perEnv = Math.max(1, Math.floor(config.eval.n / envs.length));
-  const samples: EvalSample[] = [];
-  const results: EvalResult[] = [];
-  const byEnv: HeldOutResult["byEnv"] = {};
-  const passAtKSums = new Map<string, number>();
-  let greedyPasses = 0,
-    rewardSum = 0,
-    total = 0;
-  for (const loaded of envs) {
-    const envStart = Date.now();
-    const ds = loaded.env.dataset("eval");
-    const count = Math.min(perEnv, Number.isFinite(ds.size) ? ds.size : perEnv);
-    // Seeds depend on the version and the problem only, so an evaluation repeated after a restart is the same.
-    const perProblem = await Promise.all(
-      Array.from({ length: count }, async (_, i) => {
-        const row = ds.row(i);
-        const runs = [{ greedy: true, sampling: greedy, seed: 0 }];
-        for (let s = 0; s < k; s++) runs.push({ greedy: false, sampling: sampled, seed: (version * 1_000_003 + i * 131 + s) >>> 0 });
-        return Promise.all(
-          runs.map(async (r, sampleIndex) => {
-            const rollout = await loaded.env.rollout({ model: engine.client(r.seed), sampling: r.sampling, signal }, row);
-            const [score] = await loaded.env.scoreGroup([rollout], row, {});
-            const sample: EvalSample = {
-              kind: "sample",
-              run: config.run,
-              version,
-              env: loaded.id,
-              exampleId: row.id,
-              sampleIndex,
-              greedy: r.greedy,
-              messages: rollout.messages,
-              reward: score!.reward,
-              components: score!.components,
-              metrics: score!.metrics,
-              errors: score!.errors,
-              stopReason: rollout.stopReason,
-              completionTokens: rollout.completionIds.length,
-            };
-            return sample;
-          }),
-        );
-      }),
-    );
-    const flat = perProblem.flat();
-    samples.push(...flat);
-    const greedyOnes = perProblem.map((p) => p[0]!);
-    const passes = greedyOnes.filter((s) => s.reward >= PASS).length;
-    const envPassAtK: Record<string, number> = {};
-    if (k > 0) {
-      for (const kk of reportedKs(k)) {
-        envPassAtK[`pass@${kk}`] = mean(perProblem.map((p) => passAtK(k, p.slice(1).filter((s) => s.reward >= PASS).length, kk)));
-        passAtKSums.set(`pass@${kk}`, (passAtKSums.get(`pass@${kk}`) ?? 0) + envPassAtK[`pass@${kk}`]! * count);
-      }
+  // The eval split's messages look as they always did; another split's carry its name.
+  const tag = split === "eval" ? {} : { split };
+  const ds = loaded.env.dataset(split);
+  const count = Math.min(perEnv, Number.isFinite(ds.size) ? ds.size : perEnv);
+  // Seeds depend on the version and the problem only, so an evaluation repeated after a restart is the same.
+  const perProblem = await Promise.all(
+    Array.from({ length: count }, async (_, i) => {
+      const row = ds.row(i);
+      const runs = [{ greedy: true, sampling: greedy, seed: 0 }];
+      for (let s = 0; s < k; s++) runs.push({ greedy: false, sampling: sampled, seed: (version * 1_000_003 + i * 131 + s) >>> 0 });
+      return Promise.all(
+        runs.map(async (r, sampleIndex) => {
+          const rollout = await loaded.env.rollout({ model: engine.client(r.seed), sampling: r.sampling, signal }, row);
+          const [score] = await loaded.env.scoreGroup([rollout], row, {});
+          const sample: EvalSample = {
+            kind: "sample",
+            run: config.run,
+            version,
+            env: loaded.id,
+            ...tag,
+            exampleId: row.id,
+            sampleIndex,
+            greedy: r.greedy,
+            messages: rollout.messages,
+            reward: score!.reward,
+            components: score!.components,
+            metrics: score!.metrics,
+            errors: score!.errors,
+            stopReason: rollout.stopReason,
+            completionTokens: rollout.completionIds.length,
+          };
+          return sample;
+        }),
+      );
+    }),
+  );
+  const flat = perProblem.flat();
+  const greedyOnes = perProblem.map((p) => p[0]!);
+  const passes = greedyOnes.filter((s) => s.reward >= PASS).length;
+  const envPassAtK: Record<string, number> = {};
+  if (k > 0) {
+    for (const kk of reportedKs(k)) {
+      envPassAtK[`pass@${kk}`] = mean(perProblem.map((p) => passAtK(k, p.slice(1).filter((s) => s.reward >= PASS).length, kk)));
     }
-    const rewards = greedyOnes.map((s) => s.reward);
-    const m = mean(rewards);
-    const stopReasons: Record<string, number> = {};
-    for (const s of flat) stopReasons[s.stopReason] = (stopReasons[s.stopReason] ?? 0) + 1;
-    results.push({
-      kind: "result",
-      run: config.run,
-      version,
-      env: loaded.id,
-      n: count,
-      passAt1: passes / count,
-      passAtK: envPassAtK,
-      rewardMean: m,
-      rewardStd: Math.sqrt(mean(rewards.map((x) => (x - m) ** 2))),
-      completionTokensMean: mean(flat.map((s) => s.completionTokens)),
-      stopReasons,
-      seconds: (Date.now() - envStart) / 1000,
-    });
-    byEnv[loaded.id] = { n: count, passAt1: passes / count };
-    greedyPasses += passes;
-    rewardSum += rewards.reduce((a, b) => a + b, 0);
-    total += count;
   }
-  const summary: HeldOutResult = {
+  const rewards = greedyOnes.map((s) => s.reward);
+  const m = mean(rewards);
+  const stopReasons: Record<string, number> = {};
+  for (const s of flat) stopReasons[s.stopReason] = (stopReasons[s.stopReason] ?? 0) + 1;
+  const result: EvalResult = {
+    kind: "result",
+    run: config.run,
     version,
-    n: total,
-    passAt1: greedyPasses / total,
-    passAtK: Object.fromEntries([...passAtKSums].map(([key, sum]) => [key, sum / total])),
-    rewardMean: rewardSum / total,
-    byEnv,
-    seconds: (Date.now() - t0) / 1000,
+    env: loaded.id,
+    ...tag,
+    n: count,
+    passAt1: passes / count,
+    passAtK: envPassAtK,
+    rewardMean: m,
+    rewardStd: Math.sqrt(mean(rewards.map((x) => (x - m) ** 2))),
+    completionTokensMean: mean(flat.map((s) => s.completionTokens)),
+    stopReasons,
+    seconds: (Date.now() - envStart) / 1000,
   };
-  return { samples, results, summary };
+  return { samples: flat, result, passes, rewardSum: rewards.reduce((a, b) => a + b, 0) };
 }

@@ -1,20 +1,47 @@
 // The orchestrator feeds prompt groups into rs.<run>.tasks and enforces the off-policy bound:
 // tasks for RL step n go out only while n - learnerStep <= maxAsyncLevel. Task msg-ids are
 // <run>:<epoch>:<index>, so a restarted orchestrator republishing a task is deduplicated by the server.
+//
+// With rl.filter.zeroVariance the reward actor leaves out groups that carry no signal and says so in its
+// group metrics event (filtered 1). The orchestrator reads those events in order and dispatches one
+// replacement task per left-out group (same environment, a fresh prompt, round + 1, task id
+// <replaced id>~r<round>), so the learner's steps fill with informative samples; the reward actor ends a chain
+// at rl.filter.maxRefillRounds. The msg-id derives from the group replaced and the read position is kept in
+// KV (orchestrator.filterSeq), so a restart neither loses a replacement nor sends one twice.
 import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
-import { hash32, loadRunEnvironments, pickEnvironment } from "../runtime/environments.js";
+import { hash32, loadRunEnvironments, pickEnvironment, type LoadedEnvironment } from "../runtime/environments.js";
 import { exportHeartbeatAges } from "../runtime/heartbeat-ages.js";
-import { StateKeys, type RawRolloutChannel, type RunState, type Task, type TaskChannel } from "../../streams/index.js";
+import { StateKeys, type MetricsChannel, type MetricsEvent, type RawRolloutChannel, type RunState, type Task, type TaskChannel } from "../../streams/index.js";
+
+/** A group the reward actor left out, as its metrics event names it. */
+interface FilteredGroup {
+  seq: number;
+  taskId: string;
+  envKey: string;
+  step: number;
+  round: number;
+}
 
 @injectable()
 export class OrchestratorActor implements Actor {
+  private envs: LoadedEnvironment[] = [];
+  /** Groups left out by the reward actor, read and not yet replaced (in stream order). */
+  private readonly filteredQueue: FilteredGroup[] = [];
+  /** Left-out groups per step and environment key, this process's life (for the metrics events). */
+  private readonly filteredByStep = new Map<string, number>();
+  /** Groups replaced in this process's life: a reward event seen twice (a redelivered group) is replaced once. */
+  private readonly replaced = new Set<string>();
+  private reading = false;
+  private wake: (() => void) | null = null;
+
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
     @inject(Tokens.RunState) private readonly state: RunState,
     @inject(Tokens.Tasks) private readonly tasks: TaskChannel,
     @inject(Tokens.RawRollouts) private readonly rawRollouts: RawRolloutChannel,
+    @inject(Tokens.RewardEvents) private readonly rewardEvents: MetricsChannel,
   ) {}
 
   async run(): Promise<void> {
@@ -23,24 +50,23 @@ export class OrchestratorActor implements Actor {
     const rl = config.rl;
     const promptsPerStep = rl.batchSize / rl.groupSize;
     const totalTasks = rl.steps * promptsPerStep;
-    const envs = [...(await loadRunEnvironments(config)).values()];
+    this.envs = [...(await loadRunEnvironments(config)).values()];
     await state.put(
       StateKeys.environments,
-      envs.map((e) => ({ key: e.key, id: e.id, weight: e.weight })),
+      this.envs.map((e) => ({ key: e.key, id: e.id, weight: e.weight })),
     );
 
     let learnerStep = await state.learnerStep();
-    let wake: (() => void) | null = null;
     await state.watch(
       StateKeys.learnerStep,
       (v) => {
         learnerStep = v;
-        wake?.();
+        this.wake?.();
       },
       ctx.signal,
       (e) => log.warn({ err: e.message }, "invalid learner.step ignored"),
     );
-    ctx.signal.addEventListener("abort", () => wake?.(), { once: true });
+    ctx.signal.addEventListener("abort", () => this.wake?.(), { once: true });
     const gate = ctx.metrics.gauge("orchestrator_gate_waiting", "1 while dispatch waits on the maxAsyncLevel gate");
     exportHeartbeatAges(ctx);
 
@@ -49,79 +75,144 @@ export class OrchestratorActor implements Actor {
     let next = (await state.get(StateKeys.orchestratorNext)) ?? 0;
     let refills = (await state.get(StateKeys.orchestratorRefills)) ?? 0;
     let idleChecks = 0;
-    log.info({ next, totalTasks, promptsPerStep, maxAsyncLevel: rl.maxAsyncLevel }, "dispatching");
+    const filtering = rl.filter.zeroVariance;
+    const events = filtering ? this.rewardEvents.reader((await state.get(StateKeys.orchestratorFilterSeq)) ?? 1) : null;
+    this.reading = events !== null;
+    const reading = events ? this.readFilteredGroups(events) : Promise.resolve();
+    log.info({ next, totalTasks, promptsPerStep, maxAsyncLevel: rl.maxAsyncLevel, filter: filtering ? rl.filter : "off" }, "dispatching");
     if ((await state.get(StateKeys.runStatus)) !== "done") await state.put(StateKeys.runStatus, "running");
-    while (learnerStep < rl.steps && !ctx.signal.aborted) {
-      if (next < totalTasks) {
-        const step = Math.floor(next / promptsPerStep);
-        if (step - learnerStep <= rl.maxAsyncLevel) {
-          gate.set(0);
-          await this.publishTask(this.makeTask(next, step, envs, `${next}`));
-          next++;
-          await state.put(StateKeys.orchestratorNext, next);
-          await ctx.publishMetrics("dispatch", { next, step, learnerStep, inFlightSteps: step - learnerStep, refills }, step);
+    try {
+      while (learnerStep < rl.steps && !ctx.signal.aborted) {
+        // Replacements first: they feed steps already dispatched, which the learner waits on sooner.
+        const filtered = this.filteredQueue.shift();
+        if (filtered) {
+          refills = await this.replace(filtered, learnerStep, totalTasks, refills);
           continue;
         }
-        gate.set(1);
-      }
-      // Samples dropped as stale, or dead-lettered, never reach the learner. When it says it is waiting
-      // and nothing is in flight (twice in a row), top up with tasks for the learner's current step.
-      const starved = await state.get(StateKeys.learnerStarved);
-      if (starved && starved.step === learnerStep && starved.missing > 0 && (await this.pipelineIdle())) {
-        if (++idleChecks >= 2) {
-          const count = Math.ceil(starved.missing / rl.groupSize);
-          log.info({ step: learnerStep, missing: starved.missing, tasks: count }, "learner starved: refilling");
-          for (let i = 0; i < count; i++) {
-            await this.publishTask(this.makeTask(totalTasks + refills, learnerStep, envs, `refill-${refills}`));
-            refills++;
-            await state.put(StateKeys.orchestratorRefills, refills);
+        if (next < totalTasks) {
+          const step = Math.floor(next / promptsPerStep);
+          if (step - learnerStep <= rl.maxAsyncLevel) {
+            gate.set(0);
+            await this.publishTask(this.makeTask(next, step, pickEnvironment(this.envs, config.seed, next), { label: `${next}` }, 0));
+            next++;
+            await state.put(StateKeys.orchestratorNext, next);
+            await ctx.publishMetrics("dispatch", { next, step, learnerStep, inFlightSteps: step - learnerStep, refills }, step);
+            continue;
           }
-          await state.put(StateKeys.learnerStarved, { step: learnerStep, missing: 0 });
-          idleChecks = 0;
-          await ctx.publishMetrics("refill", { step: learnerStep, tasks: count, refills }, learnerStep);
+          gate.set(1);
         }
-      } else {
-        idleChecks = 0;
+        // Samples dropped as stale, or dead-lettered, never reach the learner. When it says it is waiting
+        // and nothing is in flight (twice in a row), top up with tasks for the learner's current step.
+        const starved = await state.get(StateKeys.learnerStarved);
+        if (starved && starved.step === learnerStep && starved.missing > 0 && (await this.pipelineIdle())) {
+          if (++idleChecks >= 2) {
+            const count = Math.ceil(starved.missing / rl.groupSize);
+            log.info({ step: learnerStep, missing: starved.missing, tasks: count }, "learner starved: refilling");
+            for (let i = 0; i < count; i++) {
+              const index = totalTasks + refills;
+              await this.publishTask(this.makeTask(index, learnerStep, pickEnvironment(this.envs, config.seed, index), { label: `refill-${refills}` }, 0));
+              refills++;
+              await state.put(StateKeys.orchestratorRefills, refills);
+            }
+            await state.put(StateKeys.learnerStarved, { step: learnerStep, missing: 0 });
+            idleChecks = 0;
+            await ctx.publishMetrics("refill", { step: learnerStep, tasks: count, refills }, learnerStep);
+          }
+        } else {
+          idleChecks = 0;
+        }
+        const woken = new Promise<void>((r) => {
+          this.wake = r;
+          setTimeout(r, 1000);
+        });
+        await ctx.health.wait("learner", () => woken, { detail: `step ${learnerStep + 1}`, idle: true });
+        this.wake = null;
       }
-      const gateOpen = new Promise<void>((r) => {
-        wake = r;
-        setTimeout(r, 1000);
-      });
-      await ctx.health.wait("learner", () => gateOpen, { detail: `step ${learnerStep + 1}`, idle: true });
-      wake = null;
+    } finally {
+      this.reading = false;
+      await reading;
+      await events?.close();
     }
     if (ctx.signal.aborted) return;
-    if (!ctx.signal.aborted) await state.put(StateKeys.runStatus, "done");
+    await state.put(StateKeys.runStatus, "done");
   }
 
-  private async publishTask(task: Task): Promise<void> {
+  /**
+   * Reads the reward actor's group events and queues the left-out groups for the dispatch loop (which alone
+   * publishes tasks and writes the orchestrator's KV keys). Ends when the actor stops.
+   */
+  private async readFilteredGroups(events: ReturnType<MetricsChannel["reader"]>): Promise<void> {
+    const { ctx } = this;
+    while (this.reading && !ctx.signal.aborted) {
+      const m = await events.next(1000, ctx.signal);
+      if (!m) continue;
+      if ("error" in m) {
+        ctx.log.warn({ seq: m.seq, err: m.error }, "an unreadable reward event passed over");
+        continue;
+      }
+      const group = filteredGroupOf(m.seq, m.value);
+      if (!group) continue;
+      this.filteredQueue.push(group);
+      this.wake?.();
+    }
+  }
+
+  /** One replacement for a left-out group; returns the refill count after it. */
+  private async replace(group: FilteredGroup, learnerStep: number, totalTasks: number, refills: number): Promise<number> {
+    const { ctx, state } = this;
+    const loaded = this.envs.find((e) => e.key === group.envKey);
+    if (!loaded || this.replaced.has(group.taskId)) {
+      if (!loaded) ctx.log.warn({ task: group.taskId, envKey: group.envKey }, "a left-out group names an environment this run does not have: not replaced");
+      await state.put(StateKeys.orchestratorFilterSeq, group.seq + 1);
+      return refills;
+    }
+    // Its msg-id is the replaced group's with the round appended (never the new prompt's position, which
+    // moves with the refill count): a replacement sent again after a restart is stored once.
+    const round = group.round + 1;
+    const step = Math.max(group.step, learnerStep);
+    const index = totalTasks + refills;
+    const ack = await this.publishTask(this.makeTask(index, step, loaded, { taskId: `${group.taskId.replace(/~r\d+$/, "")}~r${round}` }, round));
+    if (!ack.duplicate) refills++;
+    this.replaced.add(group.taskId);
+    await state.put(StateKeys.orchestratorRefills, refills);
+    await state.put(StateKeys.orchestratorFilterSeq, group.seq + 1);
+    const key = `${group.step}|${group.envKey}`;
+    const inStep = (this.filteredByStep.get(key) ?? 0) + 1;
+    this.filteredByStep.set(key, inStep);
+    ctx.metrics
+      .counter("groups_replaced_total", "replacement tasks for groups the zero-variance filter left out, by environment", ["env"])
+      .inc({ env: loaded.id });
+    await ctx.publishMetrics("replace", { step: group.step, filteredInStep: inStep, round, refills }, group.step, { env: loaded.id, envKey: loaded.key });
+    return refills;
+  }
+
+  private async publishTask(task: Task): Promise<{ duplicate: boolean }> {
     const { ctx } = this;
     const ack = await this.tasks.publish(task);
     ctx.metrics.counter("tasks_published_total", "tasks published (server-side duplicates included)").inc();
     if (ack.duplicate) ctx.log.debug({ taskId: task.taskId }, "task already published before a restart");
+    return ack;
   }
 
   /** Nothing waiting or being worked on between the orchestrator and the learner. */
   private async pipelineIdle(): Promise<boolean> {
+    if (this.filteredQueue.length > 0) return false;
     const [t, r] = await Promise.all([this.tasks.backlog(), this.rawRollouts.backlog()]);
     return t === 0 && r === 0;
   }
 
-  /** `label` makes the msg-id: the dataset position for regular tasks, refill-<n> for top-ups. */
-  private makeTask(
-    index: number,
-    step: number,
-    envs: Awaited<ReturnType<typeof loadRunEnvironments>> extends Map<string, infer V> ? V[] : never,
-    label: string,
-  ): Task {
+  /**
+   * The task id is the msg-id: `<run>:<epoch>:<label>` with the dataset position as the label for regular
+   * tasks and refill-<n> for top-ups; a replacement's is given whole.
+   */
+  private makeTask(index: number, step: number, chosen: LoadedEnvironment, id: { label: string } | { taskId: string }, round: number): Task {
     const { config } = this.ctx;
-    const chosen = pickEnvironment(envs, config.seed, index);
     const size = chosen.env.dataset("train").size;
     const epoch = Number.isFinite(size) ? Math.floor(index / size) : 0;
     const exampleIndex = Number.isFinite(size) ? index % size : index;
     return {
       run: config.run,
-      taskId: `${config.run}:${epoch}:${label}`,
+      taskId: "taskId" in id ? id.taskId : `${config.run}:${epoch}:${id.label}`,
       epoch,
       index,
       step,
@@ -131,10 +222,20 @@ export class OrchestratorActor implements Actor {
       groupSize: config.rl.groupSize,
       sampling: config.rl.sampling,
       seed: hash32(config.rl.seed, index),
+      ...(round > 0 ? { round } : {}),
     };
   }
 
   private async waitFor(cond: () => Promise<boolean>): Promise<void> {
     while (!this.ctx.signal.aborted && !(await cond())) await new Promise((r) => setTimeout(r, 250));
   }
+}
+
+/** The left-out group a reward group event names, or null for any other event. */
+function filteredGroupOf(seq: number, e: MetricsEvent): FilteredGroup | null {
+  if (e.kind !== "group" || e.values["filtered"] !== 1) return null;
+  const taskId = e.labels?.["task"];
+  const envKey = e.labels?.["envKey"];
+  if (!taskId || !envKey) return null;
+  return { seq, taskId, envKey, step: e.step ?? e.values["step"] ?? 0, round: e.values["round"] ?? 0 };
 }

@@ -25,12 +25,14 @@ import {
   type ScoredChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
-import { groupAdvantages } from "../runtime/advantages.js";
+import { groupAdvantages, isZeroVariance } from "../runtime/advantages.js";
 
 @injectable()
 export class RewardActor implements Actor {
   private envs!: Map<string, LoadedEnvironment>;
   private overlong!: Counter;
+  private filtered!: Counter;
+  private capHits!: Counter;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -45,6 +47,8 @@ export class RewardActor implements Actor {
     const { ctx } = this;
     this.envs = await loadRunEnvironments(ctx.config);
     this.overlong = ctx.metrics.counter("rollouts_overlong_total", "rollouts longer than the context, left out of training");
+    this.filtered = ctx.metrics.counter("groups_filtered_total", "zero-variance groups left out of training (rl.filter), by environment", ["env"]);
+    this.capHits = ctx.metrics.counter("groups_refill_cap_total", "zero-variance groups trained on (zero advantage) past rl.filter.maxRefillRounds", ["env"]);
     await this.rawRollouts.consume((g, msg) => this.handleGroup(g, msg), consumeOptions(ctx, "rollout group", ctx.config.actors.reward.maxInFlight));
   }
 
@@ -82,11 +86,26 @@ export class RewardActor implements Actor {
       throw new Error(`rubric of ${task.env} returned ${scores.length} scores for ${group.rollouts.length} rollouts`);
     const kept = group.rollouts.map((r, i) => ({ r, score: scores[i]!, i })).filter((x) => !overlong.has(x.i));
     const rewards = scores.map((s) => (Number.isFinite(s.reward) ? s.reward : 0));
+    // The zero-variance filter judges the rubric's rewards of what would be trained on: a group of all-wrong
+    // (or all-right) completions is left out, and the orchestrator reads this group's metrics event and
+    // dispatches a replacement. Past the last replacement round it is trained on, with advantages of exactly
+    // zero: it is never passed off as informative, and the step is never starved.
+    const filter = ctx.config.rl.filter;
+    const round = task.round ?? 0;
+    const uninformative =
+      filter.zeroVariance &&
+      isZeroVariance(
+        kept.map((x) => rewards[x.i]!),
+        filter.tolerance,
+      );
+    const filtered = uninformative && round < filter.maxRefillRounds;
     // Advantages are relative to what is trained on.
-    const adv = groupAdvantages(
-      kept.map((x) => rewards[x.i]!),
-      ctx.config.rl.normalizeAdvantage,
-    );
+    const adv = uninformative
+      ? kept.map(() => 0)
+      : groupAdvantages(
+          kept.map((x) => rewards[x.i]!),
+          ctx.config.rl.normalizeAdvantage,
+        );
     adv.forEach((a, k) => {
       checkAdvantage(a, limits, `rollout ${kept[k]!.i} of task ${task.taskId}`);
     });
@@ -96,8 +115,20 @@ export class RewardActor implements Actor {
       await this.deadLetters.send(msg, `context: ${overlong.size} of ${group.rollouts.length} rollouts left out (${first})`, ctx.actor);
       ctx.log.warn({ task: task.taskId, overlong: overlong.size }, "rollouts longer than the context left out");
     }
-    const rows = kept.map((x, k) => toScoredRow(x.r, { task, exampleId: row.id, score: x.score, reward: rewards[x.i]!, advantage: adv[k]!, scoreMs }));
+    const rows = filtered
+      ? []
+      : kept.map((x, k) => toScoredRow(x.r, { task, exampleId: row.id, score: x.score, reward: rewards[x.i]!, advantage: adv[k]!, scoreMs }));
     if (rows.length > 0) await this.scored.publish(rows, { batchId: task.taskId, step: task.step, env: task.env, producer: ctx.instance });
+    if (filtered) {
+      this.filtered.inc({ env: task.env });
+      ctx.log.debug({ task: task.taskId, round, env: task.env }, "zero-variance group left out");
+    } else if (uninformative) {
+      this.capHits.inc({ env: task.env });
+      ctx.log.warn(
+        { task: task.taskId, round, env: task.env, maxRefillRounds: filter.maxRefillRounds },
+        "refill cap hit: a zero-variance group is trained on with zero advantage",
+      );
+    }
 
     const mean = rewards.reduce((s, r) => s + r, 0) / rewards.length;
     const values: Record<string, number> = {
@@ -105,6 +136,11 @@ export class RewardActor implements Actor {
       rewardMean: mean,
       passRate: rewards.filter((r) => r >= 1 - 1e-6).length / rewards.length,
       samples: rows.length,
+      // The orchestrator replaces a group with filtered 1 (labels task and envKey name it).
+      filtered: filtered ? 1 : 0,
+      capHit: uninformative && !filtered ? 1 : 0,
+      round,
+      rewardSpread: kept.length ? Math.max(...kept.map((x) => rewards[x.i]!)) - Math.min(...kept.map((x) => rewards[x.i]!)) : 0,
       overlong: overlong.size,
       scoreMs,
       errors: scores.reduce((s, x) => s + x.errors.length, 0),
@@ -117,6 +153,6 @@ export class RewardActor implements Actor {
       const names = new Set(scores.flatMap((x) => Object.keys(pick(x))));
       for (const k of names) values[`${prefix}${k}`] = scores.reduce((s, x) => s + (pick(x)[k] ?? 0), 0) / scores.length;
     }
-    await ctx.publishMetrics("group", values, task.step, { env: task.env });
+    await ctx.publishMetrics("group", values, task.step, { env: task.env, envKey: task.envKey, task: task.taskId });
   }
 }

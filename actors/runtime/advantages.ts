@@ -10,3 +10,14 @@ export function groupAdvantages(rewards: number[], normalize: boolean): number[]
   // A group where everyone scored the same carries no signal: keep zeros rather than dividing by ~0.
   return std < 1e-6 ? centred.map(() => 0) : centred.map((c) => c / std);
 }
+
+/**
+ * Whether a group carries no signal: every reward within `tolerance` of every other (a group of all-wrong or
+ * all-right completions). Judged on the raw rewards, never on advantages, which normalisation can inflate:
+ * an all-wrong group with rewards [0, 0, 0, 1e-9] is not made informative by dividing by its std. A group with
+ * fewer than two completions has nothing to compare and is zero-variance too.
+ */
+export function isZeroVariance(rewards: readonly number[], tolerance: number): boolean {
+  if (rewards.length < 2) return true;
+  return Math.max(...rewards) - Math.min(...rewards) <= tolerance;
+}

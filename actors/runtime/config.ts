@@ -53,6 +53,22 @@ export const SftSchema = z.strictObject({
   seed: int().nonnegative().default(7),
 });
 
+export const GroupFilterSchema = z.strictObject({
+  zeroVariance: z
+    .boolean()
+    .default(false)
+    .describe(
+      "leave out groups whose completions' rewards (the rubric's, before advantages) all lie within `tolerance`: their advantage is zero, so they only cost compute; the orchestrator dispatches a replacement for each",
+    ),
+  tolerance: z.number().nonnegative().default(1e-6).describe("a group whose highest and lowest reward differ by at most this is zero-variance"),
+  maxRefillRounds: int()
+    .nonnegative()
+    .default(3)
+    .describe(
+      "replacements of replacements at most this deep; a zero-variance group of the last round is trained on with zero advantage (counted as capHit, logged) so a step is never starved",
+    ),
+});
+
 export const RlSchema = z.strictObject({
   steps: pos().default(40),
   batchSize: pos().default(64).describe("samples (completions) per optimizer step"),
@@ -61,6 +77,7 @@ export const RlSchema = z.strictObject({
   maxOffPolicySteps: int().nonnegative().default(4).describe("samples older than this many policy versions are dropped (counted)"),
   maxAbsAdvantage: z.number().positive().default(100).describe("a row whose |advantage| is larger is dead-lettered, never trained on"),
   normalizeAdvantage: z.boolean().default(false).describe("divide by the group std"),
+  filter: GroupFilterSchema.default(GroupFilterSchema.parse({})),
   microBatchTokens: pos().default(2048).describe("tokens packed per micro-batch"),
   sampling: SamplingConfigSchema.default(SamplingConfigSchema.parse({})),
   loss: lossSpecSchema.default(lossSpecSchema.parse({ name: "rl" })),
@@ -76,6 +93,10 @@ export const EvalSchema = z.strictObject({
     .default(0)
     .describe("sampled completions per problem (at rl.sampling's temperature) for pass@k, besides the greedy one; 0: greedy only"),
   maxTokens: pos().optional().describe("default: rl.sampling.maxTokens"),
+  extraSplits: z
+    .boolean()
+    .default(true)
+    .describe("also evaluate the held-out splits an environment offers besides eval (arithmetic's hard), each reported under its own name"),
 });
 
 export const CheckpointSchema = z.strictObject({

@@ -20,6 +20,8 @@ export const Tokens = {
   Restore: Symbol("RestoreChannel"),
   /** EvalChannel: rs.<run>.eval, held-out results and samples. */
   Eval: Symbol("EvalChannel"),
+  /** MetricsChannel of the reward actor: rs.<run>.metrics.reward, whose group events the orchestrator reads (rl.filter). */
+  RewardEvents: Symbol("RewardEvents"),
   /** DeadLetterChannel: rs.<run>.dlq, for what an actor leaves out of a message it otherwise handles. */
   DeadLetters: Symbol("DeadLetterChannel"),
   /** CodeSandbox: the sandbox service client environments run code through. */

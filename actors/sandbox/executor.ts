@@ -2,7 +2,18 @@
 // concurrency, and turns requests into sandboxed commands. The NATS service is a thin shell around it,
 // and tests or an in-process deployment can use it directly (see createLocalSandbox).
 import type { Logger } from "pino";
-import type { CodeSandbox, SandboxExecRequest, SandboxExecResult, SandboxLanguage, SandboxSession } from "../../environments/api/sandbox.js";
+import {
+  caseVerdict,
+  SKIPPED,
+  type CodeSandbox,
+  type SandboxBatchRequest,
+  type SandboxBatchResult,
+  type SandboxCaseResult,
+  type SandboxExecRequest,
+  type SandboxExecResult,
+  type SandboxLanguage,
+  type SandboxSession,
+} from "../../environments/api/sandbox.js";
 import { badRequest, overloaded } from "./errors.js";
 import {
   bwrapVersion,
@@ -40,6 +51,8 @@ interface ExecCounters {
   outOfMemory: number;
   outputTruncated: number;
   rejectedOverload: number;
+  batches: number;
+  batchCases: number;
 }
 
 export class SandboxExecutor {
@@ -47,7 +60,16 @@ export class SandboxExecutor {
   private readonly pool: WarmPool;
   private readonly sessions: SessionManager;
   private readonly live = new Set<SandboxProcess>();
-  private readonly counters: ExecCounters = { execs: 0, failures: 0, timeouts: 0, outOfMemory: 0, outputTruncated: 0, rejectedOverload: 0 };
+  private readonly counters: ExecCounters = {
+    execs: 0,
+    failures: 0,
+    timeouts: 0,
+    outOfMemory: 0,
+    outputTruncated: 0,
+    rejectedOverload: 0,
+    batches: 0,
+    batchCases: 0,
+  };
   private outputCeiling = Infinity;
   private closed = false;
 
@@ -62,7 +84,17 @@ export class SandboxExecutor {
     this.slots = new Semaphore(settings.maxConcurrent, settings.maxQueued);
     const targets: Record<PoolKind, number> = { python: settings.runtimes.python.poolSize ?? settings.poolSize, node: 0 };
     if (runtimes.node) targets.node = settings.runtimes.node.poolSize ?? settings.poolSize;
-    this.pool = new WarmPool((kind) => this.startSandbox(kind), targets, settings.maxParallelStarts, log);
+    this.pool = new WarmPool(
+      (kind) => this.startSandbox(kind),
+      {
+        targets,
+        // Each running one-shot command holds one sandbox; never more than there are slots.
+        maxOwned: Math.max(settings.maxConcurrent, targets.python, targets.node),
+        maxParallelStarts: settings.maxParallelStarts,
+        maxExecsPerSandbox: settings.maxExecsPerSandbox,
+      },
+      log,
+    );
     this.sessions = new SessionManager(this.pool, settings, (sb, req, next) => this.runOn(sb, req, next), log);
   }
 
@@ -151,8 +183,14 @@ export class SandboxExecutor {
   }
 
   /** Runs one command on a sandbox (inside a concurrency slot the caller holds) and counts the outcome. */
-  private async runCommand(sandbox: SandboxProcess, req: SandboxExecRequest, next: PoolKind | ""): Promise<SandboxExecResult> {
-    const limits = resolveLimits(this.settings, req.limits, this.outputCeiling);
+  private async runCommand(
+    sandbox: SandboxProcess,
+    req: SandboxExecRequest,
+    next: PoolKind | "",
+    once = false,
+    outputCeiling = this.outputCeiling,
+  ): Promise<SandboxExecResult> {
+    const limits = resolveLimits(this.settings, req.limits, outputCeiling);
     this.counters.execs++;
     try {
       const r = await sandbox.run({
@@ -163,6 +201,7 @@ export class SandboxExecutor {
         limits,
         rlimits: toRlimits(limits, req.language, this.settings.isolation.addressSpaceHeadroomMb),
         next: next === "node" && !this.runtimes.node ? "" : next,
+        once,
       });
       if (r.timedOut) this.counters.timeouts++;
       if (r.outOfMemory) this.counters.outOfMemory++;
@@ -179,19 +218,78 @@ export class SandboxExecutor {
     return this.withSlot(() => this.runCommand(sandbox, req, next));
   }
 
-  /** One-shot execution in a fresh sandbox from the warm pool (discarded afterwards). */
+  private get reuse(): boolean {
+    return this.settings.maxExecsPerSandbox > 1;
+  }
+
+  /**
+   * One-shot execution on a pool sandbox: a fresh process forked from its warm interpreter, in a work
+   * dir the previous command's reset emptied. The sandbox goes back to the pool only if its reset after
+   * this command was clean (else, and without reuse, it is killed and replaced).
+   */
   async exec(req: SandboxExecRequest): Promise<SandboxExecResult> {
     this.checkLanguage(req.language);
     const kind = this.kindOf(req.language);
     return this.withSlot(async () => {
       const sandbox = await this.pool.acquire(kind);
       try {
-        return await this.runCommand(sandbox, req, "");
+        return await this.runCommand(sandbox, req, this.reuse ? kind : "", this.reuse);
       } finally {
-        sandbox.kill();
-        // After the reply has gone out: starting a sandbox blocks this thread for a few ms.
-        setImmediate(() => this.pool.replenish(kind));
+        this.pool.release(kind, sandbox);
       }
+    });
+  }
+
+  /**
+   * One program against many inputs: one concurrency slot and one sandbox for the whole batch, each case
+   * a one-shot command on it (fresh process, emptied work dir). A case whose reset is not clean costs the
+   * sandbox; the next case runs on another. Cases that cannot start within batchWallMs are skipped.
+   */
+  async execBatch(req: SandboxBatchRequest): Promise<SandboxBatchResult> {
+    this.checkLanguage(req.language);
+    const kind = this.kindOf(req.language);
+    const n = req.cases.length;
+    if (n === 0) throw badRequest("a batch needs at least one case");
+    const base = resolveLimits(this.settings, req.limits, this.outputCeiling);
+    const budgetMs = Math.min(req.batchWallMs ?? base.wallMs * n, this.settings.maxLimits.wallMs * 2);
+    // stdout and stderr of every case share one reply.
+    const ceiling = Math.max(1024, Math.floor(this.outputCeiling / n));
+    this.counters.batches++;
+    return this.withSlot(async () => {
+      const t0 = performance.now();
+      const deadline = t0 + budgetMs;
+      const results: SandboxCaseResult[] = [];
+      let sandbox: SandboxProcess | null = null;
+      let stop = false;
+      try {
+        for (const c of req.cases) {
+          const left = Math.floor(deadline - performance.now());
+          if (stop || left < 1) {
+            results.push({ ...SKIPPED });
+            continue;
+          }
+          sandbox ??= await this.pool.acquire(kind);
+          const limits = { ...req.limits, wallMs: Math.min(base.wallMs, left) };
+          this.counters.batchCases++;
+          const r = await this.runCommand(
+            sandbox,
+            { language: req.language, code: req.code, stdin: c.stdin, files: req.files, limits },
+            this.reuse ? kind : "",
+            this.reuse,
+            ceiling,
+          );
+          const verdict = caseVerdict(r, c.expectedStdout);
+          results.push({ ...r, verdict });
+          if (req.stopOnFailure && verdict !== "passed") stop = true;
+          if (!this.reuse || !sandbox.clean) {
+            this.pool.release(kind, sandbox);
+            sandbox = null;
+          }
+        }
+      } finally {
+        if (sandbox) this.pool.release(kind, sandbox);
+      }
+      return { results, passed: results.filter((r) => r.verdict === "passed").length, wallMs: Math.round((performance.now() - t0) * 1000) / 1000 };
     });
   }
 
@@ -224,12 +322,18 @@ export class SandboxExecutor {
       pool_idle_python: this.pool.idleCount("python"),
       pool_idle_node: this.pool.idleCount("node"),
       pool_starting: this.pool.startingCount("python") + this.pool.startingCount("node"),
+      pool_busy: this.pool.busyCount("python") + this.pool.busyCount("node"),
       pool_hits_total: p.hits,
+      pool_reuses_total: p.reuses,
+      sandboxes_retired_unclean_total: p.retiredUnclean,
+      sandboxes_retired_worn_total: p.retiredWorn,
       pool_misses_total: p.misses,
       sandboxes_started_total: p.started,
       sandbox_start_failures_total: p.startFailures,
       sandbox_start_ms_avg: p.started ? Math.round((p.startMsTotal / p.started) * 10) / 10 : 0,
       execs_total: this.counters.execs,
+      batches_total: this.counters.batches,
+      batch_cases_total: this.counters.batchCases,
       exec_failures_total: this.counters.failures,
       timeouts_total: this.counters.timeouts,
       out_of_memory_total: this.counters.outOfMemory,
@@ -271,6 +375,7 @@ export function createLocalSandbox(executor: SandboxExecutor): CodeSandbox {
   let n = 0;
   return {
     exec: (req) => executor.exec(req),
+    execBatch: (req) => executor.execBatch(req),
     async openSession(opts) {
       const id = `local-${process.pid}-${++n}`;
       await executor.openSession(id, { language: opts?.language, idleTimeoutMs: opts?.idleTimeoutMs });

@@ -1,7 +1,14 @@
 // Warm pool: sandboxes started ahead, each with its interpreter already waiting for a program, so a
-// request pays a pipe write instead of bwrap + interpreter start. Every sandbox serves one request
-// (or one session) and is then discarded; the pool refills in the background. A request that finds
-// the pool empty waits for the next sandbox to come up (a cold start), in arrival order.
+// request pays a pipe write instead of bwrap + interpreter start. With reuse on (the default) a
+// sandbox serves one-shot requests one after another: after each, its supervisor resets it (every
+// process killed, tmpfs emptied, IPC removed, its own state checked) and the next request forks a fresh
+// interpreter from it; a sandbox whose reset was not clean, or that served `maxExecsPerSandbox`
+// requests, is killed and replaced. A session takes a sandbox out of the pool for good.
+//
+// Size: `target` sandboxes are kept per kind. A request that finds none idle waits for one to come
+// back (a reset takes well under a millisecond) or, while fewer than `maxOwned` exist, for a new one
+// to start, whichever is first. Sandboxes beyond the target that stay idle for IDLE_TRIM_MS are
+// stopped. Starts go through the spawner (off this event loop), at most `maxParallelStarts` at once.
 import type { Logger } from "pino";
 import { Semaphore } from "./semaphore.js";
 import { SandboxFailure, type PrestartKind, type SandboxProcess } from "./sandbox-process.js";
@@ -19,97 +26,171 @@ export interface PoolCounters {
   started: number;
   startFailures: number;
   startMsTotal: number;
+  /** Requests served by a sandbox that had served one before. */
+  reuses: number;
+  /** Sandboxes killed after a request because their reset was not clean (or they died). */
+  retiredUnclean: number;
+  /** Sandboxes killed after serving maxExecsPerSandbox requests. */
+  retiredWorn: number;
+}
+
+export interface PoolOptions {
+  /** Sandboxes kept per kind. */
+  targets: Record<PoolKind, number>;
+  /** Most sandboxes per kind in the pool at once (idle + busy + starting), when requests wait. */
+  maxOwned: number;
+  maxParallelStarts: number;
+  /** Requests one sandbox serves before it is replaced; 1 = no reuse. */
+  maxExecsPerSandbox: number;
 }
 
 const RETRY_AFTER_FAILURE_MS = 1000;
+const IDLE_TRIM_MS = 30_000;
+
+interface KindState {
+  idle: SandboxProcess[];
+  busy: Set<SandboxProcess>;
+  starting: number;
+  waiters: Waiter[];
+}
 
 export class WarmPool {
-  private readonly idle = new Map<PoolKind, SandboxProcess[]>();
-  private readonly starting = new Map<PoolKind, number>();
-  private readonly waiters = new Map<PoolKind, Waiter[]>();
+  private readonly kinds = new Map<PoolKind, KindState>();
   private readonly startSlots: Semaphore;
   private closed = false;
   private retryTimer: NodeJS.Timeout | null = null;
-  readonly counters: PoolCounters = { hits: 0, misses: 0, started: 0, startFailures: 0, startMsTotal: 0 };
+  private trimTimer: NodeJS.Timeout | null = null;
+  readonly counters: PoolCounters = { hits: 0, misses: 0, started: 0, startFailures: 0, startMsTotal: 0, reuses: 0, retiredUnclean: 0, retiredWorn: 0 };
 
   constructor(
     private readonly start: (kind: PoolKind) => Promise<SandboxProcess>,
-    private readonly targets: Record<PoolKind, number>,
-    maxParallelStarts: number,
+    private readonly opts: PoolOptions,
     private readonly log: Logger,
   ) {
-    this.startSlots = new Semaphore(maxParallelStarts);
-    for (const k of Object.keys(targets) as PoolKind[]) {
-      this.idle.set(k, []);
-      this.starting.set(k, 0);
-      this.waiters.set(k, []);
-    }
+    this.startSlots = new Semaphore(opts.maxParallelStarts);
+    for (const k of Object.keys(opts.targets) as PoolKind[]) this.kinds.set(k, { idle: [], busy: new Set(), starting: 0, waiters: [] });
   }
 
   /** Fills every pool to its target; resolves when the first round of starts has settled. */
   async warm(): Promise<void> {
-    const kinds = Object.keys(this.targets) as PoolKind[];
+    const kinds = [...this.kinds.keys()];
     for (const k of kinds) this.refill(k);
     const deadline = Date.now() + 30_000;
-    while (Date.now() < deadline && kinds.some((k) => (this.starting.get(k) ?? 0) > 0)) await new Promise((r) => setTimeout(r, 10));
+    while (Date.now() < deadline && kinds.some((k) => this.kinds.get(k)!.starting > 0)) await new Promise((r) => setTimeout(r, 10));
   }
 
   idleCount(kind: PoolKind): number {
-    return this.idle.get(kind)?.length ?? 0;
+    return this.kinds.get(kind)?.idle.length ?? 0;
   }
 
   startingCount(kind: PoolKind): number {
-    return this.starting.get(kind) ?? 0;
+    return this.kinds.get(kind)?.starting ?? 0;
   }
 
+  busyCount(kind: PoolKind): number {
+    return this.kinds.get(kind)?.busy.size ?? 0;
+  }
+
+  /** A sandbox for one request; give it back with release() (or detach() it for a session). */
   acquire(kind: PoolKind): Promise<SandboxProcess> {
     if (this.closed) return Promise.reject(new SandboxFailure("the sandbox service is stopping"));
-    const idle = this.idle.get(kind);
-    if (!idle) return Promise.reject(new SandboxFailure(`no pool for ${kind}`));
-    while (idle.length) {
-      const s = idle.shift()!;
+    const st = this.kinds.get(kind);
+    if (!st) return Promise.reject(new SandboxFailure(`no pool for ${kind}`));
+    while (st.idle.length) {
+      // Most recently used first: its pages are warm, and the others can age out (trim).
+      const s = st.idle.pop()!;
       if (s.idle) {
         this.counters.hits++;
-        // Spawning blocks the event loop for a few ms (fork of this process): not while the request
-        // that just took the sandbox is running. The caller calls replenish() when it is done; the
-        // timer is a fallback for callers that never do.
-        this.replenishLater(kind);
+        if (s.commands > 0) this.counters.reuses++;
+        st.busy.add(s);
         return Promise.resolve(s);
       }
     }
     this.counters.misses++;
     return new Promise<SandboxProcess>((resolve, reject) => {
-      this.waiters.get(kind)!.push({ resolve, reject });
+      st.waiters.push({
+        resolve: (s) => {
+          if (s.commands > 0) this.counters.reuses++;
+          st.busy.add(s);
+          resolve(s);
+        },
+        reject,
+      });
       this.refill(kind);
     });
   }
 
-  private replenishTimers = new Map<PoolKind, NodeJS.Timeout>();
-
-  private replenishLater(kind: PoolKind): void {
-    if (this.replenishTimers.has(kind)) return;
-    const t = setTimeout(() => this.replenish(kind), 50);
-    t.unref();
-    this.replenishTimers.set(kind, t);
+  /** Hands a sandbox back after a one-shot request: reused when its reset was clean, else replaced. */
+  release(kind: PoolKind, s: SandboxProcess): void {
+    const st = this.kinds.get(kind)!;
+    st.busy.delete(s);
+    const worn = s.commands >= this.opts.maxExecsPerSandbox;
+    if (this.closed || !s.alive || !s.idle || !s.clean || worn) {
+      if (!this.closed && s.alive) {
+        if (worn && s.clean) this.counters.retiredWorn++;
+        else if (this.opts.maxExecsPerSandbox > 1) this.counters.retiredUnclean++;
+      }
+      s.kill();
+      // Start the replacement after the reply has gone out (the caller is still on its way there).
+      setImmediate(() => this.refill(kind));
+      return;
+    }
+    this.offer(kind, s);
   }
 
-  /** Starts sandboxes until the pool is back at its target (call when a request is done). */
-  replenish(kind: PoolKind): void {
-    const t = this.replenishTimers.get(kind);
-    if (t) clearTimeout(t);
-    this.replenishTimers.delete(kind);
-    this.refill(kind);
+  /** The sandbox leaves the pool for good (a session); the pool starts a replacement. */
+  detach(kind: PoolKind, s: SandboxProcess): void {
+    this.kinds.get(kind)!.busy.delete(s);
+    setImmediate(() => this.refill(kind));
+  }
+
+  private offer(kind: PoolKind, s: SandboxProcess): void {
+    const st = this.kinds.get(kind)!;
+    const waiter = st.waiters.shift();
+    if (waiter) {
+      waiter.resolve(s);
+      return;
+    }
+    st.idle.push(s);
+    if (st.idle.length > this.opts.targets[kind]) this.scheduleTrim();
+  }
+
+  private owned(st: KindState): number {
+    return st.idle.length + st.busy.size + st.starting;
   }
 
   private refill(kind: PoolKind): void {
     if (this.closed) return;
-    const want = this.targets[kind] + this.waiters.get(kind)!.length;
-    const have = this.idle.get(kind)!.length + this.starting.get(kind)!;
-    for (let i = have; i < want; i++) void this.startOne(kind);
+    const st = this.kinds.get(kind)!;
+    const target = this.opts.targets[kind];
+    let toStart: number;
+    if (this.opts.maxExecsPerSandbox <= 1) {
+      // No reuse: busy sandboxes die after their request; keep `target` idle plus one per waiter.
+      toStart = target + st.waiters.length - (st.idle.length + st.starting);
+    } else {
+      // Up to the target always; beyond it (up to maxOwned) only for waiters no start is already meant for.
+      const forWaiters = Math.min(st.waiters.length - st.starting, this.opts.maxOwned - this.owned(st));
+      toStart = Math.max(target - this.owned(st), forWaiters);
+    }
+    for (let i = 0; i < toStart; i++) void this.startOne(kind);
+  }
+
+  private scheduleTrim(): void {
+    if (this.trimTimer || this.closed) return;
+    this.trimTimer = setTimeout(() => {
+      this.trimTimer = null;
+      for (const [kind, st] of this.kinds) {
+        const extra = st.idle.length - this.opts.targets[kind];
+        // The least recently used sit at the front.
+        for (const s of st.idle.splice(0, Math.max(0, extra))) s.kill();
+      }
+    }, IDLE_TRIM_MS);
+    this.trimTimer.unref();
   }
 
   private async startOne(kind: PoolKind): Promise<void> {
-    this.starting.set(kind, this.starting.get(kind)! + 1);
+    const st = this.kinds.get(kind)!;
+    st.starting++;
     let sandbox: SandboxProcess | null = null;
     let failure: Error | null = null;
     const release = await this.startSlots.acquire();
@@ -119,7 +200,7 @@ export class WarmPool {
       failure = e as Error;
     } finally {
       release();
-      this.starting.set(kind, this.starting.get(kind)! - 1);
+      st.starting--;
     }
     if (sandbox) {
       this.counters.started++;
@@ -128,30 +209,25 @@ export class WarmPool {
         sandbox.kill();
         return;
       }
-      const waiter = this.waiters.get(kind)!.shift();
-      if (waiter) waiter.resolve(sandbox);
-      else {
-        const idle = this.idle.get(kind)!;
-        idle.push(sandbox);
-        const s = sandbox;
-        // A warm sandbox that dies while waiting (OOM killer, operator) leaves the pool and is replaced.
-        s.onExit(() => {
-          const i = idle.indexOf(s);
-          if (i >= 0) {
-            idle.splice(i, 1);
-            this.refill(kind);
-          }
-        });
-      }
+      const s = sandbox;
+      // A warm sandbox that dies while waiting (OOM killer, operator) leaves the pool and is replaced.
+      s.onExit(() => {
+        const i = st.idle.indexOf(s);
+        if (i >= 0) {
+          st.idle.splice(i, 1);
+          this.refill(kind);
+        }
+      });
+      this.offer(kind, s);
     } else if (failure && !this.closed) {
       this.counters.startFailures++;
       this.log.error({ kind, err: failure.message }, "sandbox failed to start");
       // Requests must not hang on a machine where sandboxes cannot start: fail the oldest waiter.
-      this.waiters.get(kind)!.shift()?.reject(failure);
+      st.waiters.shift()?.reject(failure);
       if (!this.retryTimer && !this.closed) {
         this.retryTimer = setTimeout(() => {
           this.retryTimer = null;
-          for (const k of Object.keys(this.targets) as PoolKind[]) this.refill(k);
+          for (const k of this.kinds.keys()) this.refill(k);
         }, RETRY_AFTER_FAILURE_MS);
         this.retryTimer.unref();
       }
@@ -161,8 +237,10 @@ export class WarmPool {
   close(): void {
     this.closed = true;
     if (this.retryTimer) clearTimeout(this.retryTimer);
-    for (const t of this.replenishTimers.values()) clearTimeout(t);
-    for (const [, list] of this.idle) for (const s of list.splice(0)) s.kill();
-    for (const [, list] of this.waiters) for (const w of list.splice(0)) w.reject(new SandboxFailure("the sandbox service is stopping"));
+    if (this.trimTimer) clearTimeout(this.trimTimer);
+    for (const st of this.kinds.values()) {
+      for (const s of st.idle.splice(0)) s.kill();
+      for (const w of st.waiters.splice(0)) w.reject(new SandboxFailure("the sandbox service is stopping"));
+    }
   }
 }

@@ -20,8 +20,14 @@ export interface CommandSpec {
   files?: Record<string, string>;
   limits: EffectiveLimits;
   rlimits: RlimitSpec;
-  /** What the supervisor starts ahead for the next command (sessions); "" for nothing. */
+  /** What the supervisor starts ahead for the next command (sessions, reused pool sandboxes); "" for nothing. */
   next?: PrestartKind;
+  /**
+   * One-shot command in a reusable sandbox: after it, the supervisor resets the sandbox (kills every
+   * process, empties /workspace, /tmp and /dev/shm, removes IPC objects, checks its own state) and
+   * reports whether it is exactly as it started (`SandboxProcess.clean`).
+   */
+  once?: boolean;
 }
 
 interface DoneFrame {
@@ -33,6 +39,7 @@ interface DoneFrame {
   wallMs: number;
   nonce: string;
   error: string;
+  clean: boolean;
 }
 
 function parseDone(f: Buffer[]): DoneFrame {
@@ -46,6 +53,7 @@ function parseDone(f: Buffer[]): DoneFrame {
     wallMs: Number(s(6)) || 0,
     nonce: s(7),
     error: s(8),
+    clean: s(9) === "1",
   };
 }
 
@@ -88,6 +96,12 @@ export class SandboxProcess {
   /** Milliseconds from spawn to the supervisor's "ready". */
   startMs = 0;
   commands = 0;
+  /**
+   * The last command was a `once` command and the supervisor's reset after it found nothing left over:
+   * the sandbox may serve another request. False after anything else (a session command, a command the
+   * host had to cut short by killing the sandbox, a reset that failed).
+   */
+  clean = false;
   private state: "starting" | "idle" | "busy" | "dead" = "starting";
   private readonly child: ChildProcess;
   private readonly ctlIn: Writable;
@@ -206,6 +220,7 @@ export class SandboxProcess {
     if (this.state !== "idle") return Promise.reject(new SandboxFailure(`sandbox ${this.id} is ${this.state}, cannot run a command`));
     this.state = "busy";
     this.commands++;
+    this.clean = false;
     return new Promise<SandboxExecResult>((resolve, reject) => {
       const cap = spec.limits.maxOutputBytes;
       const cmd: RunningCommand = {
@@ -228,7 +243,9 @@ export class SandboxProcess {
         .map(([k, v]) => `${k}=${Array.isArray(v) ? `${v[0]}:${v[1]}` : v}`)
         .join(" ");
       const files = Object.entries(spec.files ?? {}).flat();
-      this.ctlIn.write(encodeFrame(["run", spec.language, spec.code, spec.stdin ?? "", spec.limits.wallMs, rl, spec.next ?? "", ...files]));
+      this.ctlIn.write(
+        encodeFrame([spec.once ? "once" : "run", spec.language, spec.code, spec.stdin ?? "", spec.limits.wallMs, rl, spec.next ?? "", ...files]),
+      );
     });
   }
 
@@ -283,6 +300,7 @@ export class SandboxProcess {
     clearTimeout(cmd.backstop);
     this.current = null;
     const f = cmd.frame;
+    this.clean = !!cmd.spec.once && !!f?.clean && !died && !cmd.backstopFired && this.state !== "dead";
     if (f?.error) {
       // The supervisor refused before running anything (e.g. a file could not be written): a result, not a crash.
       if (this.state !== "dead") this.state = "idle";

@@ -1,7 +1,8 @@
 // A classic-BPF seccomp filter handed to bwrap (`--seccomp FD`). Namespaces, read-only mounts and
 // rlimits already contain ordinary code; this filter removes the kernel interfaces that sandboxed
 // programs never need and that make up most container-escape bugs (ptrace, keyrings, bpf,
-// io_uring, userfaultfd, perf, mount APIs, module loading, nested namespaces). It is a deny list in
+// io_uring, userfaultfd, perf, mount APIs, module loading, nested namespaces), plus POSIX message queues
+// (state a reused sandbox could not clean up between commands). It is a deny list in
 // the spirit of Docker's default profile, small enough to audit, built here so that no libseccomp
 // or compiler is needed on the host. Architectures without a table get no filter (reported by the probe).
 import { arch, endianness } from "node:os";
@@ -99,6 +100,14 @@ const X86_64: ArchTable = {
     kexec_file_load: 320,
     bpf: 321,
     userfaultfd: 323,
+    // POSIX message queues outlive their creator and cannot be listed (no mqueue mount), so a reused
+    // sandbox could not remove them between commands.
+    mq_open: 240,
+    mq_unlink: 241,
+    mq_timedsend: 242,
+    mq_timedreceive: 243,
+    mq_notify: 244,
+    mq_getsetattr: 245,
     ...SHARED_NEW,
   },
 };
@@ -144,6 +153,12 @@ const AARCH64: ArchTable = {
     bpf: 280,
     userfaultfd: 282,
     kexec_file_load: 294,
+    mq_open: 180,
+    mq_unlink: 181,
+    mq_timedsend: 182,
+    mq_timedreceive: 183,
+    mq_notify: 184,
+    mq_getsetattr: 185,
     ...SHARED_NEW,
   },
 };

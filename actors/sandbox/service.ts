@@ -6,10 +6,12 @@ import { Svcm, type Service, type ServiceMsg } from "@nats-io/services";
 import type { Logger } from "pino";
 import {
   MessageValidationError,
+  decodeBatchRequest,
   decodeExecRequest,
   decodeSessionClose,
   decodeSessionExec,
   decodeSessionOpen,
+  encodeBatchResult,
   encodeErrorBody,
   encodeExecResult,
   encodeSessionCloseReply,
@@ -54,7 +56,7 @@ export async function startSandboxService(opts: {
     svc = await new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).add({
       name: SANDBOX_SERVICE_NAME,
       version: SANDBOX_SERVICE_VERSION,
-      description: "Runs untrusted python/node/bash in bubblewrap sandboxes (one-shot from a warm pool, or sessions)",
+      description: "Runs untrusted python/node/bash in bubblewrap sandboxes (one-shot or batched on reused warm sandboxes, or sessions)",
       queue: SANDBOX_QUEUE_GROUP,
       metadata: {
         isolation: executor.isolation.lines.join(" | ").slice(0, 2000),
@@ -115,8 +117,13 @@ export async function startSandboxService(opts: {
 
   svc.addEndpoint("exec", {
     subject: SandboxSubjects.exec,
-    metadata: { description: "one-shot execution in a fresh sandbox; msgpack SandboxExecRequest -> SandboxExecResult" },
+    metadata: { description: "one-shot execution on a warm sandbox (fresh process, emptied work dir); msgpack SandboxExecRequest -> SandboxExecResult" },
     handler: serve("exec", async (msg) => encodeExecResult(await executor.exec(decodeExecRequest(msg.data)))),
+  });
+  svc.addEndpoint("exec-batch", {
+    subject: SandboxSubjects.execBatch,
+    metadata: { description: "one program against many inputs, each case a fresh process; msgpack SandboxBatchRequest -> SandboxBatchResult" },
+    handler: serve("exec-batch", async (msg) => encodeBatchResult(await executor.execBatch(decodeBatchRequest(msg.data)))),
   });
   svc.addEndpoint("session-open", {
     subject: SandboxSubjects.sessionOpen,
@@ -146,7 +153,10 @@ export async function startSandboxService(opts: {
       return encodeSessionCloseReply({ sessionId, closed: executor.closeSession(sessionId) });
     }),
   });
-  log.info({ instance, subjects: [SandboxSubjects.exec, SandboxSubjects.sessionOpen, SandboxSubjects.sessionExec(instance)] }, "sandbox service up");
+  log.info(
+    { instance, subjects: [SandboxSubjects.exec, SandboxSubjects.execBatch, SandboxSubjects.sessionOpen, SandboxSubjects.sessionExec(instance)] },
+    "sandbox service up",
+  );
 
   let stopped = false;
   return {

@@ -74,7 +74,7 @@ export class SessionManager {
     const p = (async () => {
       const kind = kindOf(opts.language);
       const sandbox = await this.pool.acquire(kind);
-      this.pool.replenish(kind);
+      this.pool.detach(kind, sandbox);
       const idleMs = Math.min(opts.idleTimeoutMs ?? this.settings.sessionIdleMs, this.settings.maxSessionIdleMs);
       const s: Session = { id, kind, sandbox, idleMs, timer: null, tail: Promise.resolve(), lost: null, running: false };
       sandbox.onExit(() => {

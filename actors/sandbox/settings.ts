@@ -74,6 +74,11 @@ export const SandboxSettingsSchema = z.object({
     .default(() => Math.max(4, 4 * availableParallelism()))
     .describe("commands running at once; more wait in a FIFO queue (default 4 x CPU cores)"),
   maxQueued: pos().default(10_000).describe("commands waiting for a slot before new ones are refused with 503 (default 10000)"),
+  maxExecsPerSandbox: pos()
+    .default(1000)
+    .describe(
+      "one-shot requests a pool sandbox serves, one after another, before it is replaced; after each its supervisor resets it (every process killed, /workspace, /tmp and /dev/shm emptied, IPC objects removed, its own state checked) and a sandbox whose reset is not clean is replaced at once. 1 = a fresh sandbox per request (default 1000)",
+    ),
   maxParallelStarts: pos().default(4).describe("sandboxes being started at once (pool refill and cold starts) (default 4)"),
   maxSessions: pos().default(256).describe("open sessions per replica; more are refused with 503 (default 256)"),
   sessionIdleMs: pos()

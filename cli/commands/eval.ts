@@ -26,7 +26,7 @@ interface EvalFlags {
   rollouts: number;
   concurrency: number;
   envArgs: Record<string, unknown>;
-  split: "train" | "eval";
+  split: string;
   temperature: number;
   topP: number;
   topK: number;
@@ -80,9 +80,9 @@ export function registerEvalCommand(program: Command, deps: EvalCommandDeps): vo
     .option("-a, --env-args <json>", "environment args as a JSON object", jsonObject, {})
     .option(
       "--split <split>",
-      "dataset split: eval or train",
+      "dataset split: eval (follows train's distribution), train, or another held-out split the environment offers (arithmetic: hard)",
       (v: string) => {
-        if (v !== "eval" && v !== "train") throw new InvalidArgumentError(`expected eval or train, got "${v}"`);
+        if (!/^[a-z][a-z0-9_-]*$/.test(v)) throw new InvalidArgumentError(`expected a split name such as eval, train or hard, got "${v}"`);
         return v;
       },
       "eval",
@@ -136,7 +136,9 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
 
   const natsUrl = flags.nats ?? process.env["NATS_URL"];
   const sandbox = natsUrl ? await (deps.makeSandbox ?? natsSandbox)(natsUrl) : undefined;
-  const outDir = flags.out ?? join("evals", `${env.name}@${env.version}`, modelTag.replace(/[^\w.@-]+/g, "_"));
+  // Another split's results go beside the eval split's, not over them (a folder resumes one split only).
+  const folder = modelTag.replace(/[^\w.@-]+/g, "_") + (flags.split === "eval" ? "" : `-${flags.split}`);
+  const outDir = flags.out ?? join("evals", `${env.name}@${env.version}`, folder);
 
   const ac = new AbortController();
   const onSigint = () => {

@@ -208,7 +208,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
       progress.say(
         r.skipped
           ? `held-out evaluation of v${v} skipped: ${r.skipped}`
-          : `held-out pass@1 at v${v}: ${r.passAt1.toFixed(3)} on ${r.n} problems${passAtKText(r)} (${r.seconds.toFixed(1)} s)`,
+          : `held-out pass@1 at v${v}: ${r.passAt1.toFixed(3)} on ${r.n} problems${passAtKText(r)}${splitsText(r)} (${r.seconds.toFixed(1)} s)`,
       );
     }
     if (fresh) writeFileSync(join(runDir, "eval.json"), JSON.stringify(results, null, 2) + "\n");
@@ -296,6 +296,13 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   }
 }
 
+/** Held-out splits other than eval (arithmetic's hard), said beside the eval split's figure. */
+function splitsText(r: HeldOutResult): string {
+  return Object.entries(r.splits ?? {})
+    .map(([name, s]) => `; ${name} split ${s.passAt1.toFixed(3)} on ${s.n}`)
+    .join("");
+}
+
 function passAtKText(r: HeldOutResult): string {
   const ks = Object.entries(r.passAtK);
   return ks.length ? `, sampled ${ks.map(([k, v]) => `${k} ${v.toFixed(3)}`).join(" ")}` : "";
@@ -310,7 +317,7 @@ function printSummary(config: RunConfig, results: Record<string, HeldOutResult>)
   if (versions.length > 2) lines.push(`  curve     ${versions.map((v) => `v${v} ${results[String(v)]!.passAt1.toFixed(3)}`).join("  ")}`);
   const line = (label: string, r?: HeldOutResult) =>
     r && !r.skipped
-      ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}${passAtKText(r)}  (n=${r.n}, policy v${r.version})`
+      ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}${passAtKText(r)}${splitsText(r)}  (n=${r.n}, policy v${r.version})`
       : `  ${label.padEnd(10)} (not evaluated)`;
   const first = results["0"];
   const last = results[String(config.rl.steps)];

@@ -23,7 +23,20 @@ export const datasetRowSchema = z.object({
   info: z.record(z.string(), z.unknown()),
 });
 
+/**
+ * The two splits every environment has: "train", and "eval", the held-out split. "eval" follows the train
+ * distribution on problems train never draws, so its pass rate measures what training taught.
+ */
 export type DatasetSplit = "train" | "eval";
+
+/**
+ * A split by name: train, eval, or a further held-out split an environment offers, named for how it differs
+ * from train (arithmetic's "hard": multi-digit operands with a carry). Reported beside eval, never instead.
+ */
+export type SplitName = DatasetSplit | (string & {});
+
+/** How an extra held-out split may be named: lower case, not train or eval. */
+export const EXTRA_SPLIT_NAME = /^[a-z][a-z0-9_-]{0,31}$/;
 
 /** A dataset over a fixed array of rows. */
 export function listDataset(rows: readonly DatasetRow[]): Dataset {
@@ -52,7 +65,7 @@ export function generatorDataset(size: number, make: (index: number) => DatasetR
  * Wraps a dataset so every row is validated; a bad row throws an error naming the environment, split
  * and index instead of failing later somewhere far from its cause.
  */
-export function validatedDataset(envId: string, split: DatasetSplit, inner: Dataset): Dataset {
+export function validatedDataset(envId: string, split: SplitName, inner: Dataset): Dataset {
   return {
     size: inner.size,
     row(index: number): DatasetRow {

@@ -1,4 +1,4 @@
-import { validatedDataset, type Dataset, type DatasetRow, type DatasetSplit } from "./dataset.js";
+import { EXTRA_SPLIT_NAME, validatedDataset, type Dataset, type DatasetRow, type DatasetSplit, type SplitName } from "./dataset.js";
 import type { RolloutContext, RolloutResult } from "./rollout.js";
 import type { Rubric } from "./rubric.js";
 import type { CodeSandbox } from "./sandbox.js";
@@ -14,7 +14,14 @@ export interface Environment {
    * the sandbox actor only then. Optional (absent = false) so hand-built or older modules still load.
    */
   readonly needsSandbox?: boolean;
-  dataset(split: DatasetSplit): Dataset;
+  /**
+   * The held-out splits an evaluation reports: "eval" first, then any the environment offers besides
+   * (e.g. "hard"). Optional (absent = ["eval"]) so hand-built or older modules still load: read it
+   * through heldOutSplits(env).
+   */
+  readonly heldOutSplits?: readonly string[];
+  /** "train", "eval", or one of heldOutSplits; any other name throws. */
+  dataset(split: SplitName): Dataset;
   rollout(ctx: RolloutContext, row: DatasetRow): Promise<RolloutResult>;
   /** The rubric, including group-level reward functions. */
   scoreGroup(rollouts: RolloutResult[], row: DatasetRow, ctx: { sandbox?: CodeSandbox }): Promise<ScoreResult[]>;
@@ -30,12 +37,22 @@ export function envId(env: Pick<Environment, "name" | "version">): string {
   return `${env.name}@${env.version}`;
 }
 
+/** The held-out splits of an environment, "eval" first. */
+export function heldOutSplits(env: Pick<Environment, "heldOutSplits">): readonly string[] {
+  return env.heldOutSplits ?? ["eval"];
+}
+
 export interface EnvironmentDefinition {
   name: string;
   version: string;
   /** Default false: set it when the rubric or rollout uses `ctx.sandbox`. */
   needsSandbox?: boolean;
   dataset(split: DatasetSplit): Dataset;
+  /**
+   * Held-out splits besides eval, by name, each distributed differently from train on purpose (a "hard"
+   * split) and disjoint from train like eval. An evaluation reports each under its own name beside eval.
+   */
+  extraSplits?: Record<string, () => Dataset>;
   rubric: Rubric;
   /** Default: singleTurnRollout. */
   rollout?(ctx: RolloutContext, row: DatasetRow): Promise<RolloutResult>;
@@ -50,17 +67,28 @@ export function createEnvironment(def: EnvironmentDefinition): Environment {
   if (!def.name) throw new Error("createEnvironment: name is required");
   if (!def.version) throw new Error(`createEnvironment: environment "${def.name}" has no version`);
   const id = envId(def);
-  const datasets = new Map<DatasetSplit, Dataset>();
+  const extra = def.extraSplits ?? {};
+  for (const name of Object.keys(extra)) {
+    if (name === "train" || name === "eval" || !EXTRA_SPLIT_NAME.test(name)) {
+      throw new Error(
+        `createEnvironment: environment ${id} names an extra split "${name}": use lower-case letters, digits, - or _, and neither train nor eval`,
+      );
+    }
+  }
+  const datasets = new Map<string, Dataset>();
   const rollout = def.rollout ?? ((ctx: RolloutContext, row: DatasetRow) => singleTurnRollout(ctx, row));
   const env: Environment = {
     name: def.name,
     version: def.version,
     needsSandbox: def.needsSandbox ?? false,
-    dataset(split: DatasetSplit): Dataset {
-      if (split !== "train" && split !== "eval") throw new Error(`environment ${id}: unknown split "${String(split)}" (train or eval)`);
+    heldOutSplits: ["eval", ...Object.keys(extra)],
+    dataset(split: SplitName): Dataset {
+      const base: DatasetSplit | null = split === "train" ? "train" : split === "eval" ? "eval" : null;
+      const make = base ? () => def.dataset(base) : Object.hasOwn(extra, split) ? extra[split] : undefined;
+      if (!make) throw new Error(`environment ${id}: unknown split "${String(split)}" (${["train", "eval", ...Object.keys(extra)].join(", ")})`);
       let d = datasets.get(split);
       if (!d) {
-        d = validatedDataset(id, split, def.dataset(split));
+        d = validatedDataset(id, split, make());
         datasets.set(split, d);
       }
       return d;

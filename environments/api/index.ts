@@ -4,13 +4,13 @@ export { chatMessageSchema, buildPrompt, lastAssistantText } from "./messages.js
 export type { TokenizerLike } from "./tokenizer.js";
 export type { SamplingArgs, Generation, ModelClient } from "./model.js";
 export { samplingArgsSchema, defaultSampling } from "./model.js";
-export type { DatasetRow, Dataset, DatasetSplit } from "./dataset.js";
+export type { DatasetRow, Dataset, DatasetSplit, SplitName } from "./dataset.js";
 export { datasetRowSchema, listDataset, generatorDataset, validatedDataset } from "./dataset.js";
 export type { RolloutContext, RolloutResult } from "./rollout.js";
 export { completionMessages } from "./rollout.js";
 export type { ScoreResult } from "./score.js";
 export type { Environment, LoadEnvironment, EnvironmentDefinition } from "./environment.js";
-export { createEnvironment, envId } from "./environment.js";
+export { createEnvironment, envId, heldOutSplits } from "./environment.js";
 export type {
   CodeSandbox,
   SandboxSession,

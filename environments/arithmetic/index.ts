@@ -4,6 +4,7 @@ import {
   generatorDataset,
   Parser,
   Rubric,
+  type Dataset,
   type DatasetRow,
   type DatasetSplit,
   type Environment,
@@ -12,7 +13,7 @@ import {
 } from "../api/index.js";
 import { parseEnvArgs } from "../util/args.js";
 import pkg from "./package.json" with { type: "json" };
-import { makeEvalSplit, problemText, solve, trainProblem, type ArithmeticProblem, type ProblemSpace } from "./problem.js";
+import { makeEvalSplit, makeHardSplit, problemText, solve, trainProblem, type ArithmeticProblem, type ProblemSpace, type ProblemSplit } from "./problem.js";
 import { carryDroppingSolution, workedSolution } from "./worked.js";
 
 /** A deterministic number in [0, 1) from a string: FNV-1a, then a murmur3 finaliser so that
@@ -37,7 +38,10 @@ export const argsSchema = z
       .min(1)
       .default(["+"]),
     seed: z.number().int().default(0),
-    /** Eval split size (smaller when the space has fewer eval problems). */
+    /**
+     * Size of the eval split (the train distribution on problems train never sees) and of the "hard" split
+     * (two multi-digit operands with a carry; digits >= 2); smaller when the space has fewer such problems.
+     */
     evalSize: z.number().int().min(1).default(200),
     /** SFT targets show a column-by-column worked solution before the answer. */
     worked: z.boolean().default(false),
@@ -72,10 +76,9 @@ export class LastIntegerParser extends Parser {
 export const loadEnvironment: LoadEnvironment = (rawArgs) => {
   const args = parseEnvArgs(pkg.name, argsSchema, rawArgs);
   const space: ProblemSpace = { digits: args.digits, ops: args.ops, seed: args.seed };
-  const evalSplit = makeEvalSplit(space, args.evalSize);
   const parser = new LastIntegerParser(args.worked);
 
-  const row = (split: DatasetSplit, index: number, p: ArithmeticProblem): DatasetRow => ({
+  const row = (split: DatasetSplit | "hard", index: number, p: ArithmeticProblem): DatasetRow => ({
     id: `${split}-${index}`,
     prompt: [...(args.system ? [{ role: "system" as const, content: args.system }] : []), { role: "user", content: problemText(p) }],
     answer: String(solve(p)),
@@ -86,13 +89,22 @@ export const loadEnvironment: LoadEnvironment = (rawArgs) => {
     .reward("correct", ({ parsed, answer }) => parsed?.answer === answer, 1.0)
     .metric("format", ({ completion }) => parser.formatReward(completion));
 
+  // Held-out splits are built on first use: actors that only train never pay for them.
+  const heldOut = (name: "eval" | "hard", split: ProblemSplit) => generatorDataset(split.size, (i) => row(name, i, split.problem(i)));
+  const hardSplit = () => {
+    const split = makeHardSplit(space, args.evalSize);
+    if (!split) throw new Error(`arithmetic: no hard problem in the eval partition (digits=${args.digits}, seed=${args.seed})`);
+    return heldOut("hard", split);
+  };
+  const extraSplits: Record<string, () => Dataset> = args.digits >= 2 ? { hard: hardSplit } : {};
   const env: Environment = createEnvironment({
     name: pkg.name,
     version: pkg.version,
     dataset: (split) =>
       split === "train"
         ? generatorDataset(Number.POSITIVE_INFINITY, (i) => row("train", i, trainProblem(space, i)))
-        : generatorDataset(evalSplit.size, (i) => row("eval", i, evalSplit.problem(i))),
+        : heldOut("eval", makeEvalSplit(space, args.evalSize)),
+    extraSplits,
     rubric,
     sftTarget: (r) => {
       const p = { a: Number(r.info["a"]), op: r.info["op"] as ArithmeticProblem["op"], b: Number(r.info["b"]) };

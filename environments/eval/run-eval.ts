@@ -1,4 +1,4 @@
-import { errorMessage, type DatasetRow, type DatasetSplit } from "../api/dataset.js";
+import { errorMessage, type DatasetRow, type SplitName } from "../api/dataset.js";
 import { envId, type Environment } from "../api/environment.js";
 import type { ModelClient, SamplingArgs } from "../api/model.js";
 import { completionMessages, type RolloutResult } from "../api/rollout.js";
@@ -29,7 +29,8 @@ export interface RunEvalOptions {
   /** Where results.jsonl, pending.jsonl and metadata.json go; an existing eval there is resumed. */
   outDir: string;
   onProgress?(p: EvalProgress): void;
-  split?: DatasetSplit;
+  /** Default "eval"; an environment's other held-out splits (arithmetic's "hard") by name. */
+  split?: SplitName;
   sandbox?: CodeSandbox;
   /** Abort = interrupt: in-flight rollouts are dropped, everything finished is on disk. */
   signal?: AbortSignal;

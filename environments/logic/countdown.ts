@@ -62,6 +62,21 @@ export function puzzleKey(p: { numbers: number[]; target: number }): string {
   return `${[...p.numbers].sort((x, y) => x - y).join(",")}=${p.target}`;
 }
 
+/**
+ * What makes one puzzle harder than another, as classes whose train shares the eval split keeps: the target's
+ * size (roughly log-spaced buckets) and whether the generated solution multiplies or divides. (Finer classes,
+ * e.g. the exact operators, are not all present on both sides of level 1's small puzzle space.)
+ */
+export function puzzleStratum(p: CountdownPuzzle): string {
+  const bucket = [10, 20, 30, 50, 100, 200, 300, 500].filter((edge) => p.target >= edge).length;
+  return `${bucket}|${solutionKind(p)}`;
+}
+
+/** "div" when the generated solution divides, else "mul" when it multiplies, else "add". */
+export function solutionKind(p: Pick<CountdownPuzzle, "solution">): "add" | "mul" | "div" {
+  return p.solution.includes("/") ? "div" : p.solution.includes("*") ? "mul" : "add";
+}
+
 export function puzzleFor(seed: number, split: "train" | "eval", index: number, level: Level): CountdownPuzzle {
   const rng = rngFor(seed, split, index);
   for (let attempt = 0; attempt < 100_000; attempt++) {

@@ -58,9 +58,11 @@ export function metricsChannel(wire: Wire, actor: string) {
 export type MetricsChannel = ReturnType<typeof metricsChannel>;
 
 function evalMsgId(e: EvalMessage): string {
+  // The eval split keeps the ids it always had; another split's messages name it.
+  const env = e.split === undefined || e.split === "eval" ? e.env : `${e.env}:${e.split}`;
   return e.kind === "result"
-    ? `eval:${e.version}:${e.env}:result`
-    : `eval:${e.version}:${e.env}:${e.greedy ? "greedy" : "sampled"}:${e.exampleId}:${e.sampleIndex}`;
+    ? `eval:${e.version}:${env}:result`
+    : `eval:${e.version}:${env}:${e.greedy ? "greedy" : "sampled"}:${e.exampleId}:${e.sampleIndex}`;
 }
 
 /** Held-out evaluation results and samples on rs.<run>.eval; msg-ids make a re-evaluated version count once. */

@@ -7,6 +7,7 @@ import type { z } from "zod";
 import { ContentType, makeHeaders, type HeaderValues } from "../headers.js";
 import { publishPayload, readPayload } from "../large-payload.js";
 import { decodeMsgpack, encodeValidated, validateForPublish } from "../msgpack-codec.js";
+import { StreamReader } from "../stream-reader.js";
 import type { Wire } from "../wire.js";
 import { consumeDurable, type ConsumeOptions } from "./consume-options.js";
 
@@ -69,10 +70,45 @@ export class MsgpackChannel<S extends z.ZodType> {
     return consumeDurable(this.wire, this.spec.stream, durable, async (msg) => handler(await this.decodeMessage(msg), msg), o);
   }
 
+  /** Reads the subject in stream order from a sequence, without acks: the caller keeps the position. */
+  reader(fromSeq: number): MsgpackReader<S> {
+    return new MsgpackReader(this, new StreamReader(this.wire.js, { stream: this.spec.stream, subject: this.spec.subject, fromSeq }));
+  }
+
   /** Messages the durable consumer has not finished (pending + delivered and unacked); null if unknown. */
   async backlog(): Promise<number | null> {
     if (!this.spec.durable) return null;
     const info = await (await this.wire.jsm()).consumers.info(this.spec.stream, this.spec.durable).catch(() => null);
     return info === null ? null : info.num_pending + info.num_ack_pending;
+  }
+}
+
+/** One message read in order: its value, or why it does not decode (a foreign or corrupt message, passed over). */
+export type ReadMessage<S extends z.ZodType> = { seq: number; value: z.output<S> } | { seq: number; error: string };
+
+export class MsgpackReader<S extends z.ZodType> {
+  constructor(
+    private readonly channel: MsgpackChannel<S>,
+    private readonly reader: StreamReader,
+  ) {}
+
+  /** Sequence of the next message this reader returns. */
+  get position(): number {
+    return this.reader.position;
+  }
+
+  /** The next message, or null when none arrived within waitMs. */
+  async next(waitMs = 1000, signal?: AbortSignal): Promise<ReadMessage<S> | null> {
+    const msg = await this.reader.next(waitMs, signal);
+    if (!msg) return null;
+    try {
+      return { seq: msg.seq, value: await this.channel.decodeMessage(msg) };
+    } catch (e) {
+      return { seq: msg.seq, error: (e as Error).message };
+    }
+  }
+
+  close(): Promise<void> {
+    return this.reader.close();
   }
 }

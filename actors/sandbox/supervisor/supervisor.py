@@ -13,6 +13,17 @@
 # pipes); after a command the supervisor appends an unguessable end marker to both, created after every
 # process of the command is dead, so the host knows exactly where this command's output ends.
 #
+# Reuse (the fork server): a pool sandbox serves many one-shot commands, one at a time. A "once" command
+# is a "run" followed by a reset, before its report: every process of it is dead (kill(-1) + reap to
+# ECHILD), /workspace, /tmp and /dev/shm are emptied (and their mode, times and xattrs restored), SysV IPC
+# objects are removed, the shared stdout/stderr pipes get back their flags and size, and this process's
+# own state that a program of the same uid can change from outside (rlimits via prlimit, nice, CPU
+# affinity, scheduler, I/O priority) is compared with what it was at start. The report says whether
+# the reset left the sandbox exactly as it started ("clean"); if not, the host retires the sandbox.
+# The next interpreter is forked only after the reset, so no process of the next command exists while
+# a command runs, and each command is a fresh fork of this (never program-touched) interpreter: module
+# monkey-patches, globals, environment variables and cwd changes die with the command's process.
+#
 # argv: [1] node binary ("" when node is not available), [2] runtime to prestart ("python"/"node"/"").
 import os, sys, select, resource, fcntl, atexit, _signal, _struct, _ctypes, time
 
@@ -42,6 +53,9 @@ prctl(PR_SET_DUMPABLE, 0)
 wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 _signal.set_wakeup_fd(wake_w)
 _signal.signal(_signal.SIGCHLD, lambda s, f: None)
+# Python handles SIGINT (KeyboardInterrupt); a handled signal reaches even a namespace init, so a program
+# could stop us with it. SIG_DFL makes the kernel drop it like every other signal sent to us from inside.
+_signal.signal(_signal.SIGINT, _signal.SIG_DFL)
 for _fd in (CTL_IN, CTL_OUT):
     os.set_inheritable(_fd, False)
 
@@ -53,6 +67,131 @@ def write_all(fd, data):
     while view:
         n = os.write(fd, view)
         view = view[n:]
+
+# Modules most programs import, loaded once here so that each forked command finds them imported.
+# Only when python is served: a node or bash sandbox does not pay for them.
+# Kept to the cheap, common ones: each import here is paid at every sandbox start and in every
+# sandbox's memory (typing, dataclasses, decimal, fractions would add tens of ms per start).
+PRELOAD = ("json", "re", "math", "collections", "itertools", "functools", "heapq", "bisect", "operator", "struct")
+WIPE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
+_libc = _ctypes.dlopen(None)
+_syscall = _ctypes.dlsym(_libc, "syscall")
+# ioprio_get/ioprio_set numbers (x86_64, aarch64); elsewhere I/O priority is not checked.
+IOPRIO_GET = {"x86_64": 252, "aarch64": 30}.get(os.uname().machine)
+F_SETPIPE_SZ, F_GETPIPE_SZ, F_SETOWN, F_SETSIG = 1031, 1032, 8, 10
+
+def own_state():
+    """What a program of the same uid could change about this process from outside (inherited by the next command)."""
+    st = {}
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            st[name] = resource.getrlimit(getattr(resource, name))
+    st["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    st["affinity"] = sorted(os.sched_getaffinity(0))
+    st["sched"] = os.sched_getscheduler(0)
+    if IOPRIO_GET is not None:
+        st["ioprio"] = _ctypes.call_function(_syscall, (IOPRIO_GET, 1, 0))
+    return st
+
+SOCKOPTS = ("SO_SNDBUF", "SO_RCVBUF", "SO_SNDTIMEO", "SO_RCVTIMEO", "SO_LINGER", "SO_PASSCRED", "SO_RCVLOWAT", "SO_PEEK_OFF")
+
+def pipe_state(fd):
+    # fds 1/2 are the host's pipes (node makes them unix socketpairs). The command shares their open file
+    # descriptions with us, so flags and buffer options it sets there would reach the next command.
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    try:
+        return (flags, fcntl.fcntl(fd, F_GETPIPE_SZ))
+    except OSError:
+        pass
+    import _socket
+    s = _socket.socket(fileno=os.dup(fd))
+    try:
+        opts = []
+        for name in SOCKOPTS:
+            opt = getattr(_socket, name, None)
+            if opt is not None:
+                opts.append(s.getsockopt(_socket.SOL_SOCKET, opt, 32 if name.endswith(("TIMEO", "LINGER")) else 0))
+        return (flags, tuple(opts))
+    finally:
+        s.close()
+
+def restore_pipe(fd, want):
+    # Flags and async-signal ownership can be put back; anything else that differs retires the sandbox.
+    fcntl.fcntl(fd, fcntl.F_SETFL, want[0])
+    fcntl.fcntl(fd, F_SETOWN, 0)
+    fcntl.fcntl(fd, F_SETSIG, 0)
+    return pipe_state(fd) == want
+
+def wipe_dir(dfd):
+    # fd-relative, never following a symlink: the tree is the command's, made to trick us if it can
+    # (every process of it is dead by now, so nothing changes under us).
+    for entry in list(os.scandir(dfd)):
+        name = entry.name
+        if entry.is_dir(follow_symlinks=False):
+            os.chmod(name, 0o700, dir_fd=dfd)
+            sub = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dfd)
+            try:
+                wipe_dir(sub)
+            finally:
+                os.close(sub)
+            os.rmdir(name, dir_fd=dfd)
+        else:
+            os.unlink(name, dir_fd=dfd)
+
+def wipe():
+    ok = True
+    for path, mode in WIPE_DIRS:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            ok = False
+            continue
+        try:
+            os.chmod(fd, 0o700)
+            wipe_dir(fd)
+            for attr in os.listxattr(fd):
+                os.removexattr(fd, attr)
+            os.chmod(fd, mode)
+            os.utime(fd, (0, 0))
+            ok = ok and not os.listdir(fd)
+        except OSError:
+            ok = False
+        finally:
+            os.close(fd)
+    return ok
+
+def remove_sysv_ipc():
+    # SysV IPC objects outlive their creator; they live in this sandbox's ipc namespace, so /proc/sysvipc
+    # lists exactly ours. (POSIX message queues cannot be listed without mounting mqueue: seccomp denies them.)
+    ok = True
+    for kind, fn in (("shm", "shmctl"), ("sem", "semctl"), ("msg", "msgctl")):
+        try:
+            with open("/proc/sysvipc/" + kind) as f:
+                ids = [int(line.split()[1]) for line in f.read().splitlines()[1:] if line.strip()]
+        except (OSError, ValueError, IndexError):
+            ok = False
+            continue
+        ctl = _ctypes.dlsym(_libc, fn)
+        for i in ids:
+            args = (i, 0, 0, 0) if kind == "sem" else (i, 0, 0)  # IPC_RMID = 0, no buffer
+            if _ctypes.call_function(ctl, args) != 0:
+                ok = False
+    return ok
+
+def reset_after_command():
+    """Everything a one-shot command could leave for the next one, undone; False if anything differs."""
+    ok = wipe()
+    ok = remove_sysv_ipc() and ok
+    for fd in (1, 2):
+        try:
+            ok = restore_pipe(fd, BASE_PIPES[fd]) and ok
+        except OSError:
+            ok = False
+    try:
+        ok = own_state() == BASE_STATE and ok
+    except OSError:
+        ok = False
+    return ok
 
 def read_exact(fd, n):
     buf = bytearray()
@@ -155,6 +294,7 @@ def apply_rlimits(lim, pid=0):
 def child_common(stdin_fd, extra=None):
     _signal.set_wakeup_fd(-1)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+    _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     mapping = {0: stdin_fd, 1: 1, 2: 2}
     mapping.update(extra or {})
     place_fds(mapping)
@@ -175,6 +315,11 @@ def load_site():
             site.main()
         except Exception:
             pass
+        for name in PRELOAD:
+            try:
+                __import__(name)
+            except Exception:
+                pass
 
 def exit_code_of(e):
     code = e.code
@@ -359,16 +504,18 @@ def write_files(pairs):
             f.write(pairs[i + 1])
 
 def run_command(req, warm):
-    # req: [b"run", lang, code, stdin, wallMs, rlimits, next, path1, content1, ...]
+    # req: [b"run" | b"once", lang, code, stdin, wallMs, rlimits, next, path1, content1, ...]
     t0 = time.monotonic()
     lang = req[1].decode()
     code = req[2]
     lim = parse_rlimits(req[5].decode())
     deadline = t0 + int(req[4]) / 1000.0
+    once = req[0] == b"once"
     try:
         write_files(req[7:])
     except (OSError, ValueError) as e:
-        return ("done", "", "", 0, 0, 0, 0, "", "could not write files: %s" % (e,))
+        clean = int(reset_after_command()) if once else 0
+        return ("done", "", "", 0, 0, 0, 0, "", "could not write files: %s" % (e,), clean)
     stdin = memoryview(req[3])
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     startup_cpu = 0.0
@@ -445,6 +592,7 @@ def run_command(req, warm):
     cpu_ms = max(0.0, (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) * 1000.0 - startup_cpu)
     status = exited.pop(pid)
     exited.clear()
+    clean = int(reset_after_command()) if once else 0
     nonce = os.urandom(12).hex()
     marker = ("\0rs-end:" + nonce + "\0").encode()
     write_all(1, marker)
@@ -454,7 +602,7 @@ def run_command(req, warm):
         exit_code = os.WEXITSTATUS(status)
     elif os.WIFSIGNALED(status):
         sig = SIGNAMES.get(os.WTERMSIG(status), "SIG%d" % os.WTERMSIG(status))
-    return ("done", exit_code, sig, int(timed_out), int(killed), "%.3f" % cpu_ms, "%.3f" % wall_ms, nonce, "")
+    return ("done", exit_code, sig, int(timed_out), int(killed), "%.3f" % cpu_ms, "%.3f" % wall_ms, nonce, "", clean)
 
 def prestart(lang):
     if lang not in ("python", "node") or (lang == "node" and not NODE):
@@ -466,13 +614,16 @@ def prestart(lang):
         return None
 
 def main():
+    global BASE_STATE, BASE_PIPES
+    BASE_STATE = own_state()
+    BASE_PIPES = {fd: pipe_state(fd) for fd in (1, 2)}
     warm = prestart(PRESTART)
     send("ready")
     while True:
         req = recv()
         if req is None:
             break
-        if req[0] != b"run":
+        if req[0] not in (b"run", b"once"):
             continue
         res = run_command(req, warm)
         if warm is not None and warm.code_w >= 0:
