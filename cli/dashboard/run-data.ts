@@ -58,6 +58,8 @@ export type EvalEntry =
   | {
       seq: number;
       kind: "sample";
+      /** The held-out split ("eval" follows train's distribution; another, e.g. "hard", is reported apart). */
+      split: string;
       version: number;
       env: string;
       exampleId: string;
@@ -70,6 +72,7 @@ export type EvalEntry =
   | {
       seq: number;
       kind: "result";
+      split: string;
       version: number;
       env: string;
       n: number;
@@ -191,6 +194,7 @@ function evalEntry(m: Stamped): EvalEntry | null {
     ? {
         seq: m.seq,
         kind: "sample",
+        split: e.split ?? "eval",
         version: e.version,
         env: e.env,
         exampleId: e.exampleId,
@@ -203,6 +207,7 @@ function evalEntry(m: Stamped): EvalEntry | null {
     : {
         seq: m.seq,
         kind: "result",
+        split: e.split ?? "eval",
         version: e.version,
         env: e.env,
         n: e.n,

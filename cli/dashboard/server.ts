@@ -111,6 +111,7 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
     let list = (await data.evalIndex()).filter((e) => e.kind === "sample");
     if (q["version"]) list = list.filter((e) => e.version === Number(q["version"]));
     if (q["env"]) list = list.filter((e) => e.env === q["env"]);
+    if (q["split"]) list = list.filter((e) => e.split === q["split"]);
     if (q["greedy"]) list = list.filter((e) => e.kind === "sample" && e.greedy === (q["greedy"] === "1"));
     return page(list, q, "samples");
   });

@@ -19,6 +19,8 @@ const SHOTS = join(process.cwd(), "dist", "screenshots");
 
 test("the dashboard renders a run's charts, rollouts, token view and dead letters in chromium", async () => {
   const run = await startRun("dash", {
+    // Two-digit sums: arithmetic offers its "hard" split beside the eval split.
+    environments: [{ id: "arithmetic@^1", args: { digits: 2, ops: ["+"], seed: 3 } }],
     rl: { steps: 6, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: testSampling },
     eval: { interval: 3, n: 6 },
   });
@@ -77,6 +79,17 @@ test("the dashboard renders a run's charts, rollouts, token view and dead letter
       number[],
     ];
     assert.deepEqual(evalCurve[0], [0, 3, 6]);
+    // The hard split is drawn beside the eval split, from the evaluator's record, never in its place.
+    const evals = (await run.state.get(StateKeys.evalResults))!;
+    assert.deepEqual(
+      evalCurve[1],
+      [0, 3, 6].map((v) => evals[String(v)]!.passAt1),
+    );
+    const labels = await page.$$eval(".chart[data-chart='evalPassAt1'] .u-legend .u-series th", (ths) => ths.map((t) => t.textContent?.trim()));
+    assert.ok(
+      labels.some((l) => l?.includes("hard split")),
+      `legend: ${labels}`,
+    );
     mkdirSync(SHOTS, { recursive: true });
     await page.screenshot({ path: join(SHOTS, "dashboard-charts.png"), fullPage: true });
 
@@ -103,6 +116,12 @@ test("the dashboard renders a run's charts, rollouts, token view and dead letter
       assert.equal(cards[i]!.tokens, r.completionIds.length, "the token view shows every completion token");
     });
     await page.screenshot({ path: join(SHOTS, "dashboard-rollouts.png"), fullPage: true });
+
+    // Eval results name their split.
+    await page.click("nav button[data-tab='eval']");
+    await page.waitForSelector("body[data-tab='eval']");
+    const splits = await page.$$eval("#eval-results tbody tr td:nth-child(2)", (tds) => tds.map((t) => t.textContent));
+    assert.ok(splits.includes("eval") && splits.includes("hard"), `splits listed: ${splits}`);
 
     await page.click("nav button[data-tab='deadletters']");
     const reasons = await page.$$eval("#dlq tbody tr td:nth-child(2)", (els) => els.map((e) => e.textContent ?? ""));

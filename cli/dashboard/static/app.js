@@ -132,7 +132,7 @@ function rate(events, value, t0, windowMs) {
 }
 
 async function refreshCharts() {
-  const [learnerAll, reward, inference, evals, evalResults, queues] = await Promise.all([
+  const [learnerAll, reward, inference, evals, allResults, queues] = await Promise.all([
     getJSON("/api/metrics/learner"),
     getJSON("/api/metrics/reward"),
     getJSON("/api/metrics/inference"),
@@ -187,15 +187,23 @@ async function refreshCharts() {
     .map(Number)
     .filter((x) => !evals[x].skipped)
     .sort((a, b) => a - b);
-  if (versions.length)
+  if (versions.length) {
+    // The eval split follows train's distribution; other splits (arithmetic's "hard") are drawn beside it, never in its place.
+    const splits = [...new Set(versions.flatMap((x) => Object.keys(evals[x].splits ?? {})))].sort();
     plot(
       "evalPassAt1",
       "held-out pass@1 by policy version (greedy)",
       versions,
-      [{ label: "pass@1", values: versions.map((x) => evals[x].passAt1) }],
+      [
+        { label: "pass@1 (eval split)", values: versions.map((x) => evals[x].passAt1) },
+        ...splits.map((sp) => ({ label: `pass@1 (${sp} split)`, values: versions.map((x) => evals[x].splits?.[sp]?.passAt1 ?? null) })),
+      ],
       "version",
     );
-  if (evalResults.length) {
+  }
+  const evalSplit = allResults.filter((r) => r.split === "eval");
+  if (evalSplit.length) {
+    const evalResults = evalSplit;
     const vs = [...new Set(evalResults.map((r) => r.version))].sort((a, b) => a - b);
     const envs = [...new Set(evalResults.map((r) => r.env))].sort();
     const at = (env, version) => evalResults.find((r) => r.env === env && r.version === version);
@@ -358,10 +366,11 @@ async function refreshEval() {
   const results = await getJSON("/api/eval/results");
   $("#eval-results tbody").replaceChildren(
     ...[...results]
-      .sort((a, b) => b.version - a.version || a.env.localeCompare(b.env))
+      .sort((a, b) => b.version - a.version || a.split.localeCompare(b.split) || a.env.localeCompare(b.env))
       .map((r) =>
         row(
           `v${r.version}`,
+          r.split,
           r.env,
           r.n,
           r.passAt1,
@@ -378,6 +387,7 @@ async function refreshEval() {
     [...new Set(results.map((r) => r.version))].sort((a, b) => b - a),
   );
   fillSelect($("#eval-filter [name=env]"), [...new Set(results.map((r) => r.env))].sort());
+  fillSelect($("#eval-filter [name=split]"), [...new Set(results.map((r) => r.split))].sort());
   const p = new URLSearchParams();
   for (const [k, val] of new FormData($("#eval-filter"))) if (val !== "") p.set(k, String(val));
   p.set("limit", "200");
@@ -385,7 +395,7 @@ async function refreshEval() {
   $("#eval-count").textContent = `${total} sample${total === 1 ? "" : "s"}${total > 200 ? " (newest 200)" : ""}`;
   $("#eval-samples tbody").replaceChildren(
     ...samples.map((s) => {
-      const tr = row(s.seq, `v${s.version}`, s.env, s.exampleId, s.greedy ? "greedy" : s.sampleIndex, s.reward, s.stopReason);
+      const tr = row(s.seq, `v${s.version}`, s.split, s.env, s.exampleId, s.greedy ? "greedy" : s.sampleIndex, s.reward, s.stopReason);
       tr.className = "pick";
       tr.dataset.seq = s.seq;
       tr.addEventListener("click", () => showEvalSample(s.seq).catch(showError));
@@ -400,7 +410,11 @@ $("#eval-filter").addEventListener("submit", (e) => {
 async function showEvalSample(seq) {
   const s = await getJSON(`/api/eval/samples/${seq}`);
   $("#eval-sample").replaceChildren(
-    el("h3", {}, `v${s.version} ${s.env} example ${s.exampleId} (${s.greedy ? "greedy" : `sample ${s.sampleIndex}`})`),
+    el(
+      "h3",
+      {},
+      `v${s.version} ${s.split === "eval" ? "" : `${s.split} split, `}${s.env} example ${s.exampleId} (${s.greedy ? "greedy" : `sample ${s.sampleIndex}`})`,
+    ),
     el("div", {}, el("b", {}, `reward ${fmt(s.reward)}`), ` · ${s.stopReason} · ${s.completionTokens} tokens`),
     el(
       "div",
