@@ -6,5 +6,11 @@
 export * from "./api/index.js";
 export { parseEnvArgs } from "./util/args.js";
 export { hashOf, isEvalTask, Rng, rngFor } from "./util/rng.js";
+// Held-out splits that follow train's distribution: class shares apportioned, then interleaved.
+export { apportion, interleave, stratifiedSplit, type StratifiedSplitOptions } from "./util/stratify.js";
+// Exact rational arithmetic for answers such as 3/4 (the logic and tool environments check with it).
+export { formatRational, parseRationalExpr, rat, ratEquals, type ParsedExpr, type Rational } from "./util/rational-expr.js";
+// A verifier that can hang or blow up runs in a worker with a time limit (the math environment's).
+export * from "./util/timed-worker.js";
 // The zod that parseEnvArgs validates with: an environment's args schema must come from the same copy.
 export { z } from "zod";

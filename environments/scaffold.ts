@@ -3,7 +3,7 @@ import { join, relative, resolve } from "node:path";
 
 // `rollstream env init <name>` writes a small, complete environment: rows from a seed, an XML-tagged answer,
 // a rubric with a reward and a format metric, an SFT target. It is sized for the demo model (a byte
-// tokenizer and a 64-token context): the longest prompt and its target reply take 44 tokens with the chat
+// tokenizer and a 64-token context): the longest prompt and its target reply take 42 tokens with the chat
 // template, leaving room for sampling. Two forms:
 //   in a rollstream checkout   environments/<name>/ + test/environments/<name>.test.ts, built with the project;
 //   --package <dir>            a standalone npm package that imports only rollstream's public API

@@ -10,8 +10,8 @@ import {
   type Environment,
   type LoadEnvironment,
   type ParseResult,
-} from "../api/index.js";
-import { parseEnvArgs } from "../util/args.js";
+} from "../public.js";
+import { parseEnvArgs } from "../public.js";
 import pkg from "./package.json" with { type: "json" };
 import { makeEvalSplit, makeHardSplit, problemText, solve, trainProblem, type ArithmeticProblem, type ProblemSpace, type ProblemSplit } from "./problem.js";
 import { carryDroppingSolution, workedSolution } from "./worked.js";

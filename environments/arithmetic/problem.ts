@@ -1,5 +1,5 @@
-import { hashOf, isEvalTask, rngFor, type Rng } from "../util/rng.js";
-import { apportion, interleave } from "../util/stratify.js";
+import { hashOf, isEvalTask, rngFor, type Rng } from "../public.js";
+import { apportion, interleave } from "../public.js";
 
 export type ArithmeticOp = "+" | "-" | "*";
 

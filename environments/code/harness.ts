@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import type { CodeSandbox, SandboxLimits } from "../api/sandbox.js";
+import type { CodeSandbox, SandboxLimits } from "../public.js";
 
 /**
  * Runs hidden unit tests against a model's code in the sandbox: as a batch, one case per test, when the

@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { buildPrompt, createEnvironment, listDataset, Parser, Rubric, type DatasetRow, type LoadEnvironment, type ParseResult } from "../api/index.js";
-import { parseEnvArgs } from "../util/args.js";
+import { buildPrompt, createEnvironment, listDataset, Parser, Rubric, type DatasetRow, type LoadEnvironment, type ParseResult } from "../public.js";
+import { parseEnvArgs } from "../public.js";
 import pkg from "./package.json" with { type: "json" };
 import builtin from "./problems.json" with { type: "json" };
 import { runHiddenTests, type TestRun } from "./harness.js";

@@ -1,5 +1,5 @@
-import { isEvalTask, rngFor, type Rng } from "../util/rng.js";
-import { parseRationalExpr, rat, ratEquals } from "../util/rational-expr.js";
+import { isEvalTask, rngFor, type Rng } from "../public.js";
+import { parseRationalExpr, rat, ratEquals } from "../public.js";
 
 /** Countdown: combine the given numbers with + - * / (each used exactly once) to reach the target. */
 export interface CountdownPuzzle {

@@ -1,9 +1,9 @@
 import { z } from "zod";
-import { buildPrompt, createEnvironment, generatorDataset, Rubric, XMLParser, type DatasetRow, type DatasetSplit, type LoadEnvironment } from "../api/index.js";
-import { parseEnvArgs } from "../util/args.js";
+import { buildPrompt, createEnvironment, generatorDataset, Rubric, XMLParser, type DatasetRow, type DatasetSplit, type LoadEnvironment } from "../public.js";
+import { parseEnvArgs } from "../public.js";
 import pkg from "./package.json" with { type: "json" };
-import { rngFor } from "../util/rng.js";
-import { stratifiedSplit } from "../util/stratify.js";
+import { rngFor } from "../public.js";
+import { stratifiedSplit } from "../public.js";
 import { LEVELS, puzzleFor, puzzleStratum, verifyCountdown, type CountdownPuzzle } from "./countdown.js";
 
 export const argsSchema = z

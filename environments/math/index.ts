@@ -9,8 +9,8 @@ import {
   type DatasetRow,
   type FewShotExample,
   type LoadEnvironment,
-} from "../api/index.js";
-import { parseEnvArgs } from "../util/args.js";
+} from "../public.js";
+import { parseEnvArgs } from "../public.js";
 import pkg from "./package.json" with { type: "json" };
 import { loadProblems, splitProblems, type MathProblem } from "./problem-set.js";
 import { sharedMathVerifier } from "./verifier.js";

@@ -1,4 +1,4 @@
-import { TimedWorker } from "../util/timed-worker.js";
+import { TimedWorker } from "../public.js";
 import type { Equivalence } from "./equivalence.js";
 
 /** mathEqual with a time limit per check, in a worker thread (see util/timed-worker.ts). */

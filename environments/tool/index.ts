@@ -11,9 +11,9 @@ import {
   type DatasetRow,
   type DatasetSplit,
   type LoadEnvironment,
-} from "../api/index.js";
-import { parseEnvArgs } from "../util/args.js";
-import { formatRational, parseRationalExpr } from "../util/rational-expr.js";
+} from "../public.js";
+import { parseEnvArgs } from "../public.js";
+import { formatRational, parseRationalExpr } from "../public.js";
 import pkg from "./package.json" with { type: "json" };
 import { taskFor } from "./tasks.js";
 

@@ -1,4 +1,4 @@
-import { isEvalTask, rngFor, type Rng } from "../util/rng.js";
+import { isEvalTask, rngFor, type Rng } from "../public.js";
 
 /**
  * Questions about fictional cities whose populations exist only in a per-task lookup table, so the
