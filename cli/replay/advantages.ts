@@ -3,7 +3,7 @@
 // advantages.ts) and rejects a whole group when one advantage is past rl.maxAbsAdvantage. Rewards are recomputed from the rows' stored (float32) rewards.
 import type { RolloutRow } from "../../streams/index.js";
 import type { AdvantageSettings } from "./settings.js";
-import { groupAdvantages } from "../../actors/runtime/advantages.js";
+import { groupAdvantages, isZeroVariance } from "../../actors/runtime/advantages.js";
 
 /** The step's rows with advantages under `s`, in their order; rows of rejected groups are left out. */
 export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows: RolloutRow[]; leftOut: number } {
@@ -15,10 +15,10 @@ export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows
   const rejected = new Set<string>();
   for (const [group, idx] of groups) {
     if (s.recompute) {
-      const a = groupAdvantages(
-        idx.map((i) => rows[i]!.reward),
-        s.normalize,
-      );
+      const rewards = idx.map((i) => rows[i]!.reward);
+      // As the reward actor did: a zero-variance group the run trained on (its filter's refill cap) has zero advantages.
+      const a =
+        s.zeroVarianceTolerance !== null && isZeroVariance(rewards, s.zeroVarianceTolerance) ? rewards.map(() => 0) : groupAdvantages(rewards, s.normalize);
       idx.forEach((i, k) => {
         advantage[i] = a[k]!;
       });

@@ -16,6 +16,8 @@ export interface AdvantageSettings {
   maxAbs: number;
   /** normalize differs from the run's: advantages are recomputed from the recorded rewards. */
   recompute: boolean;
+  /** The run's zero-variance filter tolerance when it was on: such a group was trained with zero advantages (past the refill cap), and stays so. */
+  zeroVarianceTolerance: number | null;
 }
 
 export interface ChangedSettings {
@@ -104,6 +106,14 @@ export function applySettings(configText: string, run: RunConfig, pairs: string[
     config,
     given: pairs,
     summary,
-    advantages: recompute || bound ? { normalize: config.rl.normalizeAdvantage, maxAbs: config.rl.maxAbsAdvantage, recompute } : null,
+    advantages:
+      recompute || bound
+        ? {
+            normalize: config.rl.normalizeAdvantage,
+            maxAbs: config.rl.maxAbsAdvantage,
+            recompute,
+            zeroVarianceTolerance: run.rl.filter.zeroVariance ? run.rl.filter.tolerance : null,
+          }
+        : null,
   };
 }
