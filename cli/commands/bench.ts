@@ -21,6 +21,10 @@ const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = 
     what: "the dashboard's first page over 10,000 scored rows vs one ordered consumer reading their headers",
     load: async () => (await import("../../bench/dashboard.js")).runDashboardBench as BenchFn,
   },
+  algos: {
+    what: "held-out pass@1 of the demo under each recipe (filters, losses, advantages) for the same RL wall time, 3 seeds, vs the default",
+    load: async () => (await import("../../bench/algos.js")).runAlgosBench as unknown as BenchFn,
+  },
   loop: {
     what: "seconds per RL step with maxAsyncLevel 2 vs 0 on the demo config",
     load: async () => (await import("../../bench/loop.js")).runLoopBench as BenchFn,
