@@ -24,7 +24,7 @@ export const RECIPES: Record<string, { what: string; rl: Overrides }> = {
   default: { what: "the demo as shipped", rl: {} },
   filter: { what: "zero-variance filter with refill", rl: { filter: { zeroVariance: true, tolerance: 1e-6, maxRefillRounds: 3 } } },
   pace: { what: "staleness pacing, oldest first", rl: { staleness: "pace" } },
-  mean_std: { what: "advantages divided by the group std", rl: { normalizeAdvantage: true } },
+  mean_std: { what: "advantages divided by the group std (GRPO)", rl: { advantage: "mean_std" } },
   ppo_clip: { what: "PPO-clip loss", rl: { loss: { name: "ppo_clip", clipEps: 0.2 } } },
   dppo: { what: "DPPO binary TV mask + KL", rl: { loss: { name: "dppo" } } },
   ipo: { what: "IPO mask |pi - mu| > 0.1", rl: { loss: { name: "ipo" } } },

@@ -12,6 +12,11 @@ export interface TrainCounters {
   droppedStale: number;
   samplesSeen: number;
   optimizerStep: number;
+  /**
+   * rl.staleness pace: sequences at or past readerSeq that were already trained on (readerSeq is then the
+   * first message the learner still held). A restored learner passes them over. Absent: none.
+   */
+  consumedAhead?: number[];
 }
 
 export function encodeTrainState(model: PolicyModel, counters: TrainCounters): Uint8Array {
@@ -21,7 +26,7 @@ export function encodeTrainState(model: PolicyModel, counters: TrainCounters): U
   tensors.push({ name: "optimizer.m", shape: [opt.m.length], data: opt.m });
   tensors.push({ name: "optimizer.v", shape: [opt.v.length], data: opt.v });
   const meta: Record<string, string> = { format: "rollstream-train-state-1" };
-  for (const [k, v] of Object.entries({ ...counters, optimizerStep: opt.step })) meta[k] = String(v);
+  for (const [k, v] of Object.entries({ ...counters, optimizerStep: opt.step })) if (v !== undefined) meta[k] = Array.isArray(v) ? v.join(",") : String(v);
   return writeSafetensors(tensors, meta);
 }
 
@@ -53,5 +58,6 @@ export function decodeTrainState(model: PolicyModel, bytes: Uint8Array): TrainCo
     droppedStale: num("droppedStale"),
     samplesSeen: num("samplesSeen"),
     optimizerStep: num("optimizerStep"),
+    ...(meta.consumedAhead ? { consumedAhead: meta.consumedAhead.split(",").map(Number) } : {}),
   };
 }

@@ -12,7 +12,7 @@ export { StreamReader } from "./stream-reader.js";
 export { RunChannels } from "./channels/run-channels.js";
 export type { TaskChannel, RawRolloutChannel, EvalChannel, MetricsChannel } from "./channels/control-channels.js";
 export type { MsgpackReader, ReadMessage } from "./channels/msgpack-channel.js";
-export type { ScoredChannel, ScoredReader, CollectedBatch, BatchSource } from "./channels/scored-channel.js";
+export type { ScoredChannel, ScoredReader, CollectedBatch, BatchSource, CollectOptions, StalenessPolicy, ReaderResume } from "./channels/scored-channel.js";
 export { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 export type { WeightsChannel } from "./channels/weights-channel.js";
 export type { CheckpointChannel, RestoreChannel, RestoreRequest } from "./channels/checkpoint-channels.js";
@@ -41,7 +41,7 @@ export { decodeRolloutBatch } from "./arrow-codec.js";
 
 // Run state (KV)
 export { RunState } from "./run-state.js";
-export { StateKeys, StateKeySchemas, type HeldOutResult } from "./state-keys.js";
+export { StateKeys, StateKeySchemas, type HeldOutResult, type PoolStats, type PoolCursor } from "./state-keys.js";
 
 // Run health: heartbeats, idle ratios, and what the work consumers have not finished
 export {

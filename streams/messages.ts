@@ -35,6 +35,12 @@ export const TaskSchema = z.object({
    * reaches rl.filter.maxRefillRounds. Absent = 0.
    */
   round: nonNegInt.optional(),
+  /**
+   * rl.staleness pace: the policy version the learner had when the task was dispatched. Inference does not
+   * start the task on older weights (it waits for them), so the orchestrator's staleness gate counts from a
+   * version the samples really have. Absent: start on whatever weights are loaded.
+   */
+  minPolicyVersion: nonNegInt.optional(),
 });
 export type Task = z.infer<typeof TaskSchema>;
 

@@ -63,6 +63,29 @@ export const LearnerBackendSchema = z.object({
   step: int.nonnegative(),
 });
 
+/**
+ * Difficulty pools (rl.pool): each example's running pass rate, from the reward actor's group events, which the
+ * orchestrator alone applies in stream order. `seq` is the next event to apply, so a restarted orchestrator
+ * neither loses a group nor counts one twice; the sampler chooses only from what is written here.
+ */
+export const PoolStatsSchema = z.object({
+  seq: int.positive(),
+  /** envKey -> exampleIndex -> [groups seen, running pass rate]. */
+  envs: z.record(z.string(), z.record(z.string().regex(/^\d+$/), z.tuple([int.positive(), z.number().min(0).max(1)]))),
+});
+export type PoolStats = z.infer<typeof PoolStatsSchema>;
+
+/**
+ * The pool sampler's next position in each environment's dataset order, as it stands before regular task `next`
+ * is chosen. Written after task next - 1 was published, so it says that task went out even when
+ * orchestrator.next did not get written.
+ */
+export const PoolCursorSchema = z.object({
+  next: int.nonnegative(),
+  envs: z.record(z.string(), int.nonnegative()),
+});
+export type PoolCursor = z.infer<typeof PoolCursorSchema>;
+
 export const StateKeySchemas = {
   /** The newest policy version inference should use (-1 before the first). */
   "policy.version": int.min(-1),
@@ -77,6 +100,10 @@ export const StateKeySchemas = {
   /** Next sequence of the events stream the orchestrator reads the reward actor's group events from (rl.filter). */
   "orchestrator.filterSeq": int.positive(),
   "learner.starved": LearnerStarvedSchema,
+  /** rl.pool: running pass rate per example (the orchestrator writes it). */
+  "pool.stats": PoolStatsSchema,
+  /** rl.pool: the sampler's dataset positions (the orchestrator writes it). */
+  "pool.cursor": PoolCursorSchema,
   "learner.backend": LearnerBackendSchema,
   /** Newest training state step written to disk. */
   "checkpoint.latest": int.min(-1),
@@ -99,6 +126,8 @@ export const StateKeys = {
   orchestratorRefills: "orchestrator.refills",
   orchestratorFilterSeq: "orchestrator.filterSeq",
   learnerStarved: "learner.starved",
+  poolStats: "pool.stats",
+  poolCursor: "pool.cursor",
   learnerBackend: "learner.backend",
   checkpointLatest: "checkpoint.latest",
   environments: "run.environments",

@@ -120,12 +120,36 @@ export class InferenceActor implements Actor {
     }
   }
 
+  /**
+   * rl.staleness pace: a task carries the learner's version at dispatch, and the orchestrator's staleness gate
+   * counts from it, so the task does not start on older weights: it waits for the policy follower to load them.
+   * It goes ahead anyway when the run's version went back below it (a learner restored from a checkpoint) or
+   * when the weights take longer than their deadline (the learner then counts any sample past the bound).
+   */
+  private async waitForVersion(version: number): Promise<void> {
+    const { ctx } = this;
+    const deadline = Date.now() + ctx.config.actors.inference.weightsDeadlineMs;
+    await ctx.health.wait(
+      "weights",
+      async () => {
+        while (this.engine.version < version && !ctx.signal.aborted && Date.now() < deadline) {
+          if ((await this.state.policyVersion()) < version) return;
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      },
+      { detail: `v${version} for a paced task` },
+    );
+    if (this.engine.version < version && !ctx.signal.aborted)
+      ctx.log.warn({ want: version, have: this.engine.version }, "a paced task starts on older weights than it was dispatched for");
+  }
+
   private async handleTask(task: Task): Promise<void> {
     const { ctx } = this;
     if (task.run !== ctx.config.run) throw new PoisonMessageError(`task belongs to run ${task.run}, not ${ctx.config.run}`);
     const loaded = this.envs.get(task.envKey);
     if (!loaded) throw new PoisonMessageError(`task names environment key ${task.envKey}, which this run's config does not have`);
     if (loaded.id !== task.env) throw new PoisonMessageError(`task wants ${task.env} but this actor resolved ${loaded.id}`);
+    if (task.minPolicyVersion !== undefined && this.engine.version < task.minPolicyVersion) await this.waitForVersion(task.minPolicyVersion);
     const started = Date.now();
     const tokensBefore = this.engine.generatedTokens;
     const row = loaded.env.dataset("train").row(task.exampleIndex);

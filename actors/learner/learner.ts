@@ -1,6 +1,7 @@
-// The learner: optional SFT stage, then RL. It reads scored Arrow batches in stream order from its
-// own position, drops samples staler than maxOffPolicySteps (counted, never silent), packs micro-
-// batches, runs forward/backward/AdamW in the kernels (one optimizer step per batchSize samples),
+// The learner: optional SFT stage, then RL. It reads scored Arrow batches from its own position and
+// never trains a sample staler than maxOffPolicySteps (counted by environment and length, never silent):
+// rl.staleness drop reads in stream order and drops them; pace holds what has arrived and trains the
+// oldest first (each step's stream sequences recorded in its event). It packs micro-batches, runs forward/backward/AdamW in the kernels (one optimizer step per batchSize samples),
 // and publishes each new policy version: safetensors in the object store, then KV policy.version.
 // Every checkpoint.interval steps it hands the full training state to the checkpoint actor.
 import { inject, injectable } from "tsyringe";
@@ -28,6 +29,7 @@ import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../ke
 import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
 import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 import { StepGuard } from "./step-guard.js";
+import { tallyStaleness } from "./staleness-metrics.js";
 import { resolveBackend } from "../../kernels/native.js";
 
 @injectable()
@@ -134,6 +136,8 @@ export class LearnerActor implements Actor {
     // Batches an earlier life of this learner set aside: passed over when steps are recomputed after a
     // restore, as replay passes over them, so both see the batches the run trained on.
     const setAside = await this.deadLetters.originalSeqs(this.scored.subject);
+    // pace: what the checkpointed learner had trained past the first message it still held.
+    for (const seq of this.counters.consumedAhead ?? []) setAside.add(seq);
     const reader = this.scored.reader(this.counters.readerSeq, {
       skipSeqs: setAside,
       actor: ctx.actor,
@@ -151,6 +155,12 @@ export class LearnerActor implements Actor {
       },
     });
     const dropped = ctx.metrics.counter("samples_dropped_stale_total", "samples older than maxOffPolicySteps, dropped");
+    const staleCells = ctx.metrics.counter(
+      "samples_staleness_total",
+      "samples by outcome (trained; delayed: trained at staleness > 0; droppedStale: past maxOffPolicySteps), environment and length quarter of maxTokens",
+      ["outcome", "env", "length"],
+    );
+    const heldGauge = ctx.metrics.gauge("learner_held_rows", "rl.staleness pace: rows read and held for a later step");
     const stepGauge = ctx.metrics.gauge("learner_step", "RL optimizer steps done");
     stepGauge.set(this.counters.step);
     const guard = new StepGuard(ctx, this.model, reader, this.scored.stepAttempts(), (b) =>
@@ -164,6 +174,7 @@ export class LearnerActor implements Actor {
         const collectOpts = {
           batchSize: rl.batchSize,
           maxOffPolicySteps: rl.maxOffPolicySteps,
+          staleness: rl.staleness,
           signal: ctx.signal,
           onIdle: (missing: number) => {
             ctx.health.note(`for step ${version + 1} (${rl.batchSize - missing} of ${rl.batchSize})`);
@@ -189,7 +200,14 @@ export class LearnerActor implements Actor {
         }
         if (!batch || !report || ctx.signal.aborted) break;
         const { kept, dropped: droppedNow } = batch;
-        this.counters.readerSeq = reader.position;
+        if (rl.staleness === "pace") {
+          const resume = reader.resumePoint();
+          this.counters.readerSeq = resume.seq;
+          this.counters.consumedAhead = resume.consumedAhead;
+          heldGauge.set(reader.heldRowCount);
+        } else this.counters.readerSeq = reader.position;
+        const tally = tallyStaleness(version, kept, batch.droppedRows, rl.sampling.maxTokens);
+        for (const c of tally.cells) staleCells.inc({ outcome: c.outcome, env: c.env, length: c.length }, c.count);
         this.counters.droppedStale += droppedNow;
         this.counters.samplesSeen += kept.length + droppedNow;
         dropped.inc(droppedNow);
@@ -210,11 +228,15 @@ export class LearnerActor implements Actor {
             droppedStaleTotal: this.counters.droppedStale,
             stalenessMean: batch.stalenessMean,
             stalenessMax: batch.stalenessMax,
+            ...tally.values,
+            ...(rl.staleness === "pace" ? { heldRows: reader.heldRowCount } : {}),
             steps: rl.steps,
             waitMs,
             publishMs,
           },
           this.counters.step,
+          // The stream sequences this step trained on: under pace they depend on arrival, and replay follows them.
+          { staleness: rl.staleness, seqs: batch.sources.map((s) => s.msg.seq).join(",") },
         );
         log.info({ step: this.counters.step, loss: report.loss, rewardMean, dropped: droppedNow }, "step");
         if (this.counters.step % config.checkpoint.interval === 0 || this.counters.step === rl.steps) await this.saveState();

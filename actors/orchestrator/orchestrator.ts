@@ -8,12 +8,32 @@
 // <replaced id>~r<round>), so the learner's steps fill with informative samples; the reward actor ends a chain
 // at rl.filter.maxRefillRounds. The msg-id derives from the group replaced and the read position is kept in
 // KV (orchestrator.filterSeq), so a restart neither loses a replacement nor sends one twice.
+//
+// With rl.staleness pace the gate also keeps samples inside the staleness bound: tasks for step n go out only
+// while n - learnerStep <= maxOffPolicySteps as well, each carries the learner's version (inference does not
+// start it on older weights), and no task goes out for a step past the deadline of a task still in flight
+// (its dispatch version + maxOffPolicySteps, until its reward group event arrives): the learner then runs out
+// of other samples and waits for the straggler instead of training past it and dropping it.
+//
+// With rl.pool the regular tasks' examples come from the difficulty-pool sampler (difficulty-pool.ts), fed
+// by the same reward group events, and rl.pool.quotas fixes each environment's share of every step.
 import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { hash32, loadRunEnvironments, pickEnvironment, type LoadedEnvironment } from "../runtime/environments.js";
 import { exportHeartbeatAges } from "../runtime/heartbeat-ages.js";
-import { StateKeys, type MetricsChannel, type MetricsEvent, type RawRolloutChannel, type RunState, type Task, type TaskChannel } from "../../streams/index.js";
+import {
+  StateKeys,
+  type MetricsChannel,
+  type MetricsEvent,
+  type PoolCursor,
+  type PoolStats,
+  type RawRolloutChannel,
+  type RunState,
+  type Task,
+  type TaskChannel,
+} from "../../streams/index.js";
+import { applyGroups, chooseExample, emptyCursor, emptyStats, quotaEnvironment, quotaProblems, type ScoredGroupEvent } from "./difficulty-pool.js";
 
 /** A group the reward actor left out, as its metrics event names it. */
 interface FilteredGroup {
@@ -33,6 +53,13 @@ export class OrchestratorActor implements Actor {
   private readonly filteredByStep = new Map<string, number>();
   /** Groups replaced in this process's life: a reward event seen twice (a redelivered group) is replaced once. */
   private readonly replaced = new Set<string>();
+  /** rl.pool: scored groups read and not yet applied to the stats. */
+  private readonly scoredQueue: ScoredGroupEvent[] = [];
+  /** rl.staleness pace: tasks of this life not yet scored, with the last learner version their samples may be trained at. */
+  private readonly deadlines = new Map<string, number>();
+  /** First reward event seq each reader of the events still needs (filter: orchestrator.filterSeq; pool: pool.stats.seq). */
+  private filterFrom = Number.POSITIVE_INFINITY;
+  private poolFrom = Number.POSITIVE_INFINITY;
   private reading = false;
   private wake: (() => void) | null = null;
 
@@ -76,10 +103,38 @@ export class OrchestratorActor implements Actor {
     let refills = (await state.get(StateKeys.orchestratorRefills)) ?? 0;
     let idleChecks = 0;
     const filtering = rl.filter.zeroVariance;
-    const events = filtering ? this.rewardEvents.reader((await state.get(StateKeys.orchestratorFilterSeq)) ?? 1) : null;
+    const pace = rl.staleness === "pace";
+    const pool = rl.pool;
+    if (pool?.quotas) {
+      const problems = quotaProblems(this.envs, pool.quotas);
+      if (problems.length) throw new Error(problems.join("; "));
+    }
+    let stats: PoolStats = pool ? ((await state.get(StateKeys.poolStats)) ?? emptyStats()) : emptyStats();
+    let cursor: PoolCursor = pool ? ((await state.get(StateKeys.poolCursor)) ?? emptyCursor()) : emptyCursor();
+    // The cursor is stored right after a task is published: it may be one ahead of orchestrator.next.
+    if (pool && cursor.next > next) next = cursor.next;
+    if (filtering) this.filterFrom = (await state.get(StateKeys.orchestratorFilterSeq)) ?? 1;
+    if (pool) this.poolFrom = stats.seq;
+    const events = filtering || pool || pace ? this.rewardEvents.reader(Math.min(this.filterFrom, this.poolFrom, pace ? 1 : Number.POSITIVE_INFINITY)) : null;
     this.reading = events !== null;
-    const reading = events ? this.readFilteredGroups(events) : Promise.resolve();
-    log.info({ next, totalTasks, promptsPerStep, maxAsyncLevel: rl.maxAsyncLevel, filter: filtering ? rl.filter : "off" }, "dispatching");
+    const reading = events ? this.readRewardEvents(events) : Promise.resolve();
+    const poolPassedOver = ctx.metrics.counter(
+      "pool_passed_over_total",
+      "examples the difficulty-pool sampler met outside rl.pool.band and passed over, by environment",
+      ["env"],
+    );
+    log.info(
+      {
+        next,
+        totalTasks,
+        promptsPerStep,
+        maxAsyncLevel: rl.maxAsyncLevel,
+        staleness: rl.staleness,
+        filter: filtering ? rl.filter : "off",
+        pool: pool ?? "off",
+      },
+      "dispatching",
+    );
     if ((await state.get(StateKeys.runStatus)) !== "done") await state.put(StateKeys.runStatus, "running");
     try {
       while (learnerStep < rl.steps && !ctx.signal.aborted) {
@@ -91,16 +146,36 @@ export class OrchestratorActor implements Actor {
         }
         if (next < totalTasks) {
           const step = Math.floor(next / promptsPerStep);
-          if (step - learnerStep <= rl.maxAsyncLevel) {
+          if (step - learnerStep <= rl.maxAsyncLevel && (!pace || this.paceAllows(step, learnerStep))) {
             gate.set(0);
-            await this.publishTask(this.makeTask(next, step, pickEnvironment(this.envs, config.seed, next), { label: `${next}` }, 0));
+            const env = pool?.quotas ? quotaEnvironment(this.envs, pool.quotas, next) : pickEnvironment(this.envs, config.seed, next);
+            let position = next;
+            const extra: Record<string, number> = {};
+            if (pool) {
+              // Chosen from the stats and cursor as stored, so a restart here chooses the same example.
+              const choice = chooseExample(stats.envs[env.key], cursor.envs[env.key] ?? 0, env.env.dataset("train").size, config.seed, next, pool);
+              position = choice.position;
+              if (choice.scanned > 1) poolPassedOver.inc({ env: env.id }, choice.scanned - 1);
+              if (choice.forced) log.warn({ env: env.key, scanned: choice.scanned }, "every example met lies outside rl.pool.band: took the last one");
+              Object.assign(extra, { poolPassedOver: choice.scanned - 1, poolForced: choice.forced ? 1 : 0 });
+            }
+            await this.publishTask(this.makeTask(next, step, env, { label: `${next}` }, 0, learnerStep, position));
             next++;
+            if (pool) {
+              cursor = { next, envs: { ...cursor.envs, [env.key]: position + 1 } };
+              await state.put(StateKeys.poolCursor, cursor);
+            }
             await state.put(StateKeys.orchestratorNext, next);
-            await ctx.publishMetrics("dispatch", { next, step, learnerStep, inFlightSteps: step - learnerStep, refills }, step);
+            await ctx.publishMetrics("dispatch", { next, step, learnerStep, inFlightSteps: step - learnerStep, refills, ...extra }, step, {
+              env: env.id,
+              envKey: env.key,
+            });
+            if (pool && this.scoredQueue.length > 0) stats = await this.applyScored(stats, pool.decay);
             continue;
           }
           gate.set(1);
         }
+        if (pool && this.scoredQueue.length > 0) stats = await this.applyScored(stats, pool.decay);
         // Samples dropped as stale, or dead-lettered, never reach the learner. When it says it is waiting
         // and nothing is in flight (twice in a row), top up with tasks for the learner's current step.
         const starved = await state.get(StateKeys.learnerStarved);
@@ -110,7 +185,9 @@ export class OrchestratorActor implements Actor {
             log.info({ step: learnerStep, missing: starved.missing, tasks: count }, "learner starved: refilling");
             for (let i = 0; i < count; i++) {
               const index = totalTasks + refills;
-              await this.publishTask(this.makeTask(index, learnerStep, pickEnvironment(this.envs, config.seed, index), { label: `refill-${refills}` }, 0));
+              await this.publishTask(
+                this.makeTask(index, learnerStep, pickEnvironment(this.envs, config.seed, index), { label: `refill-${refills}` }, 0, learnerStep),
+              );
               refills++;
               await state.put(StateKeys.orchestratorRefills, refills);
             }
@@ -138,10 +215,11 @@ export class OrchestratorActor implements Actor {
   }
 
   /**
-   * Reads the reward actor's group events and queues the left-out groups for the dispatch loop (which alone
-   * publishes tasks and writes the orchestrator's KV keys). Ends when the actor stops.
+   * Reads the reward actor's group events and queues what the dispatch loop (which alone publishes tasks and
+   * writes the orchestrator's KV keys) acts on: left-out groups to replace (rl.filter), scored groups for the
+   * pool's stats (rl.pool), and tasks no longer in flight (rl.staleness pace). Ends when the actor stops.
    */
-  private async readFilteredGroups(events: ReturnType<MetricsChannel["reader"]>): Promise<void> {
+  private async readRewardEvents(events: ReturnType<MetricsChannel["reader"]>): Promise<void> {
     const { ctx } = this;
     while (this.reading && !ctx.signal.aborted) {
       const m = await events.next(1000, ctx.signal);
@@ -150,11 +228,46 @@ export class OrchestratorActor implements Actor {
         ctx.log.warn({ seq: m.seq, err: m.error }, "an unreadable reward event passed over");
         continue;
       }
-      const group = filteredGroupOf(m.seq, m.value);
-      if (!group) continue;
-      this.filteredQueue.push(group);
-      this.wake?.();
+      if (m.value.kind !== "group") continue;
+      const taskId = m.value.labels?.["task"];
+      if (taskId && this.deadlines.delete(taskId)) this.wake?.();
+      const group = m.seq >= this.filterFrom ? filteredGroupOf(m.seq, m.value) : null;
+      if (group) {
+        this.filteredQueue.push(group);
+        this.wake?.();
+      }
+      const scored = m.seq >= this.poolFrom ? scoredGroupOf(m.seq, m.value) : null;
+      if (scored) {
+        this.scoredQueue.push(scored);
+        this.wake?.();
+      }
     }
+  }
+
+  /** Applies the scored groups read so far to the pool's stats and stores them. */
+  private async applyScored(stats: PoolStats, decay: number): Promise<PoolStats> {
+    const groups = this.scoredQueue.splice(0);
+    const next = applyGroups(stats, groups, decay);
+    await this.state.put(StateKeys.poolStats, next);
+    return next;
+  }
+
+  /**
+   * rl.staleness pace: a task for `step` would be trained at version `step` at the earliest, on weights of
+   * version learnerStep at the oldest (inference waits for them). It may go out when that is inside the bound
+   * and when it does not let the learner run past a task still in flight: the learner can reach version
+   * `step` on the tasks for steps before it, so a straggler whose samples must be trained by version d holds
+   * every step after d back until it arrives (or until the learner is past d anyway: its samples are then
+   * lost to the bound and counted by the learner).
+   */
+  private paceAllows(step: number, learnerStep: number): boolean {
+    const bound = this.ctx.config.rl.maxOffPolicySteps;
+    if (step - learnerStep > bound) return false;
+    for (const [taskId, deadline] of this.deadlines) {
+      if (deadline < learnerStep) this.deadlines.delete(taskId);
+      else if (step > deadline) return false;
+    }
+    return true;
   }
 
   /** One replacement for a left-out group; returns the refill count after it. */
@@ -171,7 +284,7 @@ export class OrchestratorActor implements Actor {
     const round = group.round + 1;
     const step = Math.max(group.step, learnerStep);
     const index = totalTasks + refills;
-    const ack = await this.publishTask(this.makeTask(index, step, loaded, { taskId: `${group.taskId.replace(/~r\d+$/, "")}~r${round}` }, round));
+    const ack = await this.publishTask(this.makeTask(index, step, loaded, { taskId: `${group.taskId.replace(/~r\d+$/, "")}~r${round}` }, round, learnerStep));
     if (!ack.duplicate) refills++;
     this.replaced.add(group.taskId);
     await state.put(StateKeys.orchestratorRefills, refills);
@@ -189,6 +302,7 @@ export class OrchestratorActor implements Actor {
   private async publishTask(task: Task): Promise<{ duplicate: boolean }> {
     const { ctx } = this;
     const ack = await this.tasks.publish(task);
+    if (task.minPolicyVersion !== undefined) this.deadlines.set(task.taskId, task.minPolicyVersion + ctx.config.rl.maxOffPolicySteps);
     ctx.metrics.counter("tasks_published_total", "tasks published (server-side duplicates included)").inc();
     if (ack.duplicate) ctx.log.debug({ taskId: task.taskId }, "task already published before a restart");
     return ack;
@@ -202,14 +316,24 @@ export class OrchestratorActor implements Actor {
   }
 
   /**
-   * The task id is the msg-id: `<run>:<epoch>:<label>` with the dataset position as the label for regular
-   * tasks and refill-<n> for top-ups; a replacement's is given whole.
+   * The task id is the msg-id: `<run>:<epoch>:<label>` with the task's index as the label for regular
+   * tasks and refill-<n> for top-ups; a replacement's is given whole. `position` is the place in the
+   * environment's dataset order (the index itself unless the pool sampler chose it); `learnerStep`, under
+   * rl.staleness pace, the policy version inference must have before it starts the task.
    */
-  private makeTask(index: number, step: number, chosen: LoadedEnvironment, id: { label: string } | { taskId: string }, round: number): Task {
+  private makeTask(
+    index: number,
+    step: number,
+    chosen: LoadedEnvironment,
+    id: { label: string } | { taskId: string },
+    round: number,
+    learnerStep: number,
+    position = index,
+  ): Task {
     const { config } = this.ctx;
     const size = chosen.env.dataset("train").size;
-    const epoch = Number.isFinite(size) ? Math.floor(index / size) : 0;
-    const exampleIndex = Number.isFinite(size) ? index % size : index;
+    const epoch = Number.isFinite(size) ? Math.floor(position / size) : 0;
+    const exampleIndex = Number.isFinite(size) ? position % size : position;
     return {
       run: config.run,
       taskId: "taskId" in id ? id.taskId : `${config.run}:${epoch}:${id.label}`,
@@ -223,6 +347,7 @@ export class OrchestratorActor implements Actor {
       sampling: config.rl.sampling,
       seed: hash32(config.rl.seed, index),
       ...(round > 0 ? { round } : {}),
+      ...(config.rl.staleness === "pace" ? { minPolicyVersion: learnerStep } : {}),
     };
   }
 
@@ -238,4 +363,14 @@ function filteredGroupOf(seq: number, e: MetricsEvent): FilteredGroup | null {
   const envKey = e.labels?.["envKey"];
   if (!taskId || !envKey) return null;
   return { seq, taskId, envKey, step: e.step ?? e.values["step"] ?? 0, round: e.values["round"] ?? 0 };
+}
+
+/** The scored group a reward group event reports (for the pool's stats), or null for any other event. */
+function scoredGroupOf(seq: number, e: MetricsEvent): ScoredGroupEvent | null {
+  if (e.kind !== "group") return null;
+  const envKey = e.labels?.["envKey"];
+  const exampleIndex = e.values["exampleIndex"];
+  const passRate = e.values["passRate"];
+  if (!envKey || exampleIndex === undefined || passRate === undefined) return null;
+  return { seq, envKey, exampleIndex, passRate };
 }

@@ -26,6 +26,7 @@ import {
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
 import { groupAdvantages, isZeroVariance } from "../runtime/advantages.js";
+import { advantageKindOf } from "../runtime/config.js";
 
 @injectable()
 export class RewardActor implements Actor {
@@ -104,7 +105,7 @@ export class RewardActor implements Actor {
       ? kept.map(() => 0)
       : groupAdvantages(
           kept.map((x) => rewards[x.i]!),
-          ctx.config.rl.normalizeAdvantage,
+          advantageKindOf(ctx.config.rl),
         );
     adv.forEach((a, k) => {
       checkAdvantage(a, limits, `rollout ${kept[k]!.i} of task ${task.taskId}`);
@@ -133,6 +134,8 @@ export class RewardActor implements Actor {
     const mean = rewards.reduce((s, r) => s + r, 0) / rewards.length;
     const values: Record<string, number> = {
       step: task.step,
+      // The orchestrator's difficulty pools (rl.pool) keep a running pass rate per example from these.
+      exampleIndex: task.exampleIndex,
       rewardMean: mean,
       passRate: rewards.filter((r) => r >= 1 - 1e-6).length / rewards.length,
       samples: rows.length,

@@ -69,14 +69,48 @@ export const GroupFilterSchema = z.strictObject({
     ),
 });
 
+export const PoolSchema = z.strictObject({
+  band: z
+    .tuple([z.number().min(0).max(1), z.number().min(0).max(1)])
+    .default([0.1, 0.9])
+    .describe("examples whose running pass rate lies inside [low, high] are dispatched whenever the sampler meets them; unseen examples count as inside"),
+  revisit: z
+    .number()
+    .min(0)
+    .max(1)
+    .default(0.1)
+    .describe("an example whose pass rate lies outside the band is dispatched with this probability when the sampler meets it, else passed over"),
+  decay: z
+    .number()
+    .gt(0)
+    .lte(1)
+    .default(0.5)
+    .describe("weight of the newest group in an example's running pass rate (1: the last group alone); the first group sets it"),
+  quotas: z
+    .record(z.string(), int().nonnegative())
+    .optional()
+    .describe("regular tasks per step from each environment key; must add up to batchSize / groupSize; default: environment weights"),
+});
+
 export const RlSchema = z.strictObject({
   steps: pos().default(40),
   batchSize: pos().default(64).describe("samples (completions) per optimizer step"),
   groupSize: pos().default(8).describe("completions per prompt; advantages are relative to the group"),
   maxAsyncLevel: int().nonnegative().default(2).describe("tasks for step n go out only while n - learnerStep <= this"),
-  maxOffPolicySteps: int().nonnegative().default(4).describe("samples older than this many policy versions are dropped (counted)"),
+  maxOffPolicySteps: int().nonnegative().default(4).describe("samples older than this many policy versions are never trained on (counted)"),
+  staleness: z
+    .enum(["drop", "pace"])
+    .default("drop")
+    .describe(
+      "drop: the learner reads samples in stream order and drops those past maxOffPolicySteps; pace: the orchestrator dispatches no work whose samples would be past the bound when they can be trained, and the learner trains what it holds oldest first",
+    ),
+  pool: PoolSchema.optional().describe("difficulty pools: the orchestrator favours examples whose running pass rate lies inside a band (off when absent)"),
   maxAbsAdvantage: z.number().positive().default(100).describe("a row whose |advantage| is larger is dead-lettered, never trained on"),
-  normalizeAdvantage: z.boolean().default(false).describe("divide by the group std"),
+  advantage: z
+    .enum(["mean", "mean_std", "rloo"])
+    .default("mean")
+    .describe("group-relative advantages: mean (r - group mean), mean_std (also divided by the group std), rloo (r - the mean of the others)"),
+  normalizeAdvantage: z.boolean().default(false).describe("true: the same as advantage: mean_std (kept for older configs)"),
   filter: GroupFilterSchema.default(GroupFilterSchema.parse({})),
   microBatchTokens: pos().default(2048).describe("tokens packed per micro-batch"),
   sampling: SamplingConfigSchema.default(SamplingConfigSchema.parse({})),
@@ -200,6 +234,21 @@ export function crossFieldProblems(raw: unknown): z.core.$ZodIssueCustom[] {
   if (batchSize !== INVALID && groupSize !== INVALID && batchSize % groupSize !== 0) {
     problem(["rl", "batchSize"], `must be a multiple of rl.groupSize (${groupSize})`);
   }
+  const advantage = fieldOf(raw, "rl", "advantage", rl.advantage);
+  const normalize = fieldOf(raw, "rl", "normalizeAdvantage", rl.normalizeAdvantage);
+  if (normalize === true && advantage !== INVALID && advantage !== "mean" && advantage !== "mean_std") {
+    problem(["rl", "normalizeAdvantage"], `true means advantage: mean_std, which contradicts rl.advantage: ${advantage} (drop one)`);
+  }
+  const pool = fieldOf(raw, "rl", "pool", rl.pool);
+  if (pool !== INVALID && pool) {
+    if (pool.band[0] > pool.band[1]) problem(["rl", "pool", "band"], `low (${pool.band[0]}) must not exceed high (${pool.band[1]})`);
+    if (pool.quotas && batchSize !== INVALID && groupSize !== INVALID) {
+      const sum = Object.values(pool.quotas).reduce((a, b) => a + b, 0);
+      const perStep = batchSize / groupSize;
+      if (sum !== perStep)
+        problem(["rl", "pool", "quotas"], `must add up to the prompts per step, rl.batchSize / rl.groupSize = ${perStep} (they add up to ${sum})`);
+    }
+  }
   const hiddenSize = fieldOf(raw, "model", "hiddenSize", model.hiddenSize);
   const numHeads = fieldOf(raw, "model", "numHeads", model.numHeads);
   const numKvHeads = fieldOf(raw, "model", "numKvHeads", model.numKvHeads);
@@ -288,4 +337,9 @@ export function loadRunConfig(path: string): RunConfig {
     throw new ConfigError(path, [`not valid YAML: ${(e as Error).message}`]);
   }
   return parseRunConfig(raw, path);
+}
+
+/** The advantage estimator a run uses: rl.advantage, with the older rl.normalizeAdvantage: true meaning mean_std. */
+export function advantageKindOf(rl: { advantage: "mean" | "mean_std" | "rloo"; normalizeAdvantage: boolean }): "mean" | "mean_std" | "rloo" {
+  return rl.normalizeAdvantage ? "mean_std" : rl.advantage;
 }

@@ -23,7 +23,7 @@ import { readBundle, writeBundle, type CapturedStep } from "../replay/bundle.js"
 import { compareFigures, readRecordedSteps, type Figures } from "../replay/figures.js";
 import { ReplayOutput } from "../replay/output.js";
 import { applySettings, SettingError, type ChangedSettings } from "../replay/settings.js";
-import { bundleSource, streamSource, type StepSource } from "../replay/sources.js";
+import { bundleSource, recordedSeqs, streamSource, type StepSource } from "../replay/sources.js";
 import { replaySteps, type ReplayLoop } from "../replay/steps.js";
 
 export interface ReplayOptions {
@@ -105,14 +105,16 @@ function checkUsage(opts: ReplayOptions): void {
 }
 
 /** The checkpoint's step and stream position, read from its metadata (no model needed). */
-function checkpointPosition(state: Uint8Array, where: string): { step: number; readerSeq: number } {
+function checkpointPosition(state: Uint8Array, where: string): { step: number; readerSeq: number; consumedAhead: number[] } {
   const meta = readSafetensorsMetadata(state);
   const step = Number(meta.step);
   const readerSeq = Number(meta.readerSeq);
   if (meta.format !== "rollstream-train-state-1" || !Number.isInteger(step) || !Number.isInteger(readerSeq)) {
     throw new Error(`${where} is not a rollstream training state`);
   }
-  return { step, readerSeq };
+  // rl.staleness pace: messages past readerSeq the learner had already trained on.
+  const consumedAhead = meta.consumedAhead ? meta.consumedAhead.split(",").map(Number) : [];
+  return { step, readerSeq, consumedAhead };
 }
 
 async function replayRun(opts: ReplayOptions): Promise<number> {
@@ -147,6 +149,8 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
       // The learner dead-lettered such a batch and trained without it; replay does the same, loudly. That
       // includes batches it set aside after reading them (they broke a step, or it kept dying on them).
       const setAside = await channels.deadLetters.originalSeqs(channels.scored.subject);
+      for (const seq of position.consumedAhead) setAside.add(seq);
+      const follow = recordedSeqs(recorded);
       const reader = channels.scored.reader(fromSeq, {
         actor: "replay",
         readOnly: true,
@@ -156,10 +160,15 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
       const steps = Number(opts.steps ?? 3);
       if (opts.export) {
         const captured: CapturedStep[] = [];
-        const source = streamSource(reader, config, {
-          steps: captured,
-          payloadOf: (s) => readPayload({ data: s.msg.data, headers: s.msg.headers }, wire.blobs),
-        });
+        const source = streamSource(
+          reader,
+          config,
+          {
+            steps: captured,
+            payloadOf: (s) => readPayload({ data: s.msg.data, headers: s.msg.headers }, wire.blobs),
+          },
+          follow,
+        );
         try {
           for (let i = 0; i < steps; i++) if (!(await source.next(position.step + i))) break;
         } finally {
@@ -169,7 +178,7 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
       }
       out.say(`replaying run ${config.run} from checkpoint step ${position.step} (stream seq ${fromSeq})`);
       return await replayWith({
-        source: streamSource(reader, config),
+        source: streamSource(reader, config, undefined, follow),
         record: replayRecorder(channels, changed),
         state,
         model: modelConfigOf(config),

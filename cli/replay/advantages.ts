@@ -1,4 +1,4 @@
-// Advantages of recorded rows under changed advantage settings (replay --set rl.normalizeAdvantage=...).
+// Advantages of recorded rows under changed advantage settings (replay --set rl.advantage=rloo, ...).
 // The reward actor computes them per group from its rewards with the same function (actors/runtime/
 // advantages.ts) and rejects a whole group when one advantage is past rl.maxAbsAdvantage. Rewards are recomputed from the rows' stored (float32) rewards.
 import type { RolloutRow } from "../../streams/index.js";
@@ -17,8 +17,7 @@ export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows
     if (s.recompute) {
       const rewards = idx.map((i) => rows[i]!.reward);
       // As the reward actor did: a zero-variance group the run trained on (its filter's refill cap) has zero advantages.
-      const a =
-        s.zeroVarianceTolerance !== null && isZeroVariance(rewards, s.zeroVarianceTolerance) ? rewards.map(() => 0) : groupAdvantages(rewards, s.normalize);
+      const a = s.zeroVarianceTolerance !== null && isZeroVariance(rewards, s.zeroVarianceTolerance) ? rewards.map(() => 0) : groupAdvantages(rewards, s.kind);
       idx.forEach((i, k) => {
         advantage[i] = a[k]!;
       });

@@ -2,17 +2,18 @@
 // the same schema as any config, so "what would this loss have done on the same data" can only be asked
 // of a setting the learner would accept. Values are read as YAML scalars (0.1, true, .inf, ppo_clip).
 import { parse as parseYaml } from "yaml";
-import { ConfigError, parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import { advantageKindOf, ConfigError, parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import type { AdvantageKind } from "../../actors/runtime/advantages.js";
 import { LOSS_DEFAULTS } from "../../kernels/index.js";
 
 /** Settings that act on the recorded samples alone; anything else would have changed what was sampled. */
-const ALLOWED = /^rl\.loss\.[A-Za-z][A-Za-z0-9]*$|^rl\.(normalizeAdvantage|maxAbsAdvantage)$/;
+const ALLOWED = /^rl\.loss\.[A-Za-z][A-Za-z0-9]*$|^rl\.(advantage|normalizeAdvantage|maxAbsAdvantage)$/;
 
 /** A bad --set: a one-line message, no stack. */
 export class SettingError extends Error {}
 
 export interface AdvantageSettings {
-  normalize: boolean;
+  kind: AdvantageKind;
   maxAbs: number;
   /** normalize differs from the run's: advantages are recomputed from the recorded rewards. */
   recompute: boolean;
@@ -38,7 +39,9 @@ function parsePair(pair: string): [string, unknown] {
   if (eq <= 0) throw new SettingError(`--set ${pair}: expected key=value (e.g. --set rl.loss.name=ppo_clip)`);
   const key = pair.slice(0, eq).trim();
   if (!ALLOWED.test(key)) {
-    throw new SettingError(`--set ${key}: only rl.loss.* and the advantage settings (rl.normalizeAdvantage, rl.maxAbsAdvantage) act on recorded samples`);
+    throw new SettingError(
+      `--set ${key}: only rl.loss.* and the advantage settings (rl.advantage, rl.normalizeAdvantage, rl.maxAbsAdvantage) act on recorded samples`,
+    );
   }
   try {
     return [key, parseYaml(pair.slice(eq + 1))];
@@ -91,11 +94,16 @@ export function applySettings(configText: string, run: RunConfig, pairs: string[
   const lossBefore = formatLoss(run.rl.loss);
   const lossAfter = formatLoss(config.rl.loss);
   if (lossBefore !== lossAfter) summary.push(`rl.loss ${lossAfter} (the run: ${lossBefore})`);
-  const recompute = config.rl.normalizeAdvantage !== run.rl.normalizeAdvantage;
-  if (recompute)
-    summary.push(
-      `rl.normalizeAdvantage ${config.rl.normalizeAdvantage} (the run: ${run.rl.normalizeAdvantage}): advantages recomputed from the recorded rewards`,
-    );
+  const kindAfter = advantageKindOf(config.rl);
+  const kindBefore = advantageKindOf(run.rl);
+  const recompute = kindAfter !== kindBefore;
+  if (recompute) {
+    const said =
+      config.rl.advantage !== run.rl.advantage
+        ? `rl.advantage ${config.rl.advantage} (the run: ${run.rl.advantage})`
+        : `rl.normalizeAdvantage ${config.rl.normalizeAdvantage} (the run: ${run.rl.normalizeAdvantage})`;
+    summary.push(`${said}: advantages recomputed from the recorded rewards (${kindAfter} instead of ${kindBefore})`);
+  }
   const bound = config.rl.maxAbsAdvantage !== run.rl.maxAbsAdvantage;
   if (bound)
     summary.push(
@@ -109,7 +117,7 @@ export function applySettings(configText: string, run: RunConfig, pairs: string[
     advantages:
       recompute || bound
         ? {
-            normalize: config.rl.normalizeAdvantage,
+            kind: kindAfter,
             maxAbs: config.rl.maxAbsAdvantage,
             recompute,
             zeroVarianceTolerance: run.rl.filter.zeroVariance ? run.rl.filter.tolerance : null,

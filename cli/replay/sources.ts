@@ -29,16 +29,39 @@ export function keptIndices(all: RolloutRow[], kept: RolloutRow[]): number[] {
   return out;
 }
 
+/**
+ * The stream sequences the run's learner recorded for each step (its step events' `seqs` label), by the
+ * version the step trained from. Under rl.staleness pace a step's messages depend on when they arrived, so
+ * replay takes exactly those.
+ */
+export function recordedSeqs(recorded: Map<number, { line: string }>): Map<number, number[]> {
+  const out = new Map<number, number[]>();
+  for (const [step, { line }] of recorded) {
+    const seqs = (JSON.parse(line) as { labels?: Record<string, string> }).labels?.["seqs"];
+    if (seqs !== undefined) out.set(step - 1, seqs === "" ? [] : seqs.split(",").map(Number));
+  }
+  return out;
+}
+
 export function streamSource(
   reader: ScoredReader,
   config: RunConfig,
   capture?: { steps: CapturedStep[]; payloadOf: (source: CollectedBatch["sources"][number]) => Promise<Uint8Array> },
+  recorded?: Map<number, number[]>,
 ): StepSource {
   return {
     async next(version) {
+      const pace = config.rl.staleness === "pace";
+      const follow = pace ? recorded?.get(version) : undefined;
+      if (pace && !follow)
+        throw new Error(
+          `the run paces its samples (rl.staleness pace) and metrics.jsonl records no step from version ${version}: which messages it trained on is not known`,
+        );
       const batch = await reader.collect(version, {
         batchSize: config.rl.batchSize,
         maxOffPolicySteps: config.rl.maxOffPolicySteps,
+        staleness: config.rl.staleness,
+        ...(follow ? { follow } : {}),
         waitMs: 1000,
         giveUpAfterIdleMs: 3000,
       });

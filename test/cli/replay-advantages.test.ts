@@ -11,7 +11,7 @@ const group = (id: string, rewards: number[]) => rewards.map((reward, i) => vali
 
 test("a near-tied group trained past the filter's cap keeps zero advantages under --set; a mixed group is recomputed", () => {
   const rows = [...group("tied", [0, 1e-4, 0, 0]), ...group("mixed", [1, 0, 1, 0])];
-  const settings = { normalize: true, maxAbs: 100, recompute: true };
+  const settings = { kind: "mean_std" as const, maxAbs: 100, recompute: true };
   const withRule = withAdvantages(rows, { ...settings, zeroVarianceTolerance: 1e-3 }).rows;
   assert.deepEqual(
     withRule.filter((r) => r.groupId === "tied").map((r) => r.advantage),

@@ -1,0 +1,126 @@
+// rl.staleness with every actor as a process on a real nats-server, in a run where some groups reach the learner
+// late: each step has one prompt of an environment whose rubric takes 1.5 s (slow@1.0.0, a long rollout of a
+// hard problem) and one of an environment scored at once (fast@1.0.0), fixed by rl.pool.quotas. Under drop the
+// learner trains on the fast groups while a slow one is scored, and the slow one arrives past the bound and is
+// dropped: the bias the issue is about, visible by environment in the step events (the control). Under pace the
+// orchestrator holds back work that would let the learner run past a straggler, so nothing is ever trained past
+// the bound, checked row by row against the stream sequences each step recorded, and nothing is dropped.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { startRun, storedMessages, waitUntil, type RunFixture } from "../helpers/run-fixture.js";
+import { writeTimedEnv } from "../helpers/slow-env.js";
+import { testSampling } from "../helpers/rollout-fixtures.js";
+import { decodeMsgpack, MetricsEventSchema, RunChannels, StateKeys, type MetricsEvent } from "../../streams/index.js";
+import { replay } from "../../cli/commands/replay.js";
+
+const BOUND = 1;
+const STEPS = 6;
+
+async function withTimedRun(run: string, staleness: "drop" | "pace", body: (r: RunFixture, steps: MetricsEvent[], ms: number) => Promise<void>) {
+  const dir = mkdtempSync(join(tmpdir(), "rs-pace-envs-"));
+  const before = process.env["ROLLSTREAM_ENV_PATH"];
+  writeTimedEnv(dir, "slow", 1500);
+  process.env["ROLLSTREAM_ENV_PATH"] = writeTimedEnv(dir, "fast", 0);
+  const r = await startRun(run, {
+    environments: [
+      { id: "slow@^1", key: "slow" },
+      { id: "fast@^1", key: "fast" },
+    ],
+    rl: {
+      steps: STEPS,
+      batchSize: 8,
+      groupSize: 4,
+      maxAsyncLevel: 1,
+      maxOffPolicySteps: BOUND,
+      staleness,
+      pool: { band: [0, 1], quotas: { slow: 1, fast: 1 } },
+      sampling: testSampling,
+    },
+    checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 },
+  });
+  try {
+    const started = Date.now();
+    for (const name of ["checkpoint", "learner", "orchestrator", "inference", "reward"]) r.launcher.start({ name, replica: 0 });
+    await waitUntil("run done", async () => (await r.state.get(StateKeys.runStatus)) === "done", 180_000, `${r.dir}/logs`);
+    const stored = await storedMessages(r.topology.jsm, r.topology.names.streams.events, r.topology.names.subjects.metrics("learner"));
+    const steps = stored.map((m) => decodeMsgpack(MetricsEventSchema, m.data)).filter((e) => e.kind === "step");
+    await body(r, steps, Date.now() - started);
+  } finally {
+    if (before === undefined) delete process.env["ROLLSTREAM_ENV_PATH"];
+    else process.env["ROLLSTREAM_ENV_PATH"] = before;
+    await r.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const total = (steps: MetricsEvent[], key: string) => steps.reduce((s, e) => s + (e.values[key] ?? 0), 0);
+
+const figures = (steps: MetricsEvent[], ms: number) =>
+  `${ms} ms; trained ${total(steps, "samples")}, dropped ${total(steps, "droppedStale")} (slow ${total(steps, "droppedStale.env.slow@1.0.0")}), delayed ${total(steps, "delayed.env.slow@1.0.0") + total(steps, "delayed.env.fast@1.0.0")}, mean staleness ${(steps.reduce((s, e) => s + e.values["stalenessMean"]!, 0) / steps.length).toFixed(2)}`;
+
+test("pace: no sample is ever trained past maxOffPolicySteps, stragglers are waited for rather than dropped; replay follows the recorded steps", async (t) => {
+  await withTimedRun("pace", "pace", async (r, steps, ms) => {
+    t.diagnostic(`pace: ${figures(steps, ms)}`);
+    assert.equal(steps.length, STEPS);
+    const channels = new RunChannels(r.topology.wire);
+    let rows = 0;
+    for (const e of steps) {
+      const version = e.step! - 1;
+      assert.equal(e.labels?.["staleness"], "pace");
+      assert.ok(e.values["stalenessMax"]! <= BOUND, `step ${e.step}: staleness ${e.values["stalenessMax"]}`);
+      // Independently of the learner's own figures: the messages it recorded, row by row.
+      const seqs = e.labels!["seqs"]!.split(",").map(Number);
+      assert.ok(seqs.length >= 2, `step ${e.step} recorded ${seqs}`);
+      for (const seq of seqs) {
+        const m = await r.topology.jsm.streams.getMessage(r.topology.names.streams.rollouts, { seq });
+        for (const row of (await channels.scored.decodeMessage({ data: m!.data, headers: m!.header })).rows) {
+          assert.ok(version - row.policyVersionMin <= BOUND, `step ${e.step} trained seq ${seq} from v${row.policyVersionMin}`);
+          rows++;
+        }
+      }
+      // Length buckets always present (zeros included).
+      for (const q of ["q1", "q2", "q3", "q4"]) assert.ok(`trained.len.${q}` in e.values);
+    }
+    assert.equal(rows, total(steps, "samples"));
+    assert.equal(total(steps, "droppedStale"), 0, "pacing left nothing to drop in this scenario");
+    assert.ok(total(steps, "trained.env.slow@1.0.0") >= 4 * (STEPS - 1), `slow groups trained: ${total(steps, "trained.env.slow@1.0.0")}`);
+    // The pool's stats (band [0, 1]: every example in it) were kept from the reward actor's groups, for both environments.
+    const stats = await r.state.get(StateKeys.poolStats);
+    assert.ok(stats && Object.keys(stats.envs["slow"] ?? {}).length > 0 && Object.keys(stats.envs["fast"] ?? {}).length > 0, JSON.stringify(stats));
+    // Replay from the oldest kept checkpoint takes the messages each step recorded and reproduces its losses.
+    writeFileSync(join(r.dir, "pace", "metrics.jsonl"), steps.map((e) => JSON.stringify(e)).join("\n") + "\n");
+    const lines: string[] = [];
+    const orig = console.log;
+    console.log = (...a: unknown[]) => {
+      lines.push(a.join(" "));
+    };
+    let code: number;
+    try {
+      code = await replay({ config: r.configPath, steps: "2", nats: r.nats.url, json: true });
+    } finally {
+      console.log = orig;
+    }
+    const replayed = lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { step: number; exact: boolean | null });
+    assert.equal(code, 0, lines.join("\n"));
+    assert.equal(replayed.length, 2, lines.join("\n"));
+    assert.ok(
+      replayed.every((x) => x.exact === true),
+      lines.join("\n"),
+    );
+  });
+});
+
+test("control: drop, under the same scenario, drops the slow environment's groups as stale", async (t) => {
+  await withTimedRun("dropctl", "drop", async (_r, steps, ms) => {
+    t.diagnostic(`drop: ${figures(steps, ms)}`);
+    assert.equal(steps.length, STEPS);
+    const droppedSlow = total(steps, "droppedStale.env.slow@1.0.0");
+    assert.ok(droppedSlow >= 4, `slow samples dropped: ${droppedSlow}`);
+    assert.ok(droppedSlow > total(steps, "droppedStale.env.fast@1.0.0"), "the drops fall on the slow environment");
+    const byLength = ["q1", "q2", "q3", "q4"].reduce((s, q) => s + total(steps, `droppedStale.len.${q}`), 0);
+    assert.equal(byLength, total(steps, "droppedStale"), "every dropped sample is in a length bucket");
+  });
+});
