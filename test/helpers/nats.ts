@@ -18,3 +18,19 @@ export async function startTestNats(opts: { maxPayloadBytes?: number } = {}): Pr
     },
   });
 }
+
+/**
+ * Stops a process with SIGSTOP and returns once the kernel shows it stopped (state T in /proc): a signal is
+ * delivered asynchronously, and a server still running on the other core can answer one more quick request.
+ */
+export async function stopProcess(pid: number): Promise<void> {
+  process.kill(pid, "SIGSTOP");
+  const { readFileSync } = await import("node:fs");
+  const deadline = Date.now() + 5_000;
+  while (Date.now() < deadline) {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    if (/^\d+ \(.*\) [Tt] /s.test(stat)) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error(`process ${pid} did not stop within 5 s`);
+}

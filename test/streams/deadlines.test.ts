@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { connect } from "@nats-io/transport-node";
-import { startTestNats } from "../helpers/nats.js";
+import { startTestNats, stopProcess } from "../helpers/nats.js";
 import { DeadlineError, ensureTopology, NatsSandboxClient, RunChannels } from "../../streams/index.js";
 import { PolicyModel } from "../../kernels/index.js";
 import { ByteTokenizer } from "../../kernels/tokenizer.js";
@@ -33,7 +33,7 @@ test("weight fetches, restore requests and sandbox calls fail at their deadline 
     assert.equal((await channels.weights.fetch(0, 5_000)).length, 4096);
     assert.equal((await channels.restore.request(5_000)).step, -1);
 
-    nats.process.kill("SIGSTOP");
+    await stopProcess(nats.process.pid!);
     try {
       const fetch = await elapsed(channels.weights.fetch(0, 400));
       assert.ok(fetch.error instanceof DeadlineError, `weights: ${fetch.error}`);
