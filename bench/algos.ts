@@ -30,6 +30,7 @@ export const RECIPES: Record<string, { what: string; rl: Overrides }> = {
   ipo: { what: "IPO mask |pi - mu| > 0.1", rl: { loss: { name: "ipo" } } },
   gspo: { what: "sequence-level ratio (GSPO)", rl: { loss: { name: "gspo" } } },
   rloo: { what: "leave-one-out advantages", rl: { advantage: "rloo" } },
+  length: { what: "overlong penalty over the last 8 tokens", rl: { lengthPenalty: { coef: 0.5, buffer: 8 } } },
 };
 
 function merge(a: unknown, b: unknown): unknown {

@@ -27,6 +27,7 @@ import {
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
 import { groupAdvantages, isZeroVariance } from "../runtime/advantages.js";
 import { advantageKindOf } from "../runtime/config.js";
+import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../runtime/length-penalty.js";
 
 @injectable()
 export class RewardActor implements Actor {
@@ -100,11 +101,15 @@ export class RewardActor implements Actor {
         filter.tolerance,
       );
     const filtered = uninformative && round < filter.maxRefillRounds;
+    // rl.lengthPenalty shapes what the advantages see (never the rubric reward the filter judged).
+    const lp = ctx.config.rl.lengthPenalty;
+    const shaping = { coef: lp.coef, buffer: lp.buffer, maxTokens: lp.maxTokens ?? ctx.config.rl.sampling.maxTokens };
+    const penalties = group.rollouts.map((r) => lengthPenalty(modelTokens(r.completionMask), shaping));
     // Advantages are relative to what is trained on.
     const adv = uninformative
       ? kept.map(() => 0)
       : groupAdvantages(
-          kept.map((x) => rewards[x.i]!),
+          kept.map((x) => rewards[x.i]! + penalties[x.i]!),
           advantageKindOf(ctx.config.rl),
         );
     adv.forEach((a, k) => {
@@ -118,7 +123,10 @@ export class RewardActor implements Actor {
     }
     const rows = filtered
       ? []
-      : kept.map((x, k) => toScoredRow(x.r, { task, exampleId: row.id, score: x.score, reward: rewards[x.i]!, advantage: adv[k]!, scoreMs }));
+      : kept.map((x, k) => {
+          const score = lp.coef > 0 ? { ...x.score, metrics: { ...x.score.metrics, [LENGTH_PENALTY_METRIC]: penalties[x.i]! } } : x.score;
+          return toScoredRow(x.r, { task, exampleId: row.id, score, reward: rewards[x.i]!, advantage: adv[k]!, scoreMs });
+        });
     if (rows.length > 0) await this.scored.publish(rows, { batchId: task.taskId, step: task.step, env: task.env, producer: ctx.instance });
     if (filtered) {
       this.filtered.inc({ env: task.env });

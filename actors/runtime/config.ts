@@ -112,6 +112,14 @@ export const RlSchema = z.strictObject({
     .describe("group-relative advantages: mean (r - group mean), mean_std (also divided by the group std), rloo (r - the mean of the others)"),
   normalizeAdvantage: z.boolean().default(false).describe("true: the same as advantage: mean_std (kept for older configs)"),
   filter: GroupFilterSchema.default(GroupFilterSchema.parse({})),
+  lengthPenalty: z
+    .strictObject({
+      coef: z.number().nonnegative().default(0).describe("reward lost at the token budget (0: off)"),
+      buffer: pos().default(4).describe("the penalty ramps linearly over the budget's last this many tokens"),
+      maxTokens: pos().optional().describe("the budget; default rl.sampling.maxTokens"),
+    })
+    .default({ coef: 0, buffer: 4 })
+    .describe("overlong shaping (DAPO): completions that reach into the last `buffer` tokens of the budget lose up to `coef` reward"),
   microBatchTokens: pos().default(2048).describe("tokens packed per micro-batch"),
   sampling: SamplingConfigSchema.default(SamplingConfigSchema.parse({})),
   loss: lossSpecSchema.default(lossSpecSchema.parse({ name: "rl" })),

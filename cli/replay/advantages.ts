@@ -4,6 +4,7 @@
 import type { RolloutRow } from "../../streams/index.js";
 import type { AdvantageSettings } from "./settings.js";
 import { groupAdvantages, isZeroVariance } from "../../actors/runtime/advantages.js";
+import { LENGTH_PENALTY_METRIC } from "../../actors/runtime/length-penalty.js";
 
 /** The step's rows with advantages under `s`, in their order; rows of rejected groups are left out. */
 export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows: RolloutRow[]; leftOut: number } {
@@ -16,8 +17,10 @@ export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows
   for (const [group, idx] of groups) {
     if (s.recompute) {
       const rewards = idx.map((i) => rows[i]!.reward);
+      // The reward the run's advantages were computed from: the rubric's plus its recorded length penalty.
+      const shaped = idx.map((i) => rows[i]!.reward + (rows[i]!.metrics[LENGTH_PENALTY_METRIC] ?? 0));
       // As the reward actor did: a zero-variance group the run trained on (its filter's refill cap) has zero advantages.
-      const a = s.zeroVarianceTolerance !== null && isZeroVariance(rewards, s.zeroVarianceTolerance) ? rewards.map(() => 0) : groupAdvantages(rewards, s.kind);
+      const a = s.zeroVarianceTolerance !== null && isZeroVariance(rewards, s.zeroVarianceTolerance) ? rewards.map(() => 0) : groupAdvantages(shaped, s.kind);
       idx.forEach((i, k) => {
         advantage[i] = a[k]!;
       });
