@@ -144,7 +144,7 @@ RS_API int32_t rs_swiglu_bwd(const float* dh, const float* gate, const float* up
 
 /* The one C definition of the loss kinds; the per-token math of each is in shared/loss_token.h. Keep
  * RS_LOSS_KIND_COUNT last: the checks accept kinds in [0, RS_LOSS_KIND_COUNT). */
-enum rs_loss_kind { RS_LOSS_RL = 0, RS_LOSS_SFT = 1, RS_LOSS_PPO_CLIP = 2, RS_LOSS_KIND_COUNT };
+enum rs_loss_kind { RS_LOSS_RL = 0, RS_LOSS_SFT = 1, RS_LOSS_PPO_CLIP = 2, RS_LOSS_DPPO = 3, RS_LOSS_IPO = 4, RS_LOSS_KIND_COUNT };
 
 /* Every loss sums over rows with mask != 0 and divides by `normalizer`. With d = logp - sampler_logp and
  * ratio = exp(d):
@@ -153,7 +153,11 @@ enum rs_loss_kind { RS_LOSS_RL = 0, RS_LOSS_SFT = 1, RS_LOSS_PPO_CLIP = 2, RS_LO
  *   SFT:      loss = -logp (advantages, sampler logprobs and ratio masking unused).
  *   PPO_CLIP: loss = -min(ratio * A, clip(ratio, 1 - clip_eps, 1 + clip_eps_high) * A) + kl_coef * k3,
  *             with the same optional ratio masking (mask_low 0, mask_high +inf = off; the defaults of every
- *             loss parameter live in kernels/loss-spec.ts). */
+ *             loss parameter live in kernels/loss-spec.ts).
+ *   DPPO:     a trust region on the token's probability, p = exp(logp), q = exp(sampler_logp): a row is
+ *             masked (no policy gradient, counted) when A > 0 and p - q > mask_high, or A <= 0 and
+ *             q - p > mask_low; loss = -ratio * A (unmasked rows) + kl_coef * d^2 (every row).
+ *   IPO:      the same with a symmetric region: masked when |p - q| > mask_high (mask_low unused). */
 typedef struct rs_loss_spec {
   int32_t kind;
   float mask_low;

@@ -10,6 +10,11 @@
 //   sft       loss = -logp (cross-entropy on the mask tokens; advantages and sampler logprobs unused).
 //   ppo_clip  loss = -min(ratio * A, clip(ratio, 1 - clipEps, 1 + clipEpsHigh) * A) (+ klCoef * k3);
 //             clipEps 0.2, clipEpsHigh = clipEps; ratio masking is off by default ([0, Infinity]).
+//   dppo      DPPO-binary TV (PRIME-RL's default): with p = exp(logp), q = exp(samplerLogp), a token is masked
+//             (no policy gradient, counted) when A > 0 and p - q > probDiffHigh, or A <= 0 and q - p > probDiffLow
+//             (0.2 each): a trust region on how far the token's probability moved, in the direction the
+//             advantage pushes; loss = -ratio * A (unmasked) + klTau * d^2 (every token; klTau 1e-3).
+//   ipo       the same with a symmetric region: masked when |p - q| > threshold (0.1); + klTau * d^2.
 //   k3 = exp(d) - d - 1 >= 0 estimates KL(sampler || learner) from the sampled tokens; its gradient is
 //   klCoef * (ratio - 1). It is also reported (summed over all loss tokens) as mismatchKlSum.
 //
@@ -19,7 +24,7 @@ import { z } from "zod";
 import type { NativeLossSpec } from "./native.js";
 
 /** The kind integers of kernels.h `rs_loss_kind` (the one TypeScript copy). */
-export const LOSS_KIND = { rl: 0, sft: 1, ppo_clip: 2 } as const;
+export const LOSS_KIND = { rl: 0, sft: 1, ppo_clip: 2, dppo: 3, ipo: 4 } as const;
 
 const maskLow = (d: number) => z.number().finite().nonnegative().default(d).describe("tokens whose importance ratio is below this are masked");
 // YAML has no Infinity literal but `.inf` (the yaml package reads it as Infinity); a large number works too.
@@ -58,12 +63,29 @@ const ppoClipSchema = z
   .superRefine(masksOrdered)
   .transform((s) => ({ ...s, clipEpsHigh: s.clipEpsHigh ?? s.clipEps }));
 
-const lossUnion = z.discriminatedUnion("name", [rlSchema, sftSchema, ppoClipSchema]);
+const probDiff = (d: number, what: string) => z.number().finite().nonnegative().default(d).describe(what);
+const klTau = () =>
+  z.number().finite().nonnegative().default(1e-3).describe("weight of the squared log-ratio term (d^2) that pulls every token toward the sampler");
+
+const dppoSchema = z.strictObject({
+  name: z.literal("dppo").describe("DPPO binary TV trust region + squared log-ratio KL (PRIME-RL's default)"),
+  probDiffLow: probDiff(0.2, "a token with A <= 0 is masked when its probability fell by more than this"),
+  probDiffHigh: probDiff(0.2, "a token with A > 0 is masked when its probability rose by more than this"),
+  klTau: klTau(),
+});
+
+const ipoSchema = z.strictObject({
+  name: z.literal("ipo").describe("symmetric probability trust region |p - q| + squared log-ratio KL"),
+  threshold: probDiff(0.1, "a token is masked when its probability moved by more than this, either way"),
+  klTau: klTau(),
+});
+
+const lossUnion = z.discriminatedUnion("name", [rlSchema, sftSchema, ppoClipSchema, dppoSchema, ipoSchema]);
 
 /** A loss spec: `name` (default "rl") plus that loss's parameters; unknown keys are rejected. */
 export const lossSpecSchema = z
   .preprocess((v) => (typeof v === "object" && v !== null && !Array.isArray(v) && !("name" in v) ? { name: "rl", ...v } : v), lossUnion)
-  .describe("loss: rl (default), ppo_clip or sft, with that loss's parameters");
+  .describe("loss: rl (default), ppo_clip, dppo, ipo or sft, with that loss's parameters");
 
 /** What a caller may write: parameters left out take the schema's defaults. */
 export type LossSpec = z.input<typeof lossUnion>;
@@ -76,6 +98,8 @@ export const LOSS_DEFAULTS = {
   rl: lossUnion.parse({ name: "rl" }),
   sft: lossUnion.parse({ name: "sft" }),
   ppo_clip: lossUnion.parse({ name: "ppo_clip" }),
+  dppo: lossUnion.parse({ name: "dppo" }),
+  ipo: lossUnion.parse({ name: "ipo" }),
 } as const;
 
 /** True when the loss reads advantages and sampler logprobs (mirrors loss_uses_policy in loss_token.h). */
@@ -103,6 +127,10 @@ export function toNativeLossSpec(spec: unknown, normalizer: number): NativeLossS
   if (typeof normalizer !== "number" || !(normalizer > 0) || !Number.isFinite(normalizer)) {
     throw new Error(`loss normalizer must be a positive finite number (got ${normalizer})`);
   }
+  // dppo and ipo bound a probability difference: the kernels read their bounds from maskLow / maskHigh and
+  // their klTau from klCoef (kernels.h documents the per-kind meaning).
+  if (s.name === "dppo") return { ...UNUSED, maskLow: s.probDiffLow, maskHigh: s.probDiffHigh, klCoef: s.klTau, kind: LOSS_KIND.dppo, normalizer };
+  if (s.name === "ipo") return { ...UNUSED, maskLow: 0, maskHigh: s.threshold, klCoef: s.klTau, kind: LOSS_KIND.ipo, normalizer };
   const { name, ...params } = s;
   return { ...UNUSED, ...(params as Partial<NativeParams>), kind: LOSS_KIND[name], normalizer };
 }

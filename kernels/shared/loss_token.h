@@ -49,6 +49,16 @@ RS_HD inline LossToken loss_token(const rs_loss_spec& spec, double logp, double 
   const double ratio = exp(d);
   t.ratio = ratio;
   t.k3 = ratio - d - 1.0;  // its gradient in logp is ratio - 1
+  if (spec.kind == RS_LOSS_DPPO || spec.kind == RS_LOSS_IPO) {
+    // Trust region on the probability moved, not on the ratio: a rare token may change ratio a lot and
+    // probability little. The d^2 term pulls every row (masked or not) back toward the sampler.
+    const double diff = exp(logp) - exp(slp);
+    t.masked = spec.kind == RS_LOSS_DPPO ? (A > 0 ? diff > spec.mask_high : -diff > spec.mask_low) : (diff > spec.mask_high || -diff > spec.mask_high);
+    const double pg = t.masked ? 0.0 : ratio * A;
+    t.loss = (-pg + spec.kl_coef * d * d) * inv_norm;
+    t.g = (-pg + spec.kl_coef * 2.0 * d) * inv_norm;  // d(ratio * A)/dlogp = ratio * A; d(d^2)/dlogp = 2d
+    return t;
+  }
   if (ratio < spec.mask_low || ratio > spec.mask_high) {
     t.masked = true;  // no gradient, counted
     return t;

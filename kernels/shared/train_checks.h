@@ -47,9 +47,15 @@ inline int32_t check_loss_spec(const rs_loss_spec* spec, rs_error* err) {
   if (spec->kind < 0 || spec->kind >= RS_LOSS_KIND_COUNT) return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: unknown kind %d", spec->kind);
   if (!(spec->normalizer > 0) || !std::isfinite(spec->normalizer))
     return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: normalizer must be a positive finite number (got %g)", spec->normalizer);
-  if (loss_uses_policy(spec->kind)) {
+  if (spec->kind == RS_LOSS_DPPO || spec->kind == RS_LOSS_IPO) {
+    // Bounds on a probability difference: finite and >= 0 (mask_low is unused by IPO).
+    if (!(spec->mask_low >= 0) || !std::isfinite(spec->mask_low) || !(spec->mask_high >= 0) || !std::isfinite(spec->mask_high))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: probability-difference bounds must be finite numbers >= 0 (got %g, %g)", spec->mask_low, spec->mask_high);
+  } else if (loss_uses_policy(spec->kind)) {
     if (!(spec->mask_low >= 0) || !(spec->mask_high > spec->mask_low))
       return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: need 0 <= maskLow < maskHigh (got %g, %g)", spec->mask_low, spec->mask_high);
+  }
+  if (loss_uses_policy(spec->kind)) {
     if (!(spec->kl_coef >= 0) || !std::isfinite(spec->kl_coef))
       return fail(err, RS_ERR_INVALID_ARGUMENT, "loss: klCoef must be a finite number >= 0 (got %g)", spec->kl_coef);
   }

@@ -292,3 +292,78 @@ test("fused loss without a gradient buffer returns the same stats", () => {
   assert.deepEqual(noGrad.stats, withGrad.stats);
   assert.equal(noGrad.dlogits, undefined);
 });
+
+// dppo and ipo bound how far the token's probability moved (p - q), not the ratio. Their thresholds are set
+// between this case's rows, so some rows are masked and some not, and none sits where a central difference
+// could cross a bound; masked rows keep the d^2 term's gradient (checked numerically like the rest).
+for (const V of [37, 2500]) {
+  for (const name of ["dppo", "ipo"] as const) {
+    test(`fused loss ${name}, vocab ${V}: probability trust region, value, masked count and dlogits vs the f64 reference`, () => {
+      const c = lossCase(V, 300 + V);
+      const adv64 = f64(c.adv),
+        slp64 = f64(c.slp);
+      const zeros = new Float64Array(c.N);
+      const logp = ref.lossFromLogits(c.l64, c.N, V, c.targets, new Uint8Array(c.N).fill(1), zeros, zeros, { name: "sft", normalizer: 1 }).logprobs;
+      const moved = Array.from({ length: c.N }, (_, r) => {
+        const diff = Math.exp(logp[r]!) - Math.exp(slp64[r]!);
+        return name === "ipo" ? Math.abs(diff) : c.adv[r]! > 0 ? diff : -diff;
+      }).filter((_, r) => c.mask[r]);
+      const sorted = [...moved].sort((a, b) => a - b);
+      // The widest gap between two rows that both moved up (a bound is >= 0): rows on both sides of it, and
+      // far from it next to what a central difference moves a probability (~1e-9 here).
+      let best = { gap: -1, at: 0 };
+      for (let i = 0; i < sorted.length - 1; i++) {
+        const gap = sorted[i + 1]! - sorted[i]!;
+        if (sorted[i]! > 1e-8 && gap > best.gap) best = { gap, at: (sorted[i]! + sorted[i + 1]!) / 2 };
+      }
+      assert.ok(best.gap > 0, `rows to put a bound between: ${sorted}`);
+      const spec: LossSpec = name === "dppo" ? { name, probDiffLow: best.at, probDiffHigh: best.at, klTau: 0.05 } : { name, threshold: best.at, klTau: 0.05 };
+      const refSpec = lossSpecSchema.parse(spec);
+      const normalizer = 5;
+      const r = kernels.lossForwardBackward({
+        logits: c.logits,
+        N: c.N,
+        vocab: V,
+        targets: c.targets,
+        mask: c.mask,
+        advantages: c.adv,
+        samplerLogprobs: c.slp,
+        loss: spec,
+        normalizer,
+      });
+      const want = ref.lossFromLogits(c.l64, c.N, V, c.targets, c.mask, adv64, slp64, { ...refSpec, normalizer });
+      assert.ok(want.maskedTokens > 0 && want.maskedTokens < want.lossTokens, `the bound splits the rows: ${want.maskedTokens} of ${want.lossTokens} masked`);
+      assert.equal(r.stats.maskedTokens, want.maskedTokens);
+      assert.ok(Math.abs(r.stats.loss - want.loss) <= 1e-5 * Math.max(1, Math.abs(want.loss)), `loss ${r.stats.loss} vs ${want.loss}`);
+      const dl = r.dlogits!;
+      for (let row = 0; row < c.N; row++) {
+        const rowLogits = c.l64.subarray(row * V, (row + 1) * V);
+        const L = () =>
+          ref.lossFromLogits(
+            rowLogits,
+            1,
+            V,
+            c.targets.subarray(row, row + 1),
+            Uint8Array.of(c.mask[row]!),
+            adv64.subarray(row, row + 1),
+            slp64.subarray(row, row + 1),
+            {
+              ...refSpec,
+              normalizer,
+            },
+          ).loss;
+        const cols = V <= 64 ? undefined : [...new Set([c.targets[row]!, 0, 1023, 1024, V - 1, ...randInts(30, 700 + row, V)])].filter((j) => j < V);
+        const num = numericGrad(L, rowLogits, 1e-5, cols);
+        const got = cols ? Float32Array.from(cols, (j) => dl[row * V + j]!) : dl.subarray(row * V, (row + 1) * V);
+        assertClose(got, num, `${name} dlogits row ${row}`, RTOL, 1e-8);
+      }
+    });
+  }
+}
+
+test("dppo and ipo: the schema's defaults are PRIME-RL's, and bounds below 0 are refused", () => {
+  assert.deepEqual(lossSpecSchema.parse({ name: "dppo" }), { name: "dppo", probDiffLow: 0.2, probDiffHigh: 0.2, klTau: 1e-3 });
+  assert.deepEqual(lossSpecSchema.parse({ name: "ipo" }), { name: "ipo", threshold: 0.1, klTau: 1e-3 });
+  assert.throws(() => lossSpecSchema.parse({ name: "ipo", threshold: -0.1 }));
+  assert.throws(() => lossSpecSchema.parse({ name: "dppo", maskLow: 0.1 }), "the ratio mask is not a dppo parameter");
+});

@@ -69,11 +69,18 @@ export function lossFromLogits(
       out.loss -= logp;
       continue;
     }
-    const { maskLow: lo, maskHigh: hi, klCoef: kl } = a;
     const d = logp - slp[r];
     const ratio = Math.exp(d);
     const k3 = ratio - d - 1;
     out.mismatchKlSum += k3;
+    if (a.name === "dppo" || a.name === "ipo") {
+      const diff = Math.exp(logp) - Math.exp(slp[r]);
+      const masked = a.name === "dppo" ? (adv[r] > 0 ? diff > a.probDiffHigh : -diff > a.probDiffLow) : Math.abs(diff) > a.threshold;
+      if (masked) out.maskedTokens++;
+      out.loss += -(masked ? 0 : ratio * adv[r]) + a.klTau * d * d;
+      continue;
+    }
+    const { maskLow: lo, maskHigh: hi, klCoef: kl } = a;
     if (ratio < lo || ratio > hi) {
       out.maskedTokens++;
       continue;
