@@ -15,6 +15,9 @@
 //             (0.2 each): a trust region on how far the token's probability moved, in the direction the
 //             advantage pushes; loss = -ratio * A (unmasked) + klTau * d^2 (every token; klTau 1e-3).
 //   ipo       the same with a symmetric region: masked when |p - q| > threshold (0.1); + klTau * d^2.
+//   gspo      the sequence's ratio s = exp(mean d over its loss tokens), loss = -mean over sequences of
+//             min(s * A, clip(s, 1 - clipEps, 1 + clipEpsHigh) * A) (clipEps 3e-4, clipEpsHigh 4e-4); computed
+//             in two passes over the micro-batches (kernels/gspo.ts), not by one kernel.
 //   k3 = exp(d) - d - 1 >= 0 estimates KL(sampler || learner) from the sampled tokens; its gradient is
 //   klCoef * (ratio - 1). It is also reported (summed over all loss tokens) as mismatchKlSum.
 //
@@ -80,12 +83,18 @@ const ipoSchema = z.strictObject({
   klTau: klTau(),
 });
 
-const lossUnion = z.discriminatedUnion("name", [rlSchema, sftSchema, ppoClipSchema, dppoSchema, ipoSchema]);
+const gspoSchema = z.strictObject({
+  name: z.literal("gspo").describe("sequence-level importance ratio, clipped per sequence (GSPO); two passes per micro-batch (kernels/gspo.ts)"),
+  clipEps: z.number().min(0).lt(1).default(3e-4).describe("sequence ratio clipped below at 1 - clipEps (sequence ratios stay near 1: the GSPO paper's 3e-4)"),
+  clipEpsHigh: z.number().finite().nonnegative().default(4e-4).describe("sequence ratio clipped above at 1 + clipEpsHigh"),
+});
+
+const lossUnion = z.discriminatedUnion("name", [rlSchema, sftSchema, ppoClipSchema, dppoSchema, ipoSchema, gspoSchema]);
 
 /** A loss spec: `name` (default "rl") plus that loss's parameters; unknown keys are rejected. */
 export const lossSpecSchema = z
   .preprocess((v) => (typeof v === "object" && v !== null && !Array.isArray(v) && !("name" in v) ? { name: "rl", ...v } : v), lossUnion)
-  .describe("loss: rl (default), ppo_clip, dppo, ipo or sft, with that loss's parameters");
+  .describe("loss: rl (default), ppo_clip, dppo, ipo, gspo or sft, with that loss's parameters");
 
 /** What a caller may write: parameters left out take the schema's defaults. */
 export type LossSpec = z.input<typeof lossUnion>;
@@ -100,6 +109,7 @@ export const LOSS_DEFAULTS = {
   ppo_clip: lossUnion.parse({ name: "ppo_clip" }),
   dppo: lossUnion.parse({ name: "dppo" }),
   ipo: lossUnion.parse({ name: "ipo" }),
+  gspo: lossUnion.parse({ name: "gspo" }),
 } as const;
 
 /** True when the loss reads advantages and sampler logprobs (mirrors loss_uses_policy in loss_token.h). */
@@ -127,6 +137,7 @@ export function toNativeLossSpec(spec: unknown, normalizer: number): NativeLossS
   if (typeof normalizer !== "number" || !(normalizer > 0) || !Number.isFinite(normalizer)) {
     throw new Error(`loss normalizer must be a positive finite number (got ${normalizer})`);
   }
+  if (s.name === "gspo") throw new Error("the gspo loss is not one kernel call: it runs as two passes (kernels/gspo.ts, trainOnSamples)");
   // dppo and ipo bound a probability difference: the kernels read their bounds from maskLow / maskHigh and
   // their klTau from klCoef (kernels.h documents the per-kind meaning).
   if (s.name === "dppo") return { ...UNUSED, maskLow: s.probDiffLow, maskHigh: s.probDiffHigh, klCoef: s.klTau, kind: LOSS_KIND.dppo, normalizer };

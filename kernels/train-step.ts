@@ -5,6 +5,7 @@ import type { PolicyModel } from "./policy-model.js";
 import { learningRate, type OptimizerConfig } from "./optimizer.js";
 import { packSamples, type PackResult, type TrainSample } from "./packing.js";
 import { NonFiniteStepError } from "./train-errors.js";
+import { GSPO_SECOND_PASS_LOSS, gspoCoefficients, secondPass } from "./gspo.js";
 
 export interface StepReport {
   loss: number;
@@ -29,13 +30,32 @@ export async function trainOnSamples(model: PolicyModel, packed: PackResult, los
     kl = 0,
     masked = 0,
     lossTokens = 0;
-  for (const mb of packed.microBatches) {
-    const s = await model.accumulate(mb, loss, normalizer);
-    lossSum += s.loss;
-    entropy += s.entropySum;
-    kl += s.mismatchKlSum;
-    masked += s.maskedTokens;
-    lossTokens += s.lossTokens;
+  if (loss.name === "gspo") {
+    // First pass: the learner's token logprobs (its gradient is discarded); then the sequence-level
+    // coefficients; then the pass that trains (kernels/gspo.ts).
+    const logp: Float32Array[] = [];
+    for (const mb of packed.microBatches) {
+      const s = await model.accumulate(mb, { name: "sft" }, normalizer, { tokenLogprobs: true });
+      logp.push(s.tokenLogprobs!);
+      entropy += s.entropySum;
+      lossTokens += s.lossTokens;
+    }
+    model.zeroGrad();
+    const g = gspoCoefficients(packed.microBatches, logp, loss, normalizer);
+    for (const [m, mb] of packed.microBatches.entries())
+      await model.accumulate(secondPass(mb, g.coefficients[m]!, logp[m]!), GSPO_SECOND_PASS_LOSS, normalizer);
+    lossSum = g.loss;
+    kl = g.mismatchKlSum;
+    masked = g.clippedTokens;
+  } else {
+    for (const mb of packed.microBatches) {
+      const s = await model.accumulate(mb, loss, normalizer);
+      lossSum += s.loss;
+      entropy += s.entropySum;
+      kl += s.mismatchKlSum;
+      masked += s.maskedTokens;
+      lossTokens += s.lossTokens;
+    }
   }
   if (!Number.isFinite(lossSum)) {
     model.zeroGrad(); // the weights and moments are untouched: the step can be retried without these samples

@@ -80,6 +80,7 @@ export function lossFromLogits(
       out.loss += -(masked ? 0 : ratio * adv[r]) + a.klTau * d * d;
       continue;
     }
+    if (a.name === "gspo") throw new Error("gspo is a sequence-level loss: its reference is in the gspo test");
     const { maskLow: lo, maskHigh: hi, klCoef: kl } = a;
     if (ratio < lo || ratio > hi) {
       out.maskedTokens++;
