@@ -10,7 +10,8 @@
  *   - Linear layers follow HF: y = x W^T + b with W of shape [out, in].
  *   - Determinism: every reduction runs in a fixed order that does not depend on the thread count, so the
  *     same inputs give bit-identical outputs (replay depends on it). The optional BLAS path is deterministic
- *     for a fixed thread count and library, but its bits differ from ours.
+ *     for a fixed thread count and library, but its bits differ from ours; which products take it is measured
+ *     at run time (rs_set_blas_mode), so a replay pins the routes the run recorded.
  *
  * Model parameter layout (one flat float buffer; grads and both AdamW moments use the same layout):
  *   model.embed_tokens.weight                      [V, D]
@@ -63,15 +64,20 @@ typedef struct rs_error {
 RS_API int32_t rs_abi_version(void);
 /* Writes a one-line JSON object {"device","blas","threads","simd","abi"} into buf (simd: "avx2+fma", plus
  * "+avx512f-sgemm" when our sgemm uses AVX-512); returns RS_OK or
- * RS_ERR_INVALID_ARGUMENT when cap is too small. */
+ * RS_ERR_INVALID_ARGUMENT when cap is too small (the CPU line grows with its routing table: retry larger).
+ * The CPU backend adds "blas_mode" (auto|off|on), "blas_routes" (how sgemm products are routed, machine-readable:
+ * "off", "on", or "nt:2048x256x128:2t=blas,..." per shape class; cpu/gemm_router.h) and "blas_dispatch"
+ * (the same in words, with the measured timings). */
 RS_API int32_t rs_backend_info(char* buf, int32_t cap);
 /* Number of devices this backend can drive (the CPU backend: 1). */
 RS_API int32_t rs_device_count(void);
 /* Thread count for the stand-alone kernels called from the calling thread (0 = all cores). Model calls use
  * the model's own count. */
 RS_API void rs_set_num_threads(int32_t n);
-/* BLAS dispatch: mode 0 = use OpenBLAS when it can be loaded (default; env ROLLSTREAM_BLAS=off forces 1),
- * 1 = never. Returns 1 when BLAS is active after the call. */
+/* BLAS dispatch: mode 0 = auto (default): the CPU backend times our sgemm and OpenBLAS per shape class and routes
+ * each class to the faster (ROLLSTREAM_BLAS_ROUTES pins recorded routes); 1 = never (env ROLLSTREAM_BLAS=off: never
+ * even loaded); 2 = on (CPU: every product of at least 2^19 multiply-adds to OpenBLAS, unmeasured; env
+ * ROLLSTREAM_BLAS=on; CUDA: as 0). Every call forgets measured routes. Returns 1 when BLAS is loaded and not off. */
 RS_API int32_t rs_set_blas_mode(int32_t mode);
 /* SIMD level of our own sgemm: 0 = best the CPU has (AVX-512 micro-kernel when available; env
  * ROLLSTREAM_SIMD=avx2 forces 1), 1 = AVX2 only. Both give identical bits. Returns 1 when AVX-512 is in use. */
@@ -103,7 +109,7 @@ RS_API int32_t rs_residual_rmsnorm_bwd(const float* dy, const float* dr_in, cons
                                        const float* rstd, int32_t T, int32_t D, float* dx, float* dw,
                                        rs_error* err);
 
-/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; impl 0 = dispatch, 1 = our kernel, 2 = BLAS (fails
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; impl 0 = dispatch (see rs_set_blas_mode), 1 = our kernel, 2 = BLAS (fails
  * with RS_ERR_UNSUPPORTED when not loaded). */
 RS_API int32_t rs_sgemm(int32_t trans_a, int32_t trans_b, int32_t M, int32_t N, int32_t K, float alpha,
                         const float* A, int32_t lda, const float* B, int32_t ldb, float beta, float* C,

@@ -35,6 +35,8 @@ function checkAttention(what: string, d: AttentionDims): void {
 }
 
 export type GemmImpl = "auto" | "own" | "blas";
+export type BlasMode = "auto" | "off" | "on";
+const BLAS_MODE: Record<BlasMode, 0 | 1 | 2> = { auto: 0, off: 1, on: 2 };
 const IMPL: Record<GemmImpl, number> = { auto: 0, own: 1, blas: 2 };
 
 export interface SgemmArgs {
@@ -77,9 +79,34 @@ export const kernels = {
   setThreads(n: number): void {
     be().setThreads(expectInt("setThreads: n", n, 0, 4096));
   },
-  /** Turns OpenBLAS dispatch on (when loadable) or off; returns whether BLAS is now active. */
+  /** Turns OpenBLAS dispatch on ("auto": measured routing, when loadable) or off; returns whether BLAS is now active. */
   setBlas(enabled: boolean): boolean {
     return be().setBlasMode(enabled ? 0 : 1);
+  },
+  /**
+   * How "auto" products are routed: "auto" times our sgemm and OpenBLAS per shape class and takes the faster
+   * (ROLLSTREAM_BLAS_ROUTES pins recorded routes), "off" our sgemm only, "on" OpenBLAS for every product of at
+   * least 2^19 multiply-adds, unmeasured. Forgets measured routes. Returns whether BLAS is loaded and not off.
+   */
+  setBlasMode(mode: BlasMode): boolean {
+    if (!(mode in BLAS_MODE)) throw new RangeError(`setBlasMode: mode must be "auto", "off" or "on" (got ${mode})`);
+    return be().setBlasMode(BLAS_MODE[mode]);
+  },
+
+  /**
+   * The dispatcher's shape class of a product ("nt:2048x256x128:2t": transposes, M, N and K each rounded down to a
+   * power of 2, threads), as named in BackendInfo.blasRoutes; "" for products under 2^15 multiply-adds, which always
+   * run on our sgemm. Mirrors class_name() in kernels/cpu/gemm_router.cpp (test/kernels/blas-dispatch.test.ts checks
+   * they agree).
+   */
+  gemmClass(transA: boolean, transB: boolean, M: number, N: number, K: number, threads: number): string {
+    if (M * N * K < 2 ** 15) return "";
+    const bucket = (x: number) => {
+      let b = 1;
+      while (b * 2 <= x) b *= 2;
+      return b;
+    };
+    return `${transA ? "t" : "n"}${transB ? "t" : "n"}:${bucket(M)}x${bucket(N)}x${bucket(K)}:${threads}t`;
   },
 
   /** Lets our sgemm use its AVX-512 micro-kernel when the CPU has one (true) or forces AVX2 (false); the bits

@@ -112,7 +112,9 @@ export interface NativeBackend {
   path(): string;
   deviceCount(): number;
   setThreads(n: number): void;
-  setBlasMode(mode: 0 | 1): boolean;
+  /** 0 = auto (measured routing per shape class; CPU), 1 = off, 2 = on (CPU: unmeasured, every product of at least
+   *  2^19 multiply-adds; CUDA: as 0). Forgets measured routes. Returns whether BLAS is loaded and not off. */
+  setBlasMode(mode: 0 | 1 | 2): boolean;
   setSimdLevel(level: 0 | 1): boolean;
   createModel(cfg: NativeModelConfig, seed: bigint): NativeModel;
   embeddingFwd(table: Float32Array, V: number, D: number, ids: Int32Array, out: Float32Array): void;

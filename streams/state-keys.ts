@@ -50,6 +50,12 @@ export const LearnerBackendSchema = z.object({
   blasDispatch: z.boolean(),
   /** The library loaded, with its version and build ("openblas (libopenblas.so.0) OpenBLAS 0.3.21 ..."), or "none (why)". */
   blas: z.string(),
+  /** CPU: how sgemm products were routed, as the dispatcher measured each shape class at its first product
+   *  ("nt:2048x256x128:1t=blas,tn:256x128x2048:1t=own"; "off"; "on": every product of at least 2^19 multiply-adds to BLAS, unmeasured;
+   *  kernels/cpu/gemm_router.h). Written again when a new class is measured; replay pins it. Absent before measured routing. */
+  blasRoutes: z.string().optional(),
+  /** CPU: the routing in words, with the measured speed of BLAS relative to our sgemm per class. */
+  blasDecision: z.string().optional(),
   /** CPU: our sgemm's instruction set ("+avx512f-sgemm": the AVX-512 micro-kernel); CUDA: the GPU. */
   simd: z.string(),
   /** CUDA: how the model's matmuls run (fp32, tf32, bf16). */

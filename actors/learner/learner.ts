@@ -10,7 +10,7 @@ import type { Actor, ActorContext } from "../runtime/actor.js";
 import type { OptimizerConfig } from "../runtime/config.js";
 import { loadRunEnvironments } from "../runtime/environments.js";
 import { createPolicyModel, createTokenizer, rolloutLimitsOf } from "../runtime/model-factory.js";
-import type { PolicyModel } from "../../kernels/index.js";
+import { blasInUse, parseBackendInfo, type PolicyModel } from "../../kernels/index.js";
 import {
   checkRolloutLimits,
   rejectReasonOf,
@@ -36,6 +36,8 @@ import { resolveBackend } from "../../kernels/native.js";
 export class LearnerActor implements Actor {
   private model!: PolicyModel;
   private counters: TrainCounters = { step: 0, sftDone: false, readerSeq: 1, droppedStale: 0, samplesSeen: 0, optimizerStep: 0 };
+  /** The sgemm routes last written to learner.backend, and the RL step this life started at; unset before RL. */
+  private recorded: { routes: string | undefined; step: number } | undefined;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -117,21 +119,8 @@ export class LearnerActor implements Actor {
       this.model.setThreads(rlThreads);
       log.info({ threads: rlThreads }, "learner threads for RL");
     }
-    // What decides the bits of every RL step, for `rollstream replay` to match (or to say why it cannot).
-    const be = JSON.parse(resolveBackend(this.model.device).backend.info()) as { blas: string; simd: string; matmul?: string; abi?: number };
-    const blasDispatch = !be.blas.startsWith("none");
-    await this.state.put(StateKeys.learnerBackend, {
-      device: this.model.device,
-      blasDispatch,
-      blas: be.blas,
-      simd: be.simd,
-      // CUDA: what the model runs (model.cu: the variable's mode, else bf16 only when cuBLAS loaded); the info line reports the variable alone.
-      matmul: be.matmul && (process.env.ROLLSTREAM_CUDA_MATMUL ? be.matmul : blasDispatch ? "bf16" : "fp32"),
-      abi: be.abi,
-      threads: this.model.threads,
-      threadIndependent: this.model.device === "cuda" || !blasDispatch, // our kernels give the same bits on any count
-      step: this.counters.step,
-    });
+    await this.pinEarlierRoutes();
+    await this.recordBackend();
     const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject, by reason", ["reason"]);
     // Batches an earlier life of this learner set aside: passed over when steps are recomputed after a
     // restore, as replay passes over them, so both see the batches the run trained on.
@@ -249,7 +238,51 @@ export class LearnerActor implements Actor {
   private async trainStep(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
     const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, this.ctx.config.rl.microBatchTokens);
     this.counters.optimizerStep = report.optimizerStep;
+    // The CPU sgemm dispatcher measures each shape class at its first product: record the routes it chose.
+    if (this.recorded && this.backendInfo().blasRoutes !== this.recorded.routes) await this.recordBackend();
     return report;
+  }
+
+  private backendInfo() {
+    return parseBackendInfo(resolveBackend(this.model.device).backend.info());
+  }
+
+  /**
+   * Writes learner.backend: what decides the bits of every RL step, for `rollstream replay` to match (or to say why
+   * it cannot). Written when RL starts and again whenever the sgemm routes grow, so the last record covers every step.
+   */
+  private async recordBackend(): Promise<void> {
+    const be = this.backendInfo();
+    const blasDispatch = blasInUse(be);
+    this.recorded = { routes: be.blasRoutes, step: this.recorded?.step ?? this.counters.step };
+    if (be.blasDispatch) this.ctx.log.info({ blas: be.blas, routes: be.blasRoutes, dispatch: be.blasDispatch }, "sgemm routing");
+    await this.state.put(StateKeys.learnerBackend, {
+      device: this.model.device,
+      blasDispatch,
+      blas: be.blas,
+      blasRoutes: be.blasRoutes,
+      blasDecision: be.blasDispatch,
+      simd: be.simd,
+      // CUDA: what the model runs (model.cu: the variable's mode, else bf16 only when cuBLAS loaded); the info line reports the variable alone.
+      matmul: be.matmul && (process.env.ROLLSTREAM_CUDA_MATMUL ? be.matmul : blasDispatch ? "bf16" : "fp32"),
+      abi: be.abi,
+      threads: this.model.threads,
+      threadIndependent: this.model.device === "cuda" || !blasDispatch, // our kernels give the same bits on any count
+      step: this.recorded.step,
+    });
+  }
+
+  /**
+   * A restarted learner routes sgemm products as its earlier life measured (same library, same threads), so the
+   * steps it recomputes and the ones after have the bits an uninterrupted run would have had.
+   */
+  private async pinEarlierRoutes(): Promise<void> {
+    const earlier = await this.state.get(StateKeys.learnerBackend);
+    const here = this.backendInfo();
+    if (!earlier?.blasRoutes?.includes("=") || here.blasMode !== "auto" || earlier.blas !== here.blas || earlier.threads !== this.model.threads) return;
+    process.env.ROLLSTREAM_BLAS_ROUTES = earlier.blasRoutes; // read by setBlasMode
+    resolveBackend(this.model.device).backend.setBlasMode(0);
+    this.ctx.log.info({ routes: earlier.blasRoutes }, "sgemm routes pinned as the earlier learner measured them");
   }
 
   private async publishWeights(version: number, phase: "sft" | "rl"): Promise<void> {

@@ -6,7 +6,7 @@ type BenchFn = (opts: Record<string, unknown>) => Promise<Record<string, number>
 
 const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = {
   kernels: {
-    what: "matmul vs OpenBLAS, train and decode tokens/s on the demo shapes",
+    what: "sgemm: ours, OpenBLAS and the measured dispatch per shape; train and decode tokens/s on the demo shapes",
     load: async () => (await import("../../bench/kernels.js")).runKernelsBench as BenchFn,
   },
   transport: {

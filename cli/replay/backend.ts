@@ -1,23 +1,17 @@
 // The kernel backend a replay runs on. A step is bit-exact only on the backend the run trained on: the
 // same device, the same sgemm (our own kernel, or the very BLAS library and build the run loaded) and,
 // when a BLAS library was in play, the same thread count. The learner records that backend when RL starts
-// (KV learner.backend); this file sets this process up the same way where it can (BLAS dispatch off, the
-// AVX2 sgemm kernel, the run's threads, the CUDA matmul mode) and, where it cannot, says why before the
-// first step, so a difference is explained instead of reported as a bare MISMATCH.
+// (KV learner.backend); this file sets this process up the same way where it can (BLAS dispatch off, or the
+// run's measured sgemm routes pinned instead of measured again, the AVX2 sgemm kernel, the run's threads, the
+// CUDA matmul mode) and, where it cannot, says why before the first step, so a difference is explained instead
+// of reported as a bare MISMATCH.
 import { availableParallelism } from "node:os";
 import type { z } from "zod";
 import { resolveBackend, type Device, type DeviceRequest, type NativeBackend } from "../../kernels/native.js";
+import { parseBackendInfo } from "../../kernels/index.js";
 import type { StateKeySchemas } from "../../streams/index.js";
 
 export type RecordedBackend = z.infer<(typeof StateKeySchemas)["learner.backend"]>;
-
-/** What rs_backend_info reports (kernels.h); `matmul` on CUDA only. */
-interface NativeInfo {
-  device: string;
-  blas: string;
-  simd: string;
-  matmul?: string;
-}
 
 export interface BackendPlan {
   device: Device;
@@ -31,13 +25,19 @@ export interface BackendPlan {
   restore(): void;
 }
 
-const info = (be: NativeBackend): NativeInfo => JSON.parse(be.info()) as NativeInfo;
+const info = (be: NativeBackend) => parseBackendInfo(be.info());
+/** Routes the CPU dispatcher can pin (a measured table), as opposed to "on"/"off" or none recorded. */
+const pinnable = (routes: string | undefined): routes is string => routes !== undefined && routes !== "on" && routes !== "off";
 const avx512 = (simd: string) => simd.includes("avx512f-sgemm");
 const plural = (n: number, what: string) => `${n} ${what}${n === 1 ? "" : "s"}`;
 
 /** The run's backend in words. */
 export function describeBackend(b: RecordedBackend): string {
-  const gemm = b.blasDispatch ? `sgemm dispatched to ${b.blas}` : "our own sgemm (BLAS dispatch off)";
+  const gemm = b.blasDispatch
+    ? `sgemm dispatched to ${b.blas}${pinnable(b.blasRoutes) ? ` by measured routes ${b.blasRoutes}` : ""}`
+    : pinnable(b.blasRoutes) && !b.blas.startsWith("none")
+      ? `our own sgemm (measured faster than ${b.blas} on every shape class)`
+      : "our own sgemm (BLAS dispatch off)";
   if (b.device === "cuda") return `cuda (${b.simd}), matmuls ${b.matmul ?? "?"}, ${gemm}`;
   const threads = `${plural(b.threads, "thread")}${b.threadIndependent ? " (the bits do not depend on the count)" : ""}`;
   return `cpu, ${gemm}, ${avx512(b.simd) ? "AVX-512" : "AVX2"} sgemm kernel, ${threads}`;
@@ -80,6 +80,7 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
   const be = resolved.backend;
   const before = info(be);
   const savedMatmul = process.env.ROLLSTREAM_CUDA_MATMUL;
+  const savedRoutes = process.env.ROLLSTREAM_BLAS_ROUTES;
 
   if (device === recorded.device) {
     if (!recorded.blasDispatch) {
@@ -88,9 +89,14 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
       be.setBlasMode(1);
       matched.push(`BLAS dispatch off, as in the run${couldLoad ? ` (${loaded} is here but not used)` : ""}`);
     } else {
-      const on = be.setBlasMode(0);
+      // The run's routing, never a fresh measurement: every product goes where it went in the run. A CPU run from
+      // before measured routing sent every product of at least 2^19 multiply-adds to BLAS: mode "on" is that rule.
+      const pin = device === "cpu" && pinnable(recorded.blasRoutes);
+      if (pin) process.env.ROLLSTREAM_BLAS_ROUTES = recorded.blasRoutes; // read by setBlasMode
+      const on = be.setBlasMode(device === "cpu" && !pin ? 2 : 0);
       const here = info(be).blas;
-      if (on && here === recorded.blas) matched.push(`sgemm dispatched to the same library: ${here}`);
+      if (on && here === recorded.blas)
+        matched.push(`sgemm dispatched to the same library: ${here}${pin ? `, routes pinned as recorded (${recorded.blasRoutes})` : ""}`);
       else
         unmatched.push(
           `the run dispatched sgemm to ${recorded.blas}; here ${on ? `the library is ${here}` : `BLAS dispatch is unavailable: ${here}${blasHint(here)}`}`,
@@ -128,7 +134,9 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
     matched: unmatched.length === 0,
     lines,
     restore: () => {
-      be.setBlasMode(before.blas === "none (disabled)" ? 1 : 0);
+      if (savedRoutes === undefined) delete process.env.ROLLSTREAM_BLAS_ROUTES;
+      else process.env.ROLLSTREAM_BLAS_ROUTES = savedRoutes;
+      be.setBlasMode(before.blasMode === "on" ? 2 : before.blasMode === "off" || before.blas === "none (disabled)" ? 1 : 0);
       if (device === "cpu") be.setSimdLevel(avx512(before.simd) ? 0 : 1);
       if (savedMatmul === undefined) delete process.env.ROLLSTREAM_CUDA_MATMUL;
       else process.env.ROLLSTREAM_CUDA_MATMUL = savedMatmul;

@@ -2,6 +2,7 @@
 #include <napi.h>
 
 #include <stdexcept>
+#include <vector>
 
 #include "api.h"
 #include "args.h"
@@ -33,9 +34,12 @@ class BackendWrap : public Napi::ObjectWrap<BackendWrap> {
 
  private:
   Napi::Value Info(const Napi::CallbackInfo& info) {
-    char buf[1024];
-    if (be_->rs_backend_info(buf, sizeof(buf)) != RS_OK) throw Napi::Error::New(info.Env(), "backend info does not fit");
-    return Napi::String::New(info.Env(), buf);
+    // The CPU backend's line grows with the dispatcher's routing table; grow the buffer until it fits.
+    for (size_t cap = 4096; cap <= (size_t(1) << 20); cap *= 4) {
+      std::vector<char> buf(cap);
+      if (be_->rs_backend_info(buf.data(), (int32_t)cap) == RS_OK) return Napi::String::New(info.Env(), buf.data());
+    }
+    throw Napi::Error::New(info.Env(), "backend info does not fit in 1 MiB");
   }
   Napi::Value Path(const Napi::CallbackInfo& info) { return Napi::String::New(info.Env(), be_->path); }
   Napi::Value DeviceCount(const Napi::CallbackInfo& info) { return Napi::Number::New(info.Env(), be_->rs_device_count()); }
@@ -46,7 +50,7 @@ class BackendWrap : public Napi::ObjectWrap<BackendWrap> {
   }
   Napi::Value SetBlasMode(const Napi::CallbackInfo& info) {
     Args a(info, "setBlasMode");
-    return Napi::Boolean::New(info.Env(), be_->rs_set_blas_mode(a.i32(0, "mode", 0, 1)) != 0);
+    return Napi::Boolean::New(info.Env(), be_->rs_set_blas_mode(a.i32(0, "mode", 0, 2)) != 0);
   }
   Napi::Value SetSimdLevel(const Napi::CallbackInfo& info) {
     Args a(info, "setSimdLevel");

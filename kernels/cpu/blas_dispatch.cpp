@@ -7,13 +7,15 @@
 #include <cstring>
 #include <mutex>
 
+#include "blas_coretype.h"
+
 namespace rs::blas {
 
 namespace {
 using cblas_sgemm_fn = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int, float,
                                 float*, int);
 using set_threads_fn = void (*)(int);
-using get_config_fn = char* (*)();
+using get_string_fn = char* (*)();
 
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
@@ -24,58 +26,137 @@ struct Lib {
   std::string desc = "none";
 };
 
+std::string call_string(void* h, const char* sym) {
+  auto f = reinterpret_cast<get_string_fn>(dlsym(h, sym));
+  const char* s = f ? f() : nullptr;
+  return s ? std::string(s) : std::string();
+}
+
+// Debian/Ubuntu install the pthread build under several names; the generic soname first.
+void* open_first(const char** used) {
+  const char* names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0",
+                         "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
+                         "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
+                         "/usr/lib64/libopenblas.so.0", "/usr/local/lib/libopenblas.so.0"};
+  for (const char* n : names) {
+    void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL);
+    if (!h) continue;
+    if (!dlsym(h, "cblas_sgemm")) {
+      dlclose(h);
+      continue;
+    }
+    *used = n;
+    return h;
+  }
+  return nullptr;
+}
+
+// OpenBLAS reads OPENBLAS_CORETYPE once, in its constructor: the only way to change its core is to load it with
+// the variable set. So it is loaded once as it is, asked which core it chose, and, when that core lacks the CPU's
+// vector units, unloaded and loaded again with the variable set (then unset, so child processes decide alone).
+void load(Lib& l) {
+  const char* env = std::getenv("ROLLSTREAM_BLAS");
+  if (env && (!std::strcmp(env, "off") || !std::strcmp(env, "0") || !std::strcmp(env, "none"))) {
+    l.desc = "none (ROLLSTREAM_BLAS=off)";
+    return;
+  }
+  // OpenBLAS's idle threads spin (sched_yield) for 2^28 cycles after each call by default, stealing the
+  // cores our OpenMP kernels run on between products; let them sleep almost at once unless the user chose.
+  setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  const char* user_env = std::getenv("OPENBLAS_CORETYPE");
+  const std::string user = user_env ? user_env : "";
+  // Test hook: load the first time as if OpenBLAS had detected this core (a CPU it does not know).
+  const char* fake = std::getenv("ROLLSTREAM_BLAS_TEST_DETECTED_CORE");
+  const bool faking = fake && *fake && user.empty();
+  if (faking) setenv("OPENBLAS_CORETYPE", fake, 1);
+  const char* name = nullptr;
+  void* h = open_first(&name);
+  if (faking) unsetenv("OPENBLAS_CORETYPE");
+  if (!h) {
+    l.desc = "none (libopenblas.so.0 not found)";
+    return;
+  }
+  const std::string detected = call_string(h, "openblas_get_corename");
+  const bool dynamic = call_string(h, "openblas_get_config").find("DYNAMIC_ARCH") != std::string::npos;
+  const CoretypeChoice choice = choose_coretype(detected, cpu_simd_level(), user.c_str(), dynamic);
+  std::string note = choice.why;
+  if (!choice.force.empty()) {
+    dlclose(h);
+    if (void* still = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD)) {
+      h = still;  // something else in this process holds it: its core stays
+      note += "; not switched: the library is also loaded by something else in this process";
+    } else {
+      setenv("OPENBLAS_CORETYPE", choice.force.c_str(), 1);
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+      unsetenv("OPENBLAS_CORETYPE");
+      if (!h) {
+        l.desc = std::string("none (reloading ") + name + " with OPENBLAS_CORETYPE=" + choice.force + " failed: " + dlerror() + ")";
+        return;
+      }
+      const std::string now = call_string(h, "openblas_get_corename");
+      note = lowercase(now) == lowercase(choice.force) ? "forced from " + detected + ": " + choice.why
+                                                       : "asked for " + choice.force + " (" + choice.why + ") but OpenBLAS chose " + now;
+    }
+  }
+  l.handle = h;
+  l.sgemm = reinterpret_cast<cblas_sgemm_fn>(dlsym(h, "cblas_sgemm"));
+  l.set_threads = reinterpret_cast<set_threads_fn>(dlsym(h, "openblas_set_num_threads"));
+  const std::string config = call_string(h, "openblas_get_config"), core = call_string(h, "openblas_get_corename");
+  l.desc = std::string("openblas (") + name + ")" + (config.empty() ? "" : " " + config);
+  if (!core.empty()) l.desc += ", core " + core;
+  if (!note.empty()) l.desc += " (" + note + ")";
+}
+
 Lib& lib() {
   static Lib l;
   static std::once_flag once;
-  std::call_once(once, [] {
-    const char* env = std::getenv("ROLLSTREAM_BLAS");
-    if (env && (!std::strcmp(env, "off") || !std::strcmp(env, "0") || !std::strcmp(env, "none"))) {
-      l.desc = "none (ROLLSTREAM_BLAS=off)";
-      return;
-    }
-    // OpenBLAS's idle threads spin (sched_yield) for 2^28 cycles after each call by default, stealing the
-    // cores our OpenMP kernels run on between products; let them sleep almost at once unless the user chose.
-    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
-    // Debian/Ubuntu install the pthread build under several names; try the generic soname first.
-    const char* names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0",
-                           "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
-                           "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
-                           "/usr/lib64/libopenblas.so.0", "/usr/local/lib/libopenblas.so.0"};
-    for (const char* n : names) {
-      void* h = dlopen(n, RTLD_NOW | RTLD_LOCAL);
-      if (!h) continue;
-      auto f = reinterpret_cast<cblas_sgemm_fn>(dlsym(h, "cblas_sgemm"));
-      if (!f) {
-        dlclose(h);
-        continue;
-      }
-      l.handle = h;
-      l.sgemm = f;
-      l.set_threads = reinterpret_cast<set_threads_fn>(dlsym(h, "openblas_set_num_threads"));
-      auto cfg = reinterpret_cast<get_config_fn>(dlsym(h, "openblas_get_config"));
-      l.desc = std::string("openblas (") + n + ")";
-      if (cfg) l.desc += std::string(" ") + cfg();
-      return;
-    }
-    l.desc = "none (libopenblas.so.0 not found)";
-  });
+  std::call_once(once, [] { load(l); });
   return l;
 }
 
-std::atomic<int> g_mode{0};
+int initial_mode() {
+  const char* env = std::getenv("ROLLSTREAM_BLAS");
+  if (!env) return (int)Mode::Auto;
+  if (!std::strcmp(env, "on") || !std::strcmp(env, "1") || !std::strcmp(env, "force")) return (int)Mode::On;
+  if (!std::strcmp(env, "off") || !std::strcmp(env, "0") || !std::strcmp(env, "none")) return (int)Mode::Off;  // and never loaded
+  return (int)Mode::Auto;
+}
+
+std::atomic<int> g_mode{initial_mode()};
 std::mutex g_threads_mu;
 int g_threads_set = -1;
 }  // namespace
 
-bool available() { return g_mode.load() == 0 && lib().sgemm != nullptr; }
+int cpu_simd_level() {
+  __builtin_cpu_init();
+  // OpenBLAS's SkylakeX kernels are built for skylake-avx512: F, BW, DQ and VL (libgcc also checks the OS saves zmm).
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl"))
+    return kSimdAvx512;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return kSimdAvx2;
+  if (__builtin_cpu_supports("avx")) return kSimdAvx;
+  return kSimdSse;
+}
+
+bool loaded() { return lib().sgemm != nullptr; }
+bool available() { return g_mode.load() != (int)Mode::Off && loaded(); }
+Mode mode() { return static_cast<Mode>(g_mode.load()); }
+const char* mode_name() {
+  switch (mode()) {
+    case Mode::Off: return "off";
+    case Mode::On: return "on";
+    default: return "auto";
+  }
+}
 
 std::string describe() {
-  if (g_mode.load() != 0) return "none (disabled)";
+  if (!loaded()) return lib().desc;  // why it is not there says more than the mode
+  if (g_mode.load() == (int)Mode::Off) return "none (disabled)";
   return lib().desc;
 }
 
-bool set_mode(int mode) {
-  g_mode.store(mode == 0 ? 0 : 1);
+bool set_mode(int m) {
+  g_mode.store(m == 1 ? (int)Mode::Off : m == 2 ? (int)Mode::On : (int)Mode::Auto);
   return available();
 }
 

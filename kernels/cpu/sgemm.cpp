@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 
-#include "blas_dispatch.h"
 #include "common.h"
 
 namespace rs {
@@ -266,17 +265,6 @@ void sgemm_own(bool ta, bool tb, int M, int N, int K, float alpha, const float* 
       }
     }
   }
-}
-
-void gemm(GemmImpl impl, bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-          int ldb, float beta, float* C, int ldc, int threads) {
-  if (M <= 0 || N <= 0) return;
-  // Below ~1 MFLOP the BLAS call and thread wake-up cost more than they save.
-  constexpr int64_t kBlasMinWork = 1 << 19;
-  bool use_blas = impl == GemmImpl::Blas ||
-                  (impl == GemmImpl::Auto && (int64_t)M * N * std::max(K, 1) >= kBlasMinWork && blas::available());
-  if (use_blas && K > 0) blas::sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
-  else sgemm_own(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
 }
 
 }  // namespace rs

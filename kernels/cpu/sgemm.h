@@ -1,5 +1,5 @@
 // Matrix products: our own packed AVX2/AVX-512 sgemm (the fallback, and the only one generation uses, since
-// its rows do not depend on the other rows), and the dispatcher that prefers OpenBLAS for big products.
+// its rows do not depend on the other rows), and gemm(), which runs a product on it or on OpenBLAS.
 #pragma once
 #include <cstdint>
 
@@ -18,7 +18,8 @@ void sgemm_own(bool trans_a, bool trans_b, int M, int N, int K, float alpha, con
 bool sgemm_uses_avx512();
 void sgemm_force_avx2(bool force);
 
-// Auto: OpenBLAS when loaded and the product is big enough to be worth its overhead, else ours.
+// Own / Blas: that kernel (Blas requires blas::loaded()). Auto: whichever gemm_router.h measured faster for the
+// product's shape class (defined in gemm_router.cpp).
 void gemm(GemmImpl impl, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
           const float* B, int ldb, float beta, float* C, int ldc, int threads);
 

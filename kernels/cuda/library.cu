@@ -42,7 +42,8 @@ int32_t rs_device_count(void) { return device_count(); }
 
 void rs_set_num_threads(int32_t n) { g_threads.store(n > 0 ? n : 0); }
 
-int32_t rs_set_blas_mode(int32_t mode) { return cublas::set_mode(mode) ? 1 : 0; }
+// Mode 2 ("on") is the CPU backend's unmeasured OpenBLAS rule; here it means what 0 does: cuBLAS when it loads.
+int32_t rs_set_blas_mode(int32_t mode) { return cublas::set_mode(mode == 1 ? 1 : 0) ? 1 : 0; }
 
 // No SIMD levels on this backend: the call is accepted and reports 0 (no AVX-512 sgemm).
 int32_t rs_set_simd_level(int32_t level) {

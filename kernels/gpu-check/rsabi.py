@@ -119,7 +119,7 @@ STRUCTS = {"rs_error": Error, "rs_loss_spec": LossSpec, "rs_loss_stats": LossSta
            "rs_tensor_info": TensorInfo, "rs_optim_config": OptimConfig, "rs_step_result": StepResult,
            "rs_generate_config": GenerateConfig, "rs_generate_output": GenerateOutput}
 
-LOSS_RL, LOSS_SFT, LOSS_PPO_CLIP = 0, 1, 2
+LOSS_RL, LOSS_SFT, LOSS_PPO_CLIP, LOSS_DPPO, LOSS_IPO = 0, 1, 2, 3, 4
 STOP_EOS, STOP_SEQUENCE, STOP_LENGTH, STOP_CONTEXT = 0, 1, 2, 3
 
 
@@ -143,7 +143,7 @@ def load(path):
 
 
 def info(lib):
-    buf = C.create_string_buffer(2048)
+    buf = C.create_string_buffer(65536)  # the CPU line grows with its sgemm routing table
     if lib.rs_backend_info(buf, len(buf)) != 0:
         raise RuntimeError("rs_backend_info: buffer too small")
     return buf.value.decode()

@@ -7,10 +7,9 @@
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { join } from "node:path";
 import { stringify } from "yaml";
 import { cliMain, tinyConfig } from "../helpers/run-fixture.js";
 import { writeSpreadEnv } from "../helpers/spread-env.js";
@@ -68,7 +67,10 @@ before(() => {
   delete env.NATS_URL; // train starts its own server; replay serves the stored streams itself
   delete env.ROLLSTREAM_BLAS;
   configs.off = trainRun("rpoff", { ROLLSTREAM_BLAS: "off" });
-  if (hasOpenBlas) configs.on = trainRun("rpon", {});
+  // Measured routing, with our sgemm slowed down in the measurement (a test hook) so the learner's shape classes go to
+  // OpenBLAS whatever this machine's speeds; the replays run without the hook, so they are bit-exact only if they pin
+  // the routes the run recorded instead of measuring again.
+  if (hasOpenBlas) configs.on = trainRun("rpon", { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "own:50" });
 });
 
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -95,7 +97,7 @@ test("a run that dispatched to OpenBLAS: bit-exact on it; with dispatch unavaila
 }, () => {
   const same = cli(["replay", "--config", configs.on, "--steps", "3"], env);
   assert.equal(same.status, 0, show(same));
-  assert.match(same.stdout, /backend matched: sgemm dispatched to the same library: openblas/);
+  assert.match(same.stdout, /backend matched: sgemm dispatched to the same library: openblas.*, routes pinned as recorded \([nt]{2}:\d+x\d+x\d+:1t=blas/);
   assert.equal(stepLines(same.stdout).filter((l) => / bit-exact /.test(l)).length, 3, show(same));
 
   const off = cli(["replay", "--config", configs.on, "--steps", "3"], { ...env, ROLLSTREAM_BLAS: "off" });

@@ -40,8 +40,8 @@ lib.rs_model_train_micro.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int3
                                      C.POINTER(LossStats), F32P, C.POINTER(Error)]
 
 assert lib.rs_abi_version() == 1
-info = C.create_string_buffer(1024)
-assert lib.rs_backend_info(info, 1024) == 0
+info = C.create_string_buffer(8192)
+assert lib.rs_backend_info(info, 8192) == 0
 err = Error()
 bad = Config(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=18, intermediate_size=24, num_layers=2, num_heads=4,
              num_kv_heads=2, max_position_embeddings=32, tie_word_embeddings=1, attention_bias=0, threads=1)
