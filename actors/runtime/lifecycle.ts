@@ -13,7 +13,7 @@ import { Tokens } from "./tokens.js";
 import { Health } from "./heartbeat.js";
 import { sandboxWithHealth } from "./sandbox-health.js";
 import { ActorExit, ExitCodes, type Actor, type ActorClass, type ActorContext } from "./actor.js";
-import { ensureTopology, HealthBoard, NatsSandboxClient, RunChannels, RunState, type Topology } from "../../streams/index.js";
+import { ensureTopology, HealthBoard, MessageValidationError, NatsSandboxClient, RunChannels, RunState, type Topology } from "../../streams/index.js";
 
 export interface RunActorOptions {
   /** The run config's file, or the config itself (the sandbox actor serves every run and needs none). */
@@ -50,6 +50,7 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
   const onBeatError = (e: Error) => log.debug({ err: e.message }, "heartbeat not written");
   const health = new Health({ actor, instance, board, lastLog: () => lastLog.line, metrics, onBeatError });
   opts.signal.addEventListener("abort", () => health.draining(), { once: true });
+  let metricsSeq = 0;
   const ctx: ActorContext = {
     actor,
     instance,
@@ -61,7 +62,21 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
     health,
     signal: opts.signal,
     async publishMetrics(kind, values, step, labels) {
-      await metricsOut.publish({ actor, kind, time: Date.now(), step, values, labels });
+      // Metrics events carry work now (the orchestrator replaces filtered groups and updates its pools from
+      // the reward actor's), so a publish whose ack did not come in time — a loaded server, or this process
+      // stopped and resumed with the ack unread — is retried under the same msg-id (stored once), not fatal.
+      const event = { actor, kind, time: Date.now(), step, values, labels };
+      const msgId = `metrics:${actor}:${instance}:${process.pid}:${++metricsSeq}`;
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await metricsOut.publish(event, { msgId });
+          return;
+        } catch (e) {
+          if (e instanceof MessageValidationError || attempt >= 5 || opts.signal.aborted) throw e;
+          log.warn({ kind, attempt, err: (e as Error).message }, "metrics event not acknowledged; publishing again");
+          await new Promise((r) => setTimeout(r, 100 * 2 ** attempt));
+        }
+      }
     },
   };
   return { ctx, topology, channels, state: new RunState(topology.kv) };

@@ -50,12 +50,13 @@ export class MsgpackChannel<S extends z.ZodType> {
     return this.decode(data);
   }
 
-  async publish(value: z.input<S>): Promise<PubAck> {
+  /** `opts.msgId` overrides the channel's rule: a caller retrying one value passes the same id each time. */
+  async publish(value: z.input<S>, opts: { msgId?: string } = {}): Promise<PubAck> {
     // Validated once: the headers and msg-id read the same parsed value that is encoded.
     const parsed = validateForPublish(this.spec.schema, value);
     const data = encodeValidated(parsed);
     const headers = makeHeaders({ contentType: ContentType.msgpack, run: this.wire.run, kind: this.spec.kind, ...this.spec.headers(parsed) });
-    const msgId = this.spec.msgId?.(parsed);
+    const msgId = opts.msgId ?? this.spec.msgId?.(parsed);
     if (this.spec.large) {
       if (msgId === undefined) throw new Error(`${this.spec.what}: a large-payload channel needs a msg-id`);
       return (await publishPayload(this.wire.js, this.wire.blobs, this.spec.subject, data, { headers, msgId, maxPayload: this.wire.maxPayload() })).ack;

@@ -17,7 +17,8 @@ test("train names a SIGSTOPped actor within 10 s, and the run finishes after SIG
     cfgPath,
     stringify(
       tinyConfig("trainhealth", dir, {
-        rl: { steps: 60, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
+        // Long enough that the stop lands mid-run: a tiny model steps in milliseconds.
+        rl: { steps: 400, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
         eval: { interval: 20, n: 8 },
         checkpoint: { interval: 10, keepLast: 2, keepVersions: 2 },
       }),
@@ -46,7 +47,9 @@ test("train names a SIGSTOPped actor within 10 s, and the run finishes after SIG
     assert.ok(Date.now() - t0 < 14_000, `named after ${Date.now() - t0} ms`);
     process.kill(stopped, "SIGCONT");
     stopped = null;
-    await waitUntil("healthy again", () => /health: reward-0 is healthy again/.test(out.slice(before)), 30_000);
+    await waitUntil("healthy again", () => /health: reward-0 is healthy again/.test(out.slice(before)), 30_000).catch((e: Error) => {
+      throw new Error(`${e.message}\n--- train's output since the stop\n${out.slice(before).slice(-3000)}`);
+    });
     assert.equal(await exited, 0, out);
     assert.match(out, /held-out evaluation \(greedy pass@1 by policy version\):/);
     assert.match(out, /curve +v0 \d\.\d{3} +v20 \d\.\d{3} +v40 \d\.\d{3} +v60 \d\.\d{3}/);
