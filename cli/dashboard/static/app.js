@@ -148,6 +148,16 @@ async function refreshCharts() {
     { label: "mean", values: v("stalenessMean") },
     { label: "max", values: v("stalenessMax") },
   ]);
+  // What staleness costs, by completion length (quarters of maxTokens): a bias against long samples shows here.
+  const lengthKeys = ["delayed", "droppedStale"].flatMap((o) => ["q1", "q2", "q3", "q4"].map((q) => `${o}.len.${q}`));
+  const present = lengthKeys.filter((k) => learner.some((e) => (e.values[k] ?? 0) > 0));
+  if (present.length)
+    plot(
+      "staleByLength",
+      "delayed / dropped samples by completion length (quarter of maxTokens)",
+      xs,
+      present.map((k) => ({ label: k, values: v(k) })),
+    );
   plot("stepTime", "step time breakdown (ms)", xs, [
     { label: "waiting for samples", values: v("waitMs") },
     { label: "training", values: v("stepMs") },
