@@ -33,11 +33,12 @@ export const RECIPES: Record<string, { what: string; rl: Overrides }> = {
   length: { what: "overlong penalty over the last 8 tokens", rl: { lengthPenalty: { coef: 0.5, buffer: 8 } } },
 };
 
-function merge(a: unknown, b: unknown): unknown {
+/** Deep merge, except that a loss replaces the loss (its parameters belong to its name). */
+function merge(a: unknown, b: unknown, key = ""): unknown {
   if (b === undefined) return a;
-  if (typeof a !== "object" || a === null || Array.isArray(a) || typeof b !== "object" || b === null || Array.isArray(b)) return b;
+  if (key === "loss" || typeof a !== "object" || a === null || Array.isArray(a) || typeof b !== "object" || b === null || Array.isArray(b)) return b;
   const out: Record<string, unknown> = { ...(a as Record<string, unknown>) };
-  for (const [k, v] of Object.entries(b)) out[k] = merge(out[k], v);
+  for (const [k, v] of Object.entries(b)) out[k] = merge(out[k], v, k);
   return out;
 }
 
