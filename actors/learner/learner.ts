@@ -18,6 +18,7 @@ import {
   type CheckpointChannel,
   type CollectedBatch,
   type DeadLetterChannel,
+  type MetricsChannel,
   type RestoreChannel,
   type RunState,
   type ScoredChannel,
@@ -47,6 +48,7 @@ export class LearnerActor implements Actor {
     @inject(Tokens.Checkpoints) private readonly checkpoints: CheckpointChannel,
     @inject(Tokens.Restore) private readonly restoreChannel: RestoreChannel,
     @inject(Tokens.DeadLetters) private readonly deadLetters: DeadLetterChannel,
+    @inject(Tokens.LearnerEvents) private readonly learnerEvents: MetricsChannel,
   ) {}
 
   async run(): Promise<void> {
@@ -152,6 +154,10 @@ export class LearnerActor implements Actor {
     const heldGauge = ctx.metrics.gauge("learner_held_rows", "rl.staleness pace: rows read and held for a later step");
     const stepGauge = ctx.metrics.gauge("learner_step", "RL optimizer steps done");
     stepGauge.set(this.counters.step);
+    // pace: which messages a step takes depends on when they arrived. A learner restored from a checkpoint
+    // redoes the steps its earlier life trained after it on exactly the messages that life recorded.
+    const redo = rl.staleness === "pace" ? await this.recordedPacedSteps(this.counters.step) : new Map<number, number[]>();
+    if (redo.size > 0) log.info({ from: this.counters.step, steps: redo.size }, "redoing the earlier life's paced steps on the messages it recorded");
     const guard = new StepGuard(ctx, this.model, reader, this.scored.stepAttempts(), (b) =>
       this.trainStep(b.kept, rl.loss, rl.optimizer, this.counters.step, rl.steps),
     );
@@ -160,10 +166,12 @@ export class LearnerActor implements Actor {
         const version = this.counters.step;
         // Tell the orchestrator when we wait on samples (dropped as stale or dead-lettered samples are
         // never coming): it tops the pipeline up if nothing is in flight.
+        const follow = redo.get(version);
         const collectOpts = {
           batchSize: rl.batchSize,
           maxOffPolicySteps: rl.maxOffPolicySteps,
           staleness: rl.staleness,
+          ...(follow ? { follow } : {}),
           signal: ctx.signal,
           onIdle: (missing: number) => {
             ctx.health.note(`for step ${version + 1} (${rl.batchSize - missing} of ${rl.batchSize})`);
@@ -283,6 +291,24 @@ export class LearnerActor implements Actor {
     process.env.ROLLSTREAM_BLAS_ROUTES = earlier.blasRoutes; // read by setBlasMode
     resolveBackend(this.model.device).backend.setBlasMode(0);
     this.ctx.log.info({ routes: earlier.blasRoutes }, "sgemm routes pinned as the earlier learner measured them");
+  }
+
+  /** The stream sequences the earlier lives of this learner recorded for steps after `fromStep`, by the version each trained from. */
+  private async recordedPacedSteps(fromStep: number): Promise<Map<number, number[]>> {
+    const out = new Map<number, number[]>();
+    const reader = this.learnerEvents.reader(1);
+    try {
+      // The first read creates the consumer; then an empty wait means everything stored has been read.
+      for (let m = await reader.next(3000); m !== null; m = await reader.next(500)) {
+        const e = "value" in m ? m.value : null;
+        const seqs = e?.labels?.["seqs"];
+        if (!e || e.kind !== "step" || e.step === undefined || e.step <= fromStep || seqs === undefined) continue;
+        out.set(e.step - 1, seqs === "" ? [] : seqs.split(",").map(Number));
+      }
+    } finally {
+      await reader.close();
+    }
+    return out;
   }
 
   private async publishWeights(version: number, phase: "sft" | "rl"): Promise<void> {

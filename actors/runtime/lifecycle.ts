@@ -95,6 +95,7 @@ export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {
   c.register(Tokens.Restore, { useValue: w.channels.restore });
   c.register(Tokens.DeadLetters, { useValue: w.channels.deadLetters });
   c.register(Tokens.RewardEvents, { useValue: w.channels.metrics("reward") });
+  c.register(Tokens.LearnerEvents, { useValue: w.channels.metrics("learner") });
   c.register(Tokens.Eval, { useValue: w.channels.eval });
   c.register(Tokens.Sandbox, { useFactory: () => sandboxWithHealth(new NatsSandboxClient(w.ctx.nc), w.ctx.health) });
   return c.resolve(cls as unknown as InjectionToken<Actor>);

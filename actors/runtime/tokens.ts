@@ -22,6 +22,8 @@ export const Tokens = {
   Eval: Symbol("EvalChannel"),
   /** MetricsChannel of the reward actor: rs.<run>.metrics.reward, whose group events the orchestrator reads (rl.filter). */
   RewardEvents: Symbol("RewardEvents"),
+  /** The learner's own metrics events: a restarted learner under rl.staleness pace follows its earlier life's steps. */
+  LearnerEvents: Symbol("LearnerEvents"),
   /** DeadLetterChannel: rs.<run>.dlq, for what an actor leaves out of a message it otherwise handles. */
   DeadLetters: Symbol("DeadLetterChannel"),
   /** CodeSandbox: the sandbox service client environments run code through. */
