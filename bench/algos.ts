@@ -92,8 +92,8 @@ async function trainAndEval(base: Overrides, recipe: string, seed: number, rlSec
   for (;;) {
     const done = await Promise.race([exited.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 500))]);
     if (done) throw new Error(`${run}: train exited before its time was up (exit ${child.exitCode}): ${stderr.split("\n").slice(-3).join(" | ")}`);
-    const times = rlSteps(metrics);
-    if (times.length && first === undefined) first = Date.now();
+    // The RL clock starts at the first step event; after that only the clock is watched.
+    if (first === undefined && rlSteps(metrics).length > 0) first = Date.now();
     if (first !== undefined && Date.now() - first >= rlSeconds * 1000) break;
   }
   child.kill("SIGINT");

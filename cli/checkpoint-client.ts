@@ -12,6 +12,7 @@ import { PolicyEngine } from "../actors/runtime/policy-engine.js";
 import { decodeTrainState } from "../kernels/train-state.js";
 import { CheckpointDir } from "../actors/runtime/checkpoint-dir.js";
 import type { ModelClient } from "../environments/api/index.js";
+import { runConfigPathOf } from "./run-checkpoint.js";
 
 export async function makeCheckpointClient(path: string, opts: { threads?: number; seed?: number } = {}): Promise<ModelClient> {
   const p = resolve(path);
@@ -29,8 +30,7 @@ export async function makeCheckpointClient(path: string, opts: { threads?: numbe
   }
   const manifestPath = join(p, "manifest.json");
   if (existsSync(manifestPath)) {
-    const runDir = dirname(dirname(p));
-    const configPath = join(runDir, "config.yaml");
+    const configPath = runConfigPathOf(p);
     if (!existsSync(configPath)) throw new Error(`checkpoint ${p}: the run config ${configPath} is missing`);
     const config = loadRunConfig(configPath);
     const step = Number(JSON.parse(readFileSync(manifestPath, "utf8")).step);

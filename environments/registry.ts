@@ -47,9 +47,7 @@ let hookRegistered = false;
 function registerRollstreamResolver(): void {
   if (hookRegistered) return;
   hookRegistered = true;
-  let root = resolve(HERE, "..");
-  while (!existsSync(join(root, "package.json")) && dirname(root) !== root) root = dirname(root);
-  register(new URL("./resolve-hook.js", import.meta.url), { data: { parentURL: pathToFileURL(join(root, "package.json")).href } });
+  register(new URL("./resolve-hook.js", import.meta.url), { data: { parentURL: pathToFileURL(join(locations({}).projectRoot, "package.json")).href } });
 }
 const ENV_KEYWORD = "rollstream-environment";
 

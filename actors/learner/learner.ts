@@ -13,6 +13,8 @@ import { createPolicyModel, createTokenizer, rolloutLimitsOf } from "../runtime/
 import { blasInUse, parseBackendInfo, type PolicyModel } from "../../kernels/index.js";
 import {
   checkRolloutLimits,
+  formatStepSeqs,
+  parseStepSeqs,
   rejectReasonOf,
   StateKeys,
   type CheckpointChannel,
@@ -233,7 +235,7 @@ export class LearnerActor implements Actor {
           },
           this.counters.step,
           // The stream sequences this step trained on: under pace they depend on arrival, and replay follows them.
-          { staleness: rl.staleness, seqs: batch.sources.map((s) => s.msg.seq).join(",") },
+          { staleness: rl.staleness, seqs: formatStepSeqs(batch.sources.map((s) => s.msg.seq)) },
         );
         log.info({ step: this.counters.step, loss: report.loss, rewardMean, dropped: droppedNow }, "step");
         if (this.counters.step % config.checkpoint.interval === 0 || this.counters.step === rl.steps) await this.saveState();
@@ -302,8 +304,8 @@ export class LearnerActor implements Actor {
       for (let m = await reader.next(3000); m !== null; m = await reader.next(500)) {
         const e = "value" in m ? m.value : null;
         const seqs = e?.labels?.["seqs"];
-        if (!e || e.kind !== "step" || e.step === undefined || e.step <= fromStep || seqs === undefined) continue;
-        out.set(e.step - 1, seqs === "" ? [] : seqs.split(",").map(Number));
+        if (e?.kind !== "step" || e.step === undefined || e.step <= fromStep || seqs === undefined) continue;
+        out.set(e.step - 1, parseStepSeqs(seqs));
       }
     } finally {
       await reader.close();

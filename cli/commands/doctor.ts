@@ -3,6 +3,7 @@
 // durable work consumers (what is pending or unacked, and how old the oldest of it is). Exit 0 when
 // healthy, 1 when not (or the run cannot be read), 2 on a usage error.
 import type { Command } from "commander";
+import { UsageError } from "../errors.js";
 import { Kvm } from "@nats-io/kv";
 import { join } from "node:path";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
@@ -30,8 +31,6 @@ interface DoctorOptions {
   stuckMs?: string;
   json?: boolean;
 }
-
-class UsageError extends Error {}
 
 export function registerDoctorCommand(program: Command): void {
   program

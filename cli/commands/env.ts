@@ -1,7 +1,7 @@
 // `rollstream env list` and `rollstream env init <name>`.
-import { existsSync, readFileSync } from "node:fs";
-import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { packageRoot } from "../../kernels/native.js";
 import type { Command } from "commander";
 import { listEnvironments } from "../../environments/registry.js";
 import { scaffoldEnvironment, scaffoldEnvironmentPackage } from "../../environments/scaffold.js";
@@ -52,7 +52,5 @@ export function registerEnvCommands(program: Command): void {
 
 /** This rollstream's version: the peer dependency range a new package asks for. */
 function ownVersion(): string {
-  let dir = dirname(fileURLToPath(import.meta.url));
-  while (!existsSync(join(dir, "package.json")) && dirname(dir) !== dir) dir = dirname(dir);
-  return (JSON.parse(readFileSync(join(dir, "package.json"), "utf8")) as { version: string }).version;
+  return (JSON.parse(readFileSync(join(packageRoot(), "package.json"), "utf8")) as { version: string }).version;
 }

@@ -2,10 +2,11 @@
 // endpoint; prints reward, each rubric function and metric, pass@k, stop reasons, errors and timing; saves
 // results.jsonl + metadata.json as it goes, so the same command resumes after an interruption.
 import { existsSync } from "node:fs";
-import { basename, dirname, join, resolve } from "node:path";
+import { basename, join, resolve } from "node:path";
 import { InvalidArgumentError, type Command } from "commander";
 import { UsageError } from "../errors.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
+import { isRunCheckpoint, runConfigPathOf } from "../run-checkpoint.js";
 import cliProgress from "cli-progress";
 import type { CodeSandbox, ModelClient, SamplingArgs, TokenizerLike } from "../../environments/api/index.js";
 import { OpenAICompletionsClient } from "../../environments/clients/openai.js";
@@ -204,9 +205,8 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
  * entry for that environment (its digits, its format reward, ...), unless -a names others.
  */
 function runEnvArgs(checkpoint: string, spec: string): Record<string, unknown> | null {
-  const dir = resolve(checkpoint);
-  const configPath = join(dirname(dirname(dir)), "config.yaml");
-  if (!existsSync(join(dir, "manifest.json")) || !existsSync(configPath)) return null;
+  const configPath = runConfigPathOf(checkpoint);
+  if (!isRunCheckpoint(checkpoint) || !existsSync(configPath)) return null;
   const name = spec.split("@")[0];
   const entries = loadRunConfig(configPath).environments.filter((e) => e.id.split("@")[0] === name);
   if (entries.length === 0) return null;

@@ -7,6 +7,7 @@
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { Command } from "commander";
+import { UsageError } from "../errors.js";
 import { Kvm } from "@nats-io/kv";
 import { ConfigError, loadRunConfig, type RunConfig } from "../../actors/runtime/config.js";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
@@ -39,9 +40,6 @@ export interface ReplayOptions {
   export?: string;
   bundle?: string;
 }
-
-/** A wrong combination of options: exit 2. */
-class UsageError extends Error {}
 
 export function registerReplayCommand(program: Command): void {
   program

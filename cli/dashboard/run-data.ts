@@ -17,9 +17,11 @@ import {
   StateAnnouncementSchema,
   StateKeys,
   StreamReader,
+  summariseIdle,
   WeightsAnnouncementSchema,
   type ConsumerBacklog,
   type EvalMessage,
+  type IdleSummary,
   type MetricsEvent,
   type RolloutRow,
   type Wire,
@@ -372,10 +374,11 @@ export class RunData {
     return (await state?.get(StateKeys.evalResults).catch(() => undefined)) ?? {};
   }
 
-  /** Heartbeats (live and exited) as the doctor reads them. */
-  async health(): Promise<{ entries: Awaited<ReturnType<HealthBoard["read"]>>; now: number }> {
+  /** Every instance's verdict as the doctor gives it, and each actor's idle ratios, from the heartbeats. */
+  async health(): Promise<{ run: RunHealth; idle: IdleSummary[] }> {
     const entries = await new HealthBoard(this.channels.wire.health).read().catch(() => []);
-    return { entries, now: Date.now() };
+    const status = (await (await this.kvState)?.get(StateKeys.runStatus).catch(() => undefined)) ?? undefined;
+    return { run: classifyRun(entries, status, Date.now()), idle: summariseIdle(entries.flatMap((e) => (e.heartbeat ? [e.heartbeat] : []))) };
   }
 
   /** What each durable consumer has not finished, plus the streams' sizes; sampled into a depth series. */

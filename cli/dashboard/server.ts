@@ -10,8 +10,7 @@ import type { Tokenizer } from "../../kernels/tokenizer.js";
 import { RunData } from "./run-data.js";
 import { groupFilter, payloadPreview } from "./filters.js";
 import { groupView } from "./views.js";
-import { classifyRun } from "../health/verdicts.js";
-import { openWire, RunChannels, summariseIdle, type MetricsEvent } from "../../streams/index.js";
+import { openWire, RunChannels, type MetricsEvent } from "../../streams/index.js";
 import type { RunConfig } from "../../actors/runtime/config.js";
 import { LearnerLogprobCalculator } from "./learner-logprobs.js";
 import { createTokenizer } from "../../actors/runtime/model-factory.js";
@@ -139,11 +138,7 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
     }
   });
   app.get("/api/checkpoints", async () => data.checkpoints());
-  app.get("/api/health", async () => {
-    const { entries, now } = await data.health();
-    const status = (await data.overview()).status;
-    return { run: classifyRun(entries, status ?? undefined, now), idle: summariseIdle(entries.flatMap((e) => (e.heartbeat ? [e.heartbeat] : []))) };
-  });
+  app.get("/api/health", async () => data.health());
   app.get("/api/queues", async () => data.queues());
   app.get("/api/replays", async () => {
     const sessions = new Map<string, { session: string; setting: string; steps: MetricsEvent[] }>();

@@ -2,7 +2,7 @@
 // the learner read it, or a bundle's Arrow files. The stream source can also capture what each step read
 // (payload bytes and kept rows) for `replay --export`.
 import type { RunConfig } from "../../actors/runtime/config.js";
-import { decodeRolloutBatch, type CollectedBatch, type RolloutRow, type ScoredReader } from "../../streams/index.js";
+import { decodeRolloutBatch, parseStepSeqs, type CollectedBatch, type RolloutRow, type ScoredReader } from "../../streams/index.js";
 import { bundleRows, type Bundle, type CapturedStep } from "./bundle.js";
 
 export interface StepSource {
@@ -38,7 +38,7 @@ export function recordedSeqs(recorded: Map<number, { line: string }>): Map<numbe
   const out = new Map<number, number[]>();
   for (const [step, { line }] of recorded) {
     const seqs = (JSON.parse(line) as { labels?: Record<string, string> }).labels?.["seqs"];
-    if (seqs !== undefined) out.set(step - 1, seqs === "" ? [] : seqs.split(",").map(Number));
+    if (seqs !== undefined) out.set(step - 1, parseStepSeqs(seqs));
   }
   return out;
 }

@@ -2,10 +2,8 @@
 // ROLLSTREAM_ENV_PATH: the env answers every model turn, keeps what it saw in `state`, and scores from
 // that state (so a run that lost `state` on the wire would score differently than `eval`).
 import { mkdirSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-
-const apiUrl = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "environments", "api", "index.js")).href;
+import { join } from "node:path";
+import { envApiUrl as apiUrl } from "./env-package.js";
 
 export function writeMultiTurnEnv(dir: string): string {
   const folder = join(dir, "echo-turns");

@@ -1,5 +1,6 @@
 // A real run for integration tests: a temp folder, a small config, a real nats-server, and actors
 // launched as child processes exactly as `rollstream train` launches them.
+import { replay } from "../../cli/commands/replay.js";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -99,4 +100,26 @@ export async function storedMessages(jsm: JetStreamManager, stream: string, subj
     if (m && (subject === undefined || m.subject === subject)) out.push(m);
   }
   return out;
+}
+
+/**
+ * `rollstream replay` in this process with --json (`opts` as its CLI options): its exit code, every line it
+ * printed, and the per-step JSON objects among them.
+ */
+export async function replayInProcess(
+  opts: Parameters<typeof replay>[0],
+): Promise<{ code: number; lines: string[]; rows: { step: number; exact: boolean | null }[] }> {
+  const lines: string[] = [];
+  const orig = console.log;
+  console.log = (...a: unknown[]) => {
+    lines.push(a.join(" "));
+  };
+  let code: number;
+  try {
+    code = await replay({ ...opts, json: true });
+  } finally {
+    console.log = orig;
+  }
+  const rows = lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { step: number; exact: boolean | null });
+  return { code, lines, rows };
 }

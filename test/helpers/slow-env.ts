@@ -1,18 +1,12 @@
 // Test environments whose groups are scored after a delay (a rubric that sleeps), as a long rollout of a hard
 // problem reaches the learner late: `writeTimedEnv(dir, "slow", 1500)` writes package slow@1.0.0. The reward is
 // a hash of the reply, so groups carry signal. Written as package folders for ROLLSTREAM_ENV_PATH.
-import { mkdirSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-
-const apiUrl = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "environments", "api", "index.js")).href;
+import { envApiUrl as apiUrl, writeEnvPackage } from "./env-package.js";
 
 export function writeTimedEnv(dir: string, name: string, delayMs: number): string {
-  const folder = join(dir, "envs", name);
-  mkdirSync(folder, { recursive: true });
-  writeFileSync(join(folder, "package.json"), JSON.stringify({ name, version: "1.0.0", type: "module", main: "index.js" }));
-  writeFileSync(
-    join(folder, "index.js"),
+  return writeEnvPackage(
+    dir,
+    name,
     `import { buildPrompt, createEnvironment, generatorDataset, Rubric } from ${JSON.stringify(apiUrl)};
 export function loadEnvironment() {
   const rubric = new Rubric().reward("timed", async ({ completion }) => {
@@ -30,5 +24,4 @@ export function loadEnvironment() {
 }
 `,
   );
-  return join(dir, "envs");
 }

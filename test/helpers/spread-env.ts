@@ -1,19 +1,13 @@
 // A test environment whose reward varies within every group (a hash of the reply), so every step has
 // non-zero advantages: the weights move, a loss change has something to act on, reward filters have both
 // kinds of group to tell apart. Written as a package folder for ROLLSTREAM_ENV_PATH.
-import { mkdirSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-
-const apiUrl = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "environments", "api", "index.js")).href;
+import { envApiUrl as apiUrl, writeEnvPackage } from "./env-package.js";
 
 /** A reward that varies within every group (a hash of the reply), so every step has non-zero advantages for a loss change to act on. */
 export function writeSpreadEnv(dir: string): string {
-  const folder = join(dir, "envs", "spread");
-  mkdirSync(folder, { recursive: true });
-  writeFileSync(join(folder, "package.json"), JSON.stringify({ name: "spread", version: "1.0.0", type: "module", main: "index.js" }));
-  writeFileSync(
-    join(folder, "index.js"),
+  return writeEnvPackage(
+    dir,
+    "spread",
     `import { buildPrompt, createEnvironment, generatorDataset, Rubric } from ${JSON.stringify(apiUrl)};
 export function loadEnvironment() {
   const rubric = new Rubric().reward("spread", ({ completion }) => {
@@ -30,5 +24,4 @@ export function loadEnvironment() {
 }
 `,
   );
-  return join(dir, "envs");
 }

@@ -3,21 +3,15 @@
 // group std would blow up to ±1 advantages), i % 6 == 1 all-right (1), and the rest score a hash of the reply in
 // [0, 1) (informative but for a one-in-a-million tie). `allWrong: true` makes every prompt all-wrong. Written
 // as a package folder for ROLLSTREAM_ENV_PATH.
-import { mkdirSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
-
-const apiUrl = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "environments", "api", "index.js")).href;
+import { envApiUrl as apiUrl, writeEnvPackage } from "./env-package.js";
 
 /** The all-wrong prompts' reward noise: inside a filter tolerance of 1e-3, far above the 1e-6 std floor of normalisation. */
 export const ZERO_VARIANCE_NOISE = 1e-4;
 
 export function writeZeroVarianceEnv(dir: string): string {
-  const folder = join(dir, "envs", "zerovar");
-  mkdirSync(folder, { recursive: true });
-  writeFileSync(join(folder, "package.json"), JSON.stringify({ name: "zerovar", version: "1.0.0", type: "module", main: "index.js" }));
-  writeFileSync(
-    join(folder, "index.js"),
+  return writeEnvPackage(
+    dir,
+    "zerovar",
     `import { buildPrompt, createEnvironment, generatorDataset, Rubric } from ${JSON.stringify(apiUrl)};
 export function loadEnvironment(args = {}) {
   const hash = (completion) => {
@@ -42,5 +36,4 @@ export function loadEnvironment(args = {}) {
 }
 `,
   );
-  return join(dir, "envs");
 }

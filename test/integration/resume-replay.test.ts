@@ -4,11 +4,10 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, waitUntil, replayInProcess } from "../helpers/run-fixture.js";
 import { StateKeys } from "../../streams/index.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { MetricsEventSchema, type MetricsEvent } from "../../streams/messages.js";
-import { replay } from "../../cli/commands/replay.js";
 
 test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay reproduces the losses", async () => {
   const run = await startRun("resume", {
@@ -68,18 +67,7 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     // What `rollstream train` records, then replay from the oldest kept checkpoint.
     const runDir = join(run.dir, "resume");
     writeFileSync(join(runDir, "metrics.jsonl"), events.map((e) => JSON.stringify(e)).join("\n") + "\n");
-    const lines: string[] = [];
-    const orig = console.log;
-    console.log = (...a: unknown[]) => {
-      lines.push(a.join(" "));
-    };
-    let code: number;
-    try {
-      code = await replay({ config: run.configPath, steps: "2", nats: run.nats.url, json: true });
-    } finally {
-      console.log = orig;
-    }
-    const rows = lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { step: number; exact: boolean | null });
+    const { code, lines, rows } = await replayInProcess({ config: run.configPath, steps: "2", nats: run.nats.url });
     assert.equal(code, 0, lines.join("\n"));
     assert.equal(rows.length, 2);
     assert.ok(

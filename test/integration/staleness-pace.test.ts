@@ -10,11 +10,10 @@ import assert from "node:assert/strict";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startRun, storedMessages, waitUntil, type RunFixture } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, waitUntil, type RunFixture, replayInProcess } from "../helpers/run-fixture.js";
 import { writeTimedEnv } from "../helpers/slow-env.js";
 import { testSampling } from "../helpers/rollout-fixtures.js";
 import { decodeMsgpack, MetricsEventSchema, RunChannels, StateKeys, type MetricsEvent } from "../../streams/index.js";
-import { replay } from "../../cli/commands/replay.js";
 
 const BOUND = 1;
 const STEPS = 6;
@@ -92,18 +91,7 @@ test("pace: no sample is ever trained past maxOffPolicySteps, stragglers are wai
     assert.ok(stats && Object.keys(stats.envs["slow"] ?? {}).length > 0 && Object.keys(stats.envs["fast"] ?? {}).length > 0, JSON.stringify(stats));
     // Replay from the oldest kept checkpoint takes the messages each step recorded and reproduces its losses.
     writeFileSync(join(r.dir, "pace", "metrics.jsonl"), steps.map((e) => JSON.stringify(e)).join("\n") + "\n");
-    const lines: string[] = [];
-    const orig = console.log;
-    console.log = (...a: unknown[]) => {
-      lines.push(a.join(" "));
-    };
-    let code: number;
-    try {
-      code = await replay({ config: r.configPath, steps: "2", nats: r.nats.url, json: true });
-    } finally {
-      console.log = orig;
-    }
-    const replayed = lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { step: number; exact: boolean | null });
+    const { code, lines, rows: replayed } = await replayInProcess({ config: r.configPath, steps: "2", nats: r.nats.url });
     assert.equal(code, 0, lines.join("\n"));
     assert.equal(replayed.length, 2, lines.join("\n"));
     assert.ok(

@@ -3,6 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { kernels, lossSpecSchema, type LossSpec } from "../../kernels/index.js";
+import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 import { assertClose, dot64, f64, numericGrad, randF32, randInts } from "./helpers.js";
 import * as ref from "./ref-layers.js";
 
@@ -193,6 +194,46 @@ function lossCase(V: number, seed: number) {
   return { N, V, logits, l64, targets, mask, slp, adv };
 }
 
+type LossCase = ReturnType<typeof lossCase>;
+
+/**
+ * dlogits row by row (the loss is a sum over rows) against central differences of the f64 reference. Big vocab:
+ * the target, `edges` (e.g. both sides of the 1024-wide chunk boundaries) and `random` sampled columns (the
+ * full row would cost V^2 reference evaluations).
+ */
+function assertRowGrads(
+  c: LossCase,
+  dl: Float32Array,
+  refSpec: ParsedLossSpec,
+  normalizer: number,
+  o: { edges: number[]; random: number; seed: number; what: string },
+) {
+  const V = c.V;
+  const adv64 = f64(c.adv),
+    slp64 = f64(c.slp);
+  for (let row = 0; row < c.N; row++) {
+    const rowLogits = c.l64.subarray(row * V, (row + 1) * V);
+    const L = () =>
+      ref.lossFromLogits(
+        rowLogits,
+        1,
+        V,
+        c.targets.subarray(row, row + 1),
+        Uint8Array.of(c.mask[row]!),
+        adv64.subarray(row, row + 1),
+        slp64.subarray(row, row + 1),
+        {
+          ...refSpec,
+          normalizer,
+        },
+      ).loss;
+    const cols = V <= 64 ? undefined : [...new Set([c.targets[row]!, ...o.edges, V - 1, ...randInts(o.random, o.seed + row, V)])].filter((j) => j < V);
+    const num = numericGrad(L, rowLogits, 1e-5, cols);
+    const got = cols ? Float32Array.from(cols, (j) => dl[row * V + j]!) : dl.subarray(row * V, (row + 1) * V);
+    assertClose(got, num, `${o.what} row ${row}`, RTOL, 1e-8);
+  }
+}
+
 // The kernels and the reference both get the schema's defaults (the reference has none of its own).
 const LOSSES: LossSpec[] = [
   { name: "sft" },
@@ -230,23 +271,8 @@ for (const V of [37, 2500]) {
       assert.ok(Math.abs(r.stats.logpSum - want.logpSum) < 1e-5 * Math.abs(want.logpSum));
       assert.ok(Math.abs(r.stats.mismatchKlSum - want.mismatchKlSum) < 1e-4 * Math.max(1, want.mismatchKlSum));
       assertClose(r.tokenLogprobs, want.logprobs, "token logprobs", 1e-6, 1e-6);
-      // Gradient row by row (the loss is a sum over rows), central differences on the f64 reference.
       const dl = r.dlogits!;
-      for (let row = 0; row < c.N; row++) {
-        const rowLogits = c.l64.subarray(row * V, (row + 1) * V);
-        const one = (m: number) => Uint8Array.of(m);
-        const L = () =>
-          ref.lossFromLogits(rowLogits, 1, V, c.targets.subarray(row, row + 1), one(c.mask[row]), adv64.subarray(row, row + 1), slp64.subarray(row, row + 1), {
-            ...refSpec,
-            normalizer,
-          }).loss;
-        // Big vocab: the target, both sides of the 1024-wide chunk boundaries and a random sample (the full
-        // row would cost V^2 reference evaluations).
-        const cols = V <= 64 ? undefined : [...new Set([c.targets[row], 0, 1023, 1024, 2047, 2048, V - 1, ...randInts(40, 900 + row, V)])].filter((j) => j < V);
-        const num = numericGrad(L, rowLogits, 1e-5, cols);
-        const got = cols ? Float32Array.from(cols, (j) => dl[row * V + j]) : dl.subarray(row * V, (row + 1) * V);
-        assertClose(got, num, `dlogits row ${row}`, RTOL, 1e-8);
-      }
+      assertRowGrads(c, dl, refSpec, normalizer, { edges: [0, 1023, 1024, 2047, 2048], random: 40, seed: 900, what: "dlogits" });
       // The masked rows (ratio outside [1/8, 8]) have exactly zero gradient under rl.
       if (spec.name === "rl")
         for (const row of [3, 4])
@@ -335,28 +361,7 @@ for (const V of [37, 2500]) {
       assert.ok(want.maskedTokens > 0 && want.maskedTokens < want.lossTokens, `the bound splits the rows: ${want.maskedTokens} of ${want.lossTokens} masked`);
       assert.equal(r.stats.maskedTokens, want.maskedTokens);
       assert.ok(Math.abs(r.stats.loss - want.loss) <= 1e-5 * Math.max(1, Math.abs(want.loss)), `loss ${r.stats.loss} vs ${want.loss}`);
-      const dl = r.dlogits!;
-      for (let row = 0; row < c.N; row++) {
-        const rowLogits = c.l64.subarray(row * V, (row + 1) * V);
-        const L = () =>
-          ref.lossFromLogits(
-            rowLogits,
-            1,
-            V,
-            c.targets.subarray(row, row + 1),
-            Uint8Array.of(c.mask[row]!),
-            adv64.subarray(row, row + 1),
-            slp64.subarray(row, row + 1),
-            {
-              ...refSpec,
-              normalizer,
-            },
-          ).loss;
-        const cols = V <= 64 ? undefined : [...new Set([c.targets[row]!, 0, 1023, 1024, V - 1, ...randInts(30, 700 + row, V)])].filter((j) => j < V);
-        const num = numericGrad(L, rowLogits, 1e-5, cols);
-        const got = cols ? Float32Array.from(cols, (j) => dl[row * V + j]!) : dl.subarray(row * V, (row + 1) * V);
-        assertClose(got, num, `${name} dlogits row ${row}`, RTOL, 1e-8);
-      }
+      assertRowGrads(c, r.dlogits!, refSpec, normalizer, { edges: [0, 1023, 1024], random: 30, seed: 700, what: `${name} dlogits` });
     });
   }
 }
