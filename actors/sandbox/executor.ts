@@ -311,6 +311,11 @@ export class SandboxExecutor {
     return this.sessions.has(id);
   }
 
+  /** Host pids of the live sandboxes' bwrap processes (diagnostics, tests). */
+  sandboxPids(): number[] {
+    return [...this.live].map((sb) => sb.pid).filter((p): p is number => p !== undefined);
+  }
+
   stats(): Record<string, number> {
     const p = this.pool.counters;
     const s = this.sessions.counters;

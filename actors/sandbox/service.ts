@@ -23,8 +23,9 @@ import {
 } from "../../streams/index.js";
 import { SandboxRequestError } from "./errors.js";
 import { SandboxExecutor } from "./executor.js";
+import { ThreadedExecutor, type SandboxBackend } from "./executor-thread.js";
 import { SandboxFailure } from "./sandbox-process.js";
-import type { SandboxSettings, SandboxSettingsInput } from "./settings.js";
+import { parseSandboxSettings, type SandboxSettings, type SandboxSettingsInput } from "./settings.js";
 
 export interface SandboxServiceHandle {
   /** Stops taking requests, lets running ones finish (settings.drainMs), then kills every sandbox. */
@@ -32,7 +33,9 @@ export interface SandboxServiceHandle {
   stats(): Record<string, number>;
   /** This replica's id (part of its session subjects). */
   readonly instance: string;
-  readonly executor: SandboxExecutor;
+  readonly executor: SandboxBackend;
+  /** Resolves with the reason if the executor died under the service (its worker thread): exit and restart. */
+  readonly failed: Promise<string>;
 }
 
 /** Reply bodies must fit the server's max_payload; output caps are kept below it with this margin. */
@@ -44,7 +47,9 @@ export async function startSandboxService(opts: {
   settings: SandboxSettings | SandboxSettingsInput;
 }): Promise<SandboxServiceHandle> {
   const { nc, log } = opts;
-  const executor = await SandboxExecutor.create(opts.settings, log);
+  // Sandboxes live on a worker thread unless the settings say otherwise (executorThread: false).
+  const settings = parseSandboxSettings(opts.settings);
+  const executor: SandboxBackend = settings.executorThread ? await ThreadedExecutor.create(settings, log) : await SandboxExecutor.create(settings, log);
   const maxPayload = nc.info?.max_payload ?? 1024 * 1024;
   // stdout and stderr are each capped; both must fit one reply.
   executor.setOutputCeiling(Math.floor((maxPayload - REPLY_OVERHEAD_BYTES) / 2));
@@ -150,7 +155,7 @@ export async function startSandboxService(opts: {
     metadata: { description: "close a session of this replica (idempotent)" },
     handler: serve("session-close", async (msg) => {
       const { sessionId } = decodeSessionClose(msg.data);
-      return encodeSessionCloseReply({ sessionId, closed: executor.closeSession(sessionId) });
+      return encodeSessionCloseReply({ sessionId, closed: await executor.closeSession(sessionId) });
     }),
   });
   log.info(
@@ -162,6 +167,7 @@ export async function startSandboxService(opts: {
   return {
     instance,
     executor,
+    failed: executor instanceof ThreadedExecutor ? executor.died : new Promise<string>(() => undefined),
     stats: () => ({ ...executor.stats(), malformed_total: counters.malformed, internal_errors_total: counters.internalErrors }),
     async stop() {
       if (stopped) return;

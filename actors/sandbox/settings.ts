@@ -101,6 +101,10 @@ export const SandboxSettingsSchema = z.object({
     .prefault({})
     .describe("interpreters offered to programs; bash is always offered when /bin/bash exists"),
   isolation: IsolationSettingsSchema.prefault({}),
+  executorThread: z
+    .boolean()
+    .default(true)
+    .describe("the service runs its sandboxes (pool, starts, sessions) on a worker thread, so starting sandboxes never delays replies (default true)"),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });
 
