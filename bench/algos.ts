@@ -5,7 +5,7 @@
 // with Ctrl-C (it drains) when its RL time is up; its newest checkpoint is then evaluated by `rollstream eval`.
 // Recipes this build's config schema does not know are skipped and said so. Last line: one JSON object.
 //
-//   rollstream bench algos [--quick]      (ALGOS_RECIPES=default,filter  ALGOS_SEEDS=3  ALGOS_RL_SECONDS=60)
+//   rollstream bench algos [--quick]      (ALGOS_RECIPES=default,nofilter  ALGOS_SEEDS=3  ALGOS_RL_SECONDS=60)
 import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -21,8 +21,8 @@ type Overrides = Record<string, unknown>;
 
 /** Each recipe is a change to the demo config's `rl` section (deep-merged). */
 export const RECIPES: Record<string, { what: string; rl: Overrides }> = {
-  default: { what: "the demo as shipped", rl: {} },
-  filter: { what: "zero-variance filter with refill", rl: { filter: { zeroVariance: true, tolerance: 1e-6, maxRefillRounds: 3 } } },
+  default: { what: "the demo as shipped: zero-variance filter with refill", rl: {} },
+  nofilter: { what: "no filter: every group trains", rl: { filter: { zeroVariance: false } } },
   pace: { what: "staleness pacing, oldest first", rl: { staleness: "pace" } },
   mean_std: { what: "advantages divided by the group std (GRPO)", rl: { advantage: "mean_std" } },
   ppo_clip: { what: "PPO-clip loss", rl: { loss: { name: "ppo_clip", clipEps: 0.2 } } },
@@ -142,7 +142,7 @@ export async function runAlgosBench(opts: { quick?: boolean; config?: string; lo
   const base = parse(readFileSync(opts.config ?? join(root, "examples", "demo.yaml"), "utf8")) as Overrides;
   const seeds = Number(process.env["ALGOS_SEEDS"] ?? (opts.quick ? 1 : 3));
   const rlSeconds = Number(process.env["ALGOS_RL_SECONDS"] ?? (opts.quick ? 15 : 60));
-  const asked = (process.env["ALGOS_RECIPES"] ?? (opts.quick ? "default,filter" : Object.keys(RECIPES).join(","))).split(",").filter(Boolean);
+  const asked = (process.env["ALGOS_RECIPES"] ?? (opts.quick ? "default,nofilter" : Object.keys(RECIPES).join(","))).split(",").filter(Boolean);
   if (opts.quick) (base as { sft?: Overrides }).sft = merge((base as { sft?: Overrides }).sft, { steps: 100 }) as Overrides;
   const recipes: string[] = [];
   for (const name of asked) {
