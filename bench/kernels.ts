@@ -65,10 +65,12 @@ function timeGemm(s: Shape, impls: GemmImpl[], threads: number, minMs: number): 
   for (const impl of impls) kernels.sgemm({ ...args, impl }); // warm-up: packing buffers, BLAS threads
   const times = new Map<GemmImpl, number[]>(impls.map((i) => [i, []]));
   const start = performance.now();
-  for (let round = 0; round < 400 && (round < 6 || performance.now() - start < minMs * impls.length); round++) {
-    // Each kernel follows each other one equally often (a call can be slowed by the one before it: cache, threads).
-    for (let k = 0; k < impls.length; k++) {
-      const impl = impls[(round + k) % impls.length]!;
+  // Every order of the kernels in turn, so each kernel follows each other one equally often (a call can be slowed by
+  // the one before it: cache, a BLAS's threads still spinning). A rotation would not do: it keeps the cyclic order,
+  // so with three kernels one of them would follow BLAS two rounds in three.
+  const orders = permutations(impls);
+  for (let round = 0; round < 400 && (round < 2 * orders.length || performance.now() - start < minMs * impls.length); round++) {
+    for (const impl of orders[round % orders.length]!) {
       const t0 = performance.now();
       kernels.sgemm({ ...args, impl });
       times.get(impl)!.push(performance.now() - t0);
@@ -80,6 +82,11 @@ function timeGemm(s: Shape, impls: GemmImpl[], threads: number, minMs: number): 
     out[impl] = t[Math.floor(t.length / 2)]! / 1000;
   }
   return out;
+}
+
+function permutations<T>(xs: T[]): T[][] {
+  if (xs.length <= 1) return [xs];
+  return xs.flatMap((x, i) => permutations([...xs.slice(0, i), ...xs.slice(i + 1)]).map((rest) => [x, ...rest]));
 }
 
 /** CPU-seconds busy on the whole machine (all cores, from /proc/stat), or NaN where there is no /proc. */
@@ -221,18 +228,26 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
     );
   });
   const routing = backendInfo("cpu");
-  const train = await trainTokensPerSec(threads, opts.seconds ?? 3);
-  // The same training step on our own sgemm only, and on OpenBLAS for every product unmeasured (the old rule).
-  const trainWith = async (mode: BlasMode) => {
-    kernels.setBlasMode(mode);
-    try {
-      return await trainTokensPerSec(threads, opts.seconds ?? 3);
-    } finally {
-      kernels.setBlasMode("auto");
+  // The same training step with the measured dispatch, on our own sgemm only, and on OpenBLAS for every product
+  // unmeasured (the old rule): windows of a third of the time each, the modes in a different order every round,
+  // so a drift in the machine's speed (or the first window's warm-up) does not land on one mode.
+  const modes: BlasMode[] = haveBlas ? ["auto", "off", "on"] : ["auto", "off"];
+  const trainRates = new Map<BlasMode, number[]>(modes.map((m) => [m, []]));
+  const orders = permutations(modes);
+  for (let round = 0; round < 3; round++) {
+    for (const mode of orders[round % orders.length]!) {
+      kernels.setBlasMode(mode);
+      try {
+        trainRates.get(mode)!.push(await trainTokensPerSec(threads, (opts.seconds ?? 3) / 3));
+      } finally {
+        kernels.setBlasMode("auto");
+      }
     }
-  };
-  const trainOwn = await trainWith("off");
-  const trainBlasOn = haveBlas ? await trainWith("on") : Number.NaN;
+  }
+  const meanRate = (m: BlasMode) => (trainRates.get(m)?.length ? trainRates.get(m)!.reduce((a, b) => a + b, 0) / trainRates.get(m)!.length : Number.NaN);
+  const train = meanRate("auto");
+  const trainOwn = meanRate("off");
+  const trainBlasOn = haveBlas ? meanRate("on") : Number.NaN;
   const decode = await decodeTokensPerSec(threads);
   const sampling = await samplingTokensPerSec(threads);
   const result: Record<string, number> = {

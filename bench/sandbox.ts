@@ -7,6 +7,8 @@
 //   - a code-RL scoring step: 128 samples x 10 unit tests through the code environment's rubric (one
 //     batched request per sample, one case per test);
 //   - cold-start latency (pool disabled: bwrap + interpreter start + run), vs python3 -c;
+//   - a burst of sandbox starts: how long the loop that answers requests is held up (STATS latency), the
+//     executor on its worker thread vs in that loop;
 //   - concurrent sessions held open, each answering, with their memory (PSS) and idle CPU, vs the
 //     memory of idle bare python3 processes.
 // Targets on 2 cores: warm p50 <= 5 ms, >= 5x bare python3 -c at concurrency 64 with p99 <= 200 ms,
@@ -211,6 +213,51 @@ async function codeRlStep(sandbox: CodeSandbox, samples: number, testsPerSample:
   return { seconds, passRate };
 }
 
+/**
+ * A burst of sandbox starts (`sessions` sessions opened at once, each taking a sandbox the pool must
+ * replace) while a probe asks the service for its STATS over and over: STATS is answered by the loop that
+ * takes every request, so its latency shows how long that loop is held up by the starts. Run once with the
+ * executor on its worker thread (the default) and once in the service's own loop (executorThread: false).
+ */
+async function startBurst(
+  natsUrl: string,
+  nc: NatsConnection,
+  sessions: number,
+  executorThread: boolean,
+): Promise<{ p99: number; max: number; burstS: number }> {
+  const svc = await startServiceProcess(natsUrl, { poolSize: 2, maxSessions: sessions + 8, executorThread, isolation: { hostUidBase: 1_650_000_000 } });
+  const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
+  const lat: number[] = [];
+  let done = false;
+  try {
+    await sleep(500);
+    const probe = (async () => {
+      while (!done) {
+        const t = performance.now();
+        await nc.request(`$SRV.STATS.${SANDBOX_SERVICE_NAME}`, undefined, { timeout: 10_000 });
+        lat.push(performance.now() - t);
+        await sleep(2);
+      }
+    })();
+    const t0 = performance.now();
+    const opened = await Promise.all(
+      Array.from({ length: sessions }, async () => {
+        const s = await client.openSession({ language: "python" });
+        await s.exec({ language: "python", code: PROGRAM });
+        return s;
+      }),
+    );
+    const burstS = (performance.now() - t0) / 1000;
+    done = true;
+    await probe;
+    await Promise.all(opened.map((s) => s.close()));
+    return { p99: r2(pct(lat, 0.99)), max: r2(Math.max(...lat)), burstS: r2(burstS) };
+  } finally {
+    done = true;
+    await svc.stop();
+  }
+}
+
 export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<Record<string, number>> {
   const print = opts.print ?? ((l: string) => process.stdout.write(`${l}\n`));
   const quick = opts.quick === true;
@@ -224,7 +271,9 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const storeDir = mkdtempSync(join(tmpdir(), "rs-bench-sandbox-"));
   const nats = await startNatsServer({ storeDir });
   const nc = await connect({ servers: nats.url });
-  const service = await startServiceProcess(nats.url, { poolSize, maxSessions: sessionsTarget + 16 });
+  // SANDBOX_EXECUTOR_THREAD=1: the executor on its worker thread (executorThread: true), for comparing the two.
+  const executorThread = process.env["SANDBOX_EXECUTOR_THREAD"] === "1";
+  const service = await startServiceProcess(nats.url, { poolSize, maxSessions: sessionsTarget + 16, executorThread });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
   const exec = async () => {
     const r = await client.exec({ language: "python", code: PROGRAM });
@@ -313,6 +362,25 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       print(`cold start        p50 ${out.cold_p50_ms} ms  p99 ${out.cold_p99_ms} ms   (${out.cold_vs_bare_p50}x a bare python3 -c, which has no isolation)`);
     } finally {
       await cold.close();
+    }
+
+    // 3b. A burst of sandbox starts: how long the loop that answers requests is held up, executor on its
+    // worker thread vs in that loop.
+    {
+      const n = quick ? 16 : 48;
+      await sleep(300);
+      const inLoop = await startBurst(nats.url, nc, n, false);
+      await sleep(300);
+      const threaded = await startBurst(nats.url, nc, n, true);
+      out.burst_sessions = n;
+      out.burst_stats_p99_ms = threaded.p99;
+      out.burst_stats_max_ms = threaded.max;
+      out.burst_stats_p99_ms_in_loop = inLoop.p99;
+      out.burst_stats_max_ms_in_loop = inLoop.max;
+      out.burst_p99_ratio = r2(inLoop.p99 / Math.max(0.01, threaded.p99));
+      print(
+        `start burst       ${n} sessions opened at once (${threaded.burstS} s): STATS replies p99 ${threaded.p99} ms max ${threaded.max} ms | executor in the service's loop p99 ${inLoop.p99} ms max ${inLoop.max} ms (${out.burst_p99_ratio}x)`,
+      );
     }
 
     // 4. Sessions held open at once: open, run one command each, then all answer again; memory and idle CPU.

@@ -74,7 +74,7 @@ export class ThreadedExecutor implements SandboxBackend {
   static async create(input: SandboxSettings | SandboxSettingsInput, log: Logger): Promise<ThreadedExecutor> {
     const settings = parseSandboxSettings(input);
     const init: WorkerInit = { settings, logLevel: log.level };
-    const worker = new Worker(new URL("./executor-worker.js", import.meta.url), { workerData: init });
+    const worker = new Worker(new URL("./executor-worker.js", import.meta.url), { workerData: init, execArgv: workerExecArgv() });
     // Until it is ready, only the start-up outcome and log lines matter; the listeners go once it is.
     let onMessage: (ev: WorkerEvent) => void = () => undefined;
     let onError: (e: Error) => void = () => undefined;
@@ -196,6 +196,25 @@ export class ThreadedExecutor implements SandboxBackend {
     })();
     return this.closing;
   }
+}
+
+/**
+ * The process's Node flags minus those that only make sense for an entry script: a worker refuses to start
+ * under `--input-type` (a service started with `node --input-type=module -e ...`), and must not re-run `-e`.
+ */
+export function workerExecArgv(argv: string[] = process.execArgv): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a.startsWith("--input-type")) continue;
+    if (a === "-e" || a === "--eval" || a === "-p" || a === "--print") {
+      i++; // and its script
+      continue;
+    }
+    if (a.startsWith("--eval=") || a.startsWith("--print=")) continue;
+    out.push(a);
+  }
+  return out;
 }
 
 /** A log line from the worker, logged again through the service's logger (level and fields kept). */

@@ -47,7 +47,7 @@ export async function startSandboxService(opts: {
   settings: SandboxSettings | SandboxSettingsInput;
 }): Promise<SandboxServiceHandle> {
   const { nc, log } = opts;
-  // Sandboxes live on a worker thread unless the settings say otherwise (executorThread: false).
+  // Sandboxes live on a worker thread when the settings ask (executorThread: true), else in this loop.
   const settings = parseSandboxSettings(opts.settings);
   const executor: SandboxBackend = settings.executorThread ? await ThreadedExecutor.create(settings, log) : await SandboxExecutor.create(settings, log);
   const maxPayload = nc.info?.max_payload ?? 1024 * 1024;

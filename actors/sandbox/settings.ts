@@ -103,8 +103,10 @@ export const SandboxSettingsSchema = z.object({
   isolation: IsolationSettingsSchema.prefault({}),
   executorThread: z
     .boolean()
-    .default(true)
-    .describe("the service runs its sandboxes (pool, starts, sessions) on a worker thread, so starting sandboxes never delays replies (default true)"),
+    .default(false)
+    .describe(
+      "the service runs its sandboxes (pool, starts, sessions) on a worker thread, so a burst of sandbox starts does not hold up the loop that takes requests; on 2 cores it costs 10-15% of throughput (rollstream bench sandbox), hence off by default",
+    ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });
 

@@ -32,8 +32,20 @@ std::string call_string(void* h, const char* sym) {
   return s ? std::string(s) : std::string();
 }
 
-// Debian/Ubuntu install the pthread build under several names; the generic soname first.
+// Debian/Ubuntu install OpenBLAS under several names. ROLLSTREAM_BLAS_LIB names one library to use instead.
 void* open_first(const char** used) {
+  if (const char* lib = std::getenv("ROLLSTREAM_BLAS_LIB"); lib && *lib) {
+    void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (h && dlsym(h, "cblas_sgemm")) {
+      *used = lib;
+      return h;
+    }
+    if (h) dlclose(h);
+    return nullptr;
+  }
+  // The generic soname first (Debian's alternatives: the pthread build unless the admin chose otherwise). Debian's
+  // OpenMP build shares our kernels' OpenMP threads and ran sgemm 1.7x faster than the pthread build inside a
+  // training step here, but a replay on it was not bit-exact (kernels/NOTES.md): ROLLSTREAM_BLAS_LIB selects it.
   const char* names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0",
                          "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                          "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
@@ -73,7 +85,9 @@ void load(Lib& l) {
   void* h = open_first(&name);
   if (faking) unsetenv("OPENBLAS_CORETYPE");
   if (!h) {
-    l.desc = "none (libopenblas.so.0 not found)";
+    const char* lib = std::getenv("ROLLSTREAM_BLAS_LIB");
+    l.desc = lib && *lib ? std::string("none (ROLLSTREAM_BLAS_LIB=") + lib + " is not a loadable BLAS with cblas_sgemm)"
+                         : "none (libopenblas.so.0 not found)";
     return;
   }
   const std::string detected = call_string(h, "openblas_get_corename");

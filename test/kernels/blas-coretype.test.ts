@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -92,3 +92,27 @@ test("a core without the CPU's vector units is replaced before use: OpenBLAS rel
   const user = blasInFreshProcess({ OPENBLAS_CORETYPE: "Prescott" });
   assert.match(user, /, core Prescott \(OPENBLAS_CORETYPE=Prescott set by the user\)/);
 });
+
+test("ROLLSTREAM_BLAS_LIB picks the library; one that is not a BLAS is named and nothing is loaded", {
+  skip: haveBlas ? false : "OpenBLAS not installed",
+}, () => {
+  const openmp = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0";
+  const pthread = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0";
+  // Positive control: by default the generic soname is loaded.
+  assert.match(blasInFreshProcess({}), /\(libopenblas\.so\.0\)/);
+  for (const lib of [openmp, pthread].filter((p) => existsSync(p))) assert.ok(blasInFreshProcess({ ROLLSTREAM_BLAS_LIB: lib }).includes(`(${lib})`), lib);
+  const bad = blasInFreshProcessNoBlas({ ROLLSTREAM_BLAS_LIB: "/usr/lib/x86_64-linux-gnu/libm.so.6" });
+  assert.match(bad, /^none \(ROLLSTREAM_BLAS_LIB=\/usr\/lib\/x86_64-linux-gnu\/libm\.so\.6 is not a loadable BLAS with cblas_sgemm\)$/);
+});
+
+/** backendInfo().blas of a fresh process that is expected to have no BLAS. */
+function blasInFreshProcessNoBlas(env: Record<string, string>): string {
+  const index = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "kernels", "index.js")).href;
+  const r = spawnSync(process.execPath, ["-e", `import(${JSON.stringify(index)}).then((m) => console.log(m.backendInfo("cpu").blas))`], {
+    env: { ...process.env, ...env },
+    encoding: "utf8",
+    timeout: 60_000,
+  });
+  assert.equal(r.status, 0, r.stderr);
+  return r.stdout.trim();
+}

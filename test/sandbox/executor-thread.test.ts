@@ -5,7 +5,7 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { pino } from "pino";
-import { ThreadedExecutor } from "../../actors/sandbox/executor-thread.js";
+import { ThreadedExecutor, workerExecArgv } from "../../actors/sandbox/executor-thread.js";
 import { SandboxRequestError } from "../../actors/sandbox/errors.js";
 import { SandboxFailure } from "../../actors/sandbox/sandbox-process.js";
 
@@ -17,6 +17,14 @@ const alive = (pid: number) => {
     return false;
   }
 };
+
+describe("workerExecArgv", () => {
+  it("drops the flags a worker refuses or must not re-run, keeps the rest", () => {
+    const argv = ["--input-type=module", "-e", "import('x')", "--max-old-space-size=300", "--eval=1", "--enable-source-maps"];
+    assert.deepEqual(workerExecArgv(argv), ["--max-old-space-size=300", "--enable-source-maps"]);
+    assert.deepEqual(workerExecArgv(["--trace-warnings"]), ["--trace-warnings"], "nothing to drop: unchanged");
+  });
+});
 
 describe("ThreadedExecutor", { timeout: 60_000 }, () => {
   let ex: ThreadedExecutor;
