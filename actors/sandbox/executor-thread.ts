@@ -6,7 +6,7 @@
 // --die-with-parent, which the kernel ties to the thread that spawned it, so if the worker dies its
 // sandboxes die with it.
 import { Worker } from "node:worker_threads";
-import type { Logger } from "pino";
+import type { Level, Logger } from "pino";
 import type { SandboxBatchRequest, SandboxBatchResult, SandboxExecRequest, SandboxExecResult } from "../../environments/api/sandbox.js";
 import { SandboxRequestError } from "./errors.js";
 import type { IsolationReport } from "./executor.js";
@@ -32,19 +32,9 @@ export interface SandboxBackend {
 
 type CallBody = WorkerCall extends infer C ? (C extends { id: number } ? Omit<C, "id"> : never) : never;
 
-const LEVEL_NAMES: Record<number, "trace" | "debug" | "info" | "warn" | "error" | "fatal"> = {
-  10: "trace",
-  20: "debug",
-  30: "info",
-  40: "warn",
-  50: "error",
-  60: "fatal",
-};
-
 function fromWire(e: WireError): Error {
   if (e.kind === "request") return new SandboxRequestError(e.code, e.message);
-  if (e.kind === "failure") return new SandboxFailure(e.message);
-  return new Error(e.message);
+  return e.kind === "failure" ? new SandboxFailure(e.message) : new Error(e.message);
 }
 
 export class ThreadedExecutor implements SandboxBackend {
@@ -221,7 +211,7 @@ export function workerExecArgv(argv: string[] = process.execArgv): string[] {
 function relayLog(log: Logger, line: string): void {
   try {
     const { level, msg, time: _t, pid: _p, hostname: _h, ...fields } = JSON.parse(line) as Record<string, unknown>;
-    const name = LEVEL_NAMES[Number(level)] ?? "info";
+    const name = (log.levels.labels[Number(level)] ?? "info") as Level;
     log[name]({ ...fields, thread: "sandbox-executor" }, String(msg ?? ""));
   } catch {
     log.info({ thread: "sandbox-executor" }, line.trim());

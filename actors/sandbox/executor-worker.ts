@@ -12,8 +12,8 @@ const STATS_EVERY_MS = 1_000;
 
 function toWire(e: unknown): WireError {
   if (e instanceof SandboxRequestError) return { kind: "request", code: e.code, message: e.message };
-  if (e instanceof SandboxFailure) return { kind: "failure", code: 500, message: e.message };
-  return { kind: "other", code: 500, message: (e as Error)?.message ?? String(e) };
+  if (e instanceof SandboxFailure) return { kind: "failure", message: e.message };
+  return { kind: "other", message: (e as Error)?.message ?? String(e) };
 }
 
 async function main(): Promise<void> {

@@ -23,11 +23,8 @@ export type WorkerCall =
   | { id: number; op: "sandboxPids" }
   | { id: number; op: "close" };
 
-export interface WireError {
-  kind: "request" | "failure" | "other";
-  code: number;
-  message: string;
-}
+/** A request error keeps its reply code; a sandbox failure or anything else is a 500 on the service side. */
+export type WireError = { kind: "request"; code: number; message: string } | { kind: "failure" | "other"; message: string };
 
 export type WorkerEvent =
   | { t: "ready"; isolation: IsolationReport; stats: Record<string, number> }
