@@ -117,9 +117,13 @@ print("OTHERS", sorted(o for o in others if o))
     assert.equal(js.next, "ENV none\n");
   });
 
-  it("module monkey-patches and interpreter state: builtins, modules, sys.path, cwd, umask, signals, recursion limit", async () => {
+  it("module monkey-patches and interpreter state: builtins, modules, sys.path, cwd, umask, signals, recursion limit, gc", async () => {
+    // gc: the supervisor freezes its objects before forking; a program may unfreeze, disable or retune the collector.
     const plant = `
-import builtins, json, os, signal, sys, types
+import builtins, gc, json, os, signal, sys, types
+gc.unfreeze()
+gc.disable()
+gc.set_threshold(1)
 json.dumps = lambda *a, **k: "PATCHED"
 builtins.RS_LEAK = 1
 sys.modules["rs_leak"] = types.ModuleType("rs_leak")
@@ -132,8 +136,11 @@ import math
 math.pi = 3
 `;
     const probe = `
-import builtins, json, math, os, signal, sys
+import builtins, gc, json, math, os, signal, sys
 leaks = []
+if not gc.isenabled(): leaks.append("gc.disable")
+if gc.get_threshold()[0] == 1: leaks.append("gc.threshold")
+if gc.get_freeze_count() == 0: leaks.append("gc.unfreeze")
 if json.dumps(1) == "PATCHED": leaks.append("json.dumps")
 if hasattr(builtins, "RS_LEAK"): leaks.append("builtins")
 if "rs_leak" in sys.modules: leaks.append("sys.modules")
@@ -147,7 +154,10 @@ if math.pi == 3: leaks.append("math.pi")
 print("LEAKS", leaks)
 `;
     const { control, next } = await plantAndProbe(fx, "python", plant, probe);
-    assert.equal(control, "LEAKS ['json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi']\n");
+    assert.equal(
+      control,
+      "LEAKS ['gc.disable', 'gc.threshold', 'gc.unfreeze', 'json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi']\n",
+    );
     assert.equal(next, "LEAKS []\n");
     const js = await plantAndProbe(
       fx,
@@ -248,7 +258,13 @@ describe("concurrent executions on reused sandboxes", { timeout: 120_000 }, () =
       code: "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
       limits: { wallMs: 3000, maxProcesses: 256 },
     });
-    const mem = fx.client.exec({ language: "python", code: "a = []\nwhile True:\n    a.append(bytearray(16 << 20))", limits: { memoryMb: 512, wallMs: 3000 } });
+    // 128 MB and a 10 s wall: on a guest whose page faults cost ~30 µs, filling 512 MB next to a fork bomb took
+    // over 3 s, and the bomb was stopped by the wall clock before it reached its memory limit.
+    const mem = fx.client.exec({
+      language: "python",
+      code: "a = []\nwhile True:\n    a.append(bytearray(16 << 20))",
+      limits: { memoryMb: 128, wallMs: 10_000 },
+    });
     await new Promise((r) => setTimeout(r, 300));
     // The victim forks processes and allocates memory of its own while the bombs go off.
     const victim = await fx.client.exec({
