@@ -3,7 +3,7 @@
 // interleaved in the same run, with dispatch / faster per shape; then train tokens/s (accumulate + step on
 // 2048-token packed rows) with measured dispatch, our sgemm only and OpenBLAS unmeasured, and decode tokens/s
 // (batch 32). Prints a table; the last line is one JSON object.
-import { readFileSync } from "node:fs";
+import { machineBusySeconds } from "./machine-cpu.js";
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { backendInfo, kernels, PolicyModel, type BlasMode, type GemmImpl } from "../kernels/index.js";
@@ -87,17 +87,6 @@ function timeGemm(s: Shape, impls: GemmImpl[], threads: number, minMs: number): 
 function permutations<T>(xs: T[]): T[][] {
   if (xs.length <= 1) return [xs];
   return xs.flatMap((x, i) => permutations([...xs.slice(0, i), ...xs.slice(i + 1)]).map((rest) => [x, ...rest]));
-}
-
-/** CPU-seconds busy on the whole machine (all cores, from /proc/stat), or NaN where there is no /proc. */
-function machineBusySeconds(): number {
-  try {
-    const f = readFileSync("/proc/stat", "utf8").split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number);
-    const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = f;
-    return (user + nice + system + irq + softirq + steal) / 100; // USER_HZ
-  } catch {
-    return Number.NaN;
-  }
 }
 
 /** Measures the share of the machine's CPU that other processes used while `fn` ran: on a shared machine, a table
