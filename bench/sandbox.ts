@@ -3,7 +3,7 @@
 //   - warm-exec latency p50/p99 (a warm sandbox is waiting), vs spawning python3 -c;
 //   - executions/s and latency at concurrency 1, 8, 64 and 256 (closed loop; each request is a fresh
 //     process forked in a reused warm sandbox, reset after the previous request), vs python3 -c at the
-//     same concurrency;
+//     same concurrency, with the whole machine's CPU per execution for both;
 //   - a code-RL scoring step: 128 samples x 10 unit tests through the code environment's rubric (one
 //     batched request per sample, one case per test);
 //   - cold-start latency (pool disabled: bwrap + interpreter start + run), vs python3 -c;
