@@ -3,7 +3,6 @@
 // interleaved in the same run, with dispatch / faster per shape; then train tokens/s (accumulate + step on
 // 2048-token packed rows) with measured dispatch, our sgemm only and OpenBLAS unmeasured, and decode tokens/s
 // (batch 32). Prints a table; the last line is one JSON object.
-import { machineBusySeconds } from "./machine-cpu.js";
 import { availableParallelism } from "node:os";
 import { fileURLToPath } from "node:url";
 import { backendInfo, kernels, PolicyModel, type BlasMode, type GemmImpl } from "../kernels/index.js";
@@ -11,6 +10,7 @@ import type { ModelConfig } from "../kernels/model-config.js";
 import { dirname, resolve } from "node:path";
 import { loadRunConfig } from "../actors/runtime/config.js";
 import { modelConfigOf } from "../actors/runtime/model-factory.js";
+import { machineBusySeconds } from "./machine-cpu.js";
 
 /** The model of examples/demo.yaml, so the figures describe what the demo trains. */
 export const DEMO_CONFIG: ModelConfig = modelConfigOf(loadRunConfig(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "examples", "demo.yaml")));

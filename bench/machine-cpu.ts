@@ -12,3 +12,10 @@ export function machineBusySeconds(): number {
     return Number.NaN;
   }
 }
+
+/** Runs `fn` and returns what it returned, with the CPU-seconds the whole machine was busy meanwhile. */
+export async function machineCpuDuring<T>(fn: () => Promise<T>): Promise<{ value: T; busySeconds: number }> {
+  const busy0 = machineBusySeconds();
+  const value = await fn();
+  return { value, busySeconds: machineBusySeconds() - busy0 };
+}

@@ -31,7 +31,7 @@ import type { CodeSandbox, SandboxSession } from "../environments/api/sandbox.js
 import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
 import { loadEnvironment as loadCodeEnvironment } from "../environments/code/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
-import { machineBusySeconds } from "./machine-cpu.js";
+import { machineCpuDuring } from "./machine-cpu.js";
 
 export interface SandboxBenchOptions {
   quick?: boolean;
@@ -317,17 +317,13 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     for (const c of [1, 8, 64, 256]) {
       const total = quick ? Math.max(40, c * 2) : Math.max(150, c * 4);
       await sleep(300);
-      let busy0 = machineBusySeconds();
-      const s = await closedLoop(c, total, exec);
-      const cpuMs = ((machineBusySeconds() - busy0) * 1000) / total;
+      const { value: s, busySeconds: sBusy } = await machineCpuDuring(() => closedLoop(c, total, exec));
       await sleep(300);
-      busy0 = machineBusySeconds();
-      const b = await closedLoop(c, total, () => bare(python));
-      const bareCpuMs = ((machineBusySeconds() - busy0) * 1000) / total;
+      const { value: b, busySeconds: bBusy } = await machineCpuDuring(() => closedLoop(c, total, () => bare(python)));
       // CPU per execution, every process counted (client, nats-server, service, sandbox; bare: node + python3): less
       // noisy than executions/s on a shared machine, and what bounds throughput once every core is busy.
-      out[`c${c}_cpu_ms_per_exec`] = r2(cpuMs);
-      out[`c${c}_bare_cpu_ms_per_exec`] = r2(bareCpuMs);
+      out[`c${c}_cpu_ms_per_exec`] = r2((sBusy * 1000) / total);
+      out[`c${c}_bare_cpu_ms_per_exec`] = r2((bBusy * 1000) / total);
       out[`c${c}_exec_per_s`] = r2(s.perSec);
       out[`c${c}_p50_ms`] = r2(pct(s.lat, 0.5));
       out[`c${c}_p99_ms`] = r2(pct(s.lat, 0.99));

@@ -626,7 +626,6 @@ def main():
     global BASE_STATE, BASE_PIPES
     BASE_STATE = own_state()
     BASE_PIPES = {fd: pipe_state(fd) for fd in (1, 2)}
-    freeze()
     warm = prestart(PRESTART)
     send("ready")
     while True:
