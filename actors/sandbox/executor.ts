@@ -34,6 +34,7 @@ import { buildSeccompFilter } from "./seccomp.js";
 import { QueueFullError, Semaphore } from "./semaphore.js";
 import { SessionManager, type SessionOptions } from "./sessions.js";
 import { parseSandboxSettings, type SandboxSettings, type SandboxSettingsInput } from "./settings.js";
+import { forkLoopLibrary } from "./supervisor-source.js";
 
 export interface IsolationReport {
   features: IsolationFeatures;
@@ -106,7 +107,10 @@ export class SandboxExecutor {
     const settings = parseSandboxSettings(input);
     const bwrap = findBwrap();
     const runtimes = resolveRuntimes(settings);
-    const runtime = new RuntimeFolder(settings.workRoot);
+    const forkLoop = settings.nativeForkLoop ? forkLoopLibrary() : null;
+    if (settings.nativeForkLoop && !forkLoop)
+      log.warn("sandbox: the C fork loop is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); sandboxes run the Python loop");
+    const runtime = new RuntimeFolder(settings.workRoot, forkLoop);
     const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
     try {
       const canSetUid = process.getuid?.() === 0;
@@ -122,7 +126,12 @@ export class SandboxExecutor {
       const layout: SandboxLayout = { bwrap, runtime, runtimes, extraBinds, features: outcome.features, settings };
       const report: IsolationReport = {
         features: outcome.features,
-        lines: describeFeatures(outcome.features, uidPool ? [iso.hostUidBase, iso.hostUidBase + iso.hostUidCount] : undefined),
+        lines: [
+          ...describeFeatures(outcome.features, uidPool ? [iso.hostUidBase, iso.hostUidBase + iso.hostUidCount] : undefined),
+          runtime.nativeForkLoop
+            ? "per-execution loop: C (forkserver.so): fork, wait, kill, reset and report without running Python in pid 1"
+            : "per-execution loop: Python (forkserver.so not built or nativeForkLoop: false)",
+        ],
         bwrap: bwrapVersion(bwrap),
         runtimes: {
           python: `${runtimes.python.binary} (${runtimes.python.version})`,
@@ -353,6 +362,7 @@ export class SandboxExecutor {
       isolation_seccomp: f.seccomp ? 1 : 0,
       isolation_disable_userns: f.disableUserns ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
+      native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
     };
   }
 

@@ -2,7 +2,7 @@
 // /.rs, and the host uid it runs under. The flags here are the isolation policy; probe.ts checks at
 // start that they actually hold on this machine.
 import { execFileSync } from "node:child_process";
-import { chmodSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { buildSeccompFilter } from "./seccomp.js";
 import { NODE_BOOT_JS, SUPERVISOR_PY } from "./supervisor-source.js";
@@ -42,7 +42,10 @@ export class RuntimeFolder {
   readonly seccompPath: string | null;
   private readonly base: string;
 
-  constructor(workRoot: string) {
+  /** Whether sandboxes get the C per-execution loop (/.rs/forkserver.so). */
+  readonly nativeForkLoop: boolean;
+
+  constructor(workRoot: string, forkLoopSo: string | null = null) {
     mkdirSync(workRoot, { recursive: true, mode: 0o711 });
     RuntimeFolder.removeStale(workRoot);
     this.base = mkdtempSync(join(workRoot, `svc-${process.pid}-`));
@@ -52,6 +55,8 @@ export class RuntimeFolder {
     mkdirSync(join(this.dir, "etc"), { recursive: true });
     writeFileSync(join(this.dir, "supervisor.py"), SUPERVISOR_PY, { mode: 0o644 });
     writeFileSync(join(this.dir, "boot.js"), NODE_BOOT_JS, { mode: 0o644 });
+    this.nativeForkLoop = forkLoopSo !== null;
+    if (forkLoopSo) copyFileSync(forkLoopSo, join(this.dir, "forkserver.so"));
     const etc = (name: string, text: string) => writeFileSync(join(this.dir, "etc", name), text, { mode: 0o644 });
     etc("passwd", `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:${SANDBOX_UID}:${SANDBOX_UID}:sandbox:${WORK_DIR}:/bin/sh\n`);
     etc("group", `root:x:0:\nsandbox:x:${SANDBOX_UID}:\n`);

@@ -107,6 +107,12 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "the service runs its sandboxes (pool, starts, sessions) on a worker thread, so a burst of sandbox starts does not hold up the loop that takes requests; on 2 cores it costs 10-15% of throughput (rollstream bench sandbox), hence off by default",
     ),
+  nativeForkLoop: z
+    .boolean()
+    .default(true)
+    .describe(
+      "each sandbox's per-execution loop (fork, wait, reset, report) runs in C (actors/sandbox/supervisor/forkserver.c, built by npm ci) when it is built: a Python loop's copy-on-write faults cost about a third of an execution's CPU; false, or not built: the same loop in Python",
+    ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });
 

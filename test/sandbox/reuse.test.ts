@@ -24,17 +24,23 @@ async function plantAndProbe(fx: SandboxFixture, lang: SandboxLanguage, plant: s
   return { control: control.stdout, next: probed.stdout };
 }
 
-describe("reused sandboxes: nothing crosses from one execution to the next", { timeout: 120_000 }, () => {
-  let fx: SandboxFixture;
-  before(async () => {
-    fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, runtimes: { node: { poolSize: 1 } } });
-  });
-  after(async () => {
-    await fx?.stop();
-  });
+// Both per-execution loops of the supervisor: in C (forkserver.so, the default) and in Python.
+for (const nativeForkLoop of [true, false]) {
+  describe(`reused sandboxes (${nativeForkLoop ? "C" : "Python"} loop): nothing crosses from one execution to the next`, { timeout: 120_000 }, () => {
+    let fx: SandboxFixture;
+    before(async () => {
+      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, nativeForkLoop, runtimes: { node: { poolSize: 1 } } });
+    });
+    after(async () => {
+      await fx?.stop();
+    });
 
-  it("files: in /workspace, /tmp, /dev/shm, hidden, unreadable, xattrs and times of the work dirs", async () => {
-    const plant = `
+    it("runs the loop it was asked for (the C one is built by npm ci)", () => {
+      assert.equal(fx.service.stats().native_fork_loop, nativeForkLoop ? 1 : 0);
+    });
+
+    it("files: in /workspace, /tmp, /dev/shm, hidden, unreadable, xattrs and times of the work dirs", async () => {
+      const plant = `
 import os
 for d in ("/workspace", "/tmp", "/dev/shm"):
     open(d + "/leak.txt", "w").write("secret")
@@ -49,7 +55,7 @@ except OSError:
 os.utime("/workspace", (123456, 123456))
 os.chmod("/tmp", 0o700)
 `;
-    const probe = `
+      const probe = `
 import os
 found = []
 for d in ("/workspace", "/tmp", "/dev/shm"):
@@ -64,15 +70,15 @@ if os.stat("/tmp").st_mode & 0o7777 != 0o1777:
     found.append("mode")
 print("FOUND", sorted(found))
 `;
-    const { control, next } = await plantAndProbe(fx, "python", plant, probe);
-    assert.match(control, /leak\.txt/);
-    assert.match(control, /mtime/);
-    assert.match(control, /mode/);
-    assert.equal(next, "FOUND []\n");
-  });
+      const { control, next } = await plantAndProbe(fx, "python", plant, probe);
+      assert.match(control, /leak\.txt/);
+      assert.match(control, /mtime/);
+      assert.match(control, /mode/);
+      assert.equal(next, "FOUND []\n");
+    });
 
-  it("processes: daemons, double forks, stopped and setsid children", async () => {
-    const plant = `
+    it("processes: daemons, double forks, stopped and setsid children", async () => {
+      const plant = `
 import os, subprocess, signal
 subprocess.Popen(["sleep", "300"], start_new_session=True)
 if os.fork() == 0:
@@ -85,7 +91,7 @@ os.kill(p.pid, signal.SIGSTOP)
 import time
 time.sleep(0.3)  # the double fork's grandchild has exec'd sleep by then (for the positive control)
 `;
-    const probe = `
+      const probe = `
 import os
 me = os.getpid()
 others = []
@@ -97,29 +103,29 @@ for p in os.listdir("/proc"):
             pass
 print("OTHERS", sorted(o for o in others if o))
 `;
-    const { control, next } = await plantAndProbe(fx, "python", plant, probe);
-    assert.match(control, /sleep 300/);
-    assert.match(control, /sleep 301/);
-    assert.equal(next, "OTHERS []\n");
-  });
+      const { control, next } = await plantAndProbe(fx, "python", plant, probe);
+      assert.match(control, /sleep 300/);
+      assert.match(control, /sleep 301/);
+      assert.equal(next, "OTHERS []\n");
+    });
 
-  it("environment variables: python, bash and node", async () => {
-    const probe = `import os\nprint("ENV", os.environ.get("RS_LEAK"), "RS_LEAK" in open("/proc/self/environ").read())`;
-    const py = await plantAndProbe(fx, "python", `import os\nos.environ["RS_LEAK"] = "1"\nos.putenv("RS_LEAK", "1")`, probe);
-    assert.equal(py.next, "ENV None False\n");
-    // The control in the same program: os.environ sees it (/proc/self/environ is fixed at exec).
-    assert.match(py.control, /^ENV 1 /);
-    const sh = await plantAndProbe(fx, "bash", "export RS_LEAK=1", `echo "ENV \${RS_LEAK:-none}"`, "; ");
-    assert.equal(sh.control, "ENV 1\n");
-    assert.equal(sh.next, "ENV none\n");
-    const js = await plantAndProbe(fx, "node", "process.env.RS_LEAK = '1';", "console.log('ENV', process.env.RS_LEAK ?? 'none');");
-    assert.equal(js.control, "ENV 1\n");
-    assert.equal(js.next, "ENV none\n");
-  });
+    it("environment variables: python, bash and node", async () => {
+      const probe = `import os\nprint("ENV", os.environ.get("RS_LEAK"), "RS_LEAK" in open("/proc/self/environ").read())`;
+      const py = await plantAndProbe(fx, "python", `import os\nos.environ["RS_LEAK"] = "1"\nos.putenv("RS_LEAK", "1")`, probe);
+      assert.equal(py.next, "ENV None False\n");
+      // The control in the same program: os.environ sees it (/proc/self/environ is fixed at exec).
+      assert.match(py.control, /^ENV 1 /);
+      const sh = await plantAndProbe(fx, "bash", "export RS_LEAK=1", `echo "ENV \${RS_LEAK:-none}"`, "; ");
+      assert.equal(sh.control, "ENV 1\n");
+      assert.equal(sh.next, "ENV none\n");
+      const js = await plantAndProbe(fx, "node", "process.env.RS_LEAK = '1';", "console.log('ENV', process.env.RS_LEAK ?? 'none');");
+      assert.equal(js.control, "ENV 1\n");
+      assert.equal(js.next, "ENV none\n");
+    });
 
-  it("module monkey-patches and interpreter state: builtins, modules, sys.path, cwd, umask, signals, recursion limit, gc", async () => {
-    // gc: the supervisor freezes its objects before forking; a program may unfreeze, disable or retune the collector.
-    const plant = `
+    it("module monkey-patches and interpreter state: builtins, modules, sys.path, cwd, umask, signals, recursion limit, gc", async () => {
+      // gc: the supervisor freezes its objects before forking; a program may unfreeze, disable or retune the collector.
+      const plant = `
 import builtins, gc, json, os, signal, sys, types
 gc.unfreeze()
 gc.disable()
@@ -135,7 +141,7 @@ signal.signal(signal.SIGTERM, signal.SIG_IGN)
 import math
 math.pi = 3
 `;
-    const probe = `
+      const probe = `
 import builtins, gc, json, math, os, signal, sys
 leaks = []
 if not gc.isenabled(): leaks.append("gc.disable")
@@ -153,51 +159,51 @@ if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN: leaks.append("signal")
 if math.pi == 3: leaks.append("math.pi")
 print("LEAKS", leaks)
 `;
-    const { control, next } = await plantAndProbe(fx, "python", plant, probe);
-    assert.equal(
-      control,
-      "LEAKS ['gc.disable', 'gc.threshold', 'gc.unfreeze', 'json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi']\n",
-    );
-    assert.equal(next, "LEAKS []\n");
-    const js = await plantAndProbe(
-      fx,
-      "node",
-      "globalThis.RS_LEAK = 1; JSON.stringify = () => 'PATCHED'; require('fs').rsLeak = 1;",
-      "console.log('LEAKS', [globalThis.RS_LEAK, JSON.stringify(1), require('fs').rsLeak].filter((x) => x !== undefined && x !== '1').length);",
-    );
-    assert.equal(js.control, "LEAKS 3\n");
-    assert.equal(js.next, "LEAKS 0\n");
-  });
+      const { control, next } = await plantAndProbe(fx, "python", plant, probe);
+      assert.equal(
+        control,
+        "LEAKS ['gc.disable', 'gc.threshold', 'gc.unfreeze', 'json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi']\n",
+      );
+      assert.equal(next, "LEAKS []\n");
+      const js = await plantAndProbe(
+        fx,
+        "node",
+        "globalThis.RS_LEAK = 1; JSON.stringify = () => 'PATCHED'; require('fs').rsLeak = 1;",
+        "console.log('LEAKS', [globalThis.RS_LEAK, JSON.stringify(1), require('fs').rsLeak].filter((x) => x !== undefined && x !== '1').length);",
+      );
+      assert.equal(js.control, "LEAKS 3\n");
+      assert.equal(js.next, "LEAKS 0\n");
+    });
 
-  it("SysV IPC objects are removed; POSIX message queues are refused", async () => {
-    const plant = `
+    it("SysV IPC objects are removed; POSIX message queues are refused", async () => {
+      const plant = `
 import ctypes
 libc = ctypes.CDLL(None, use_errno=True)
 assert libc.shmget(0x5253, 4096, 0o1600) >= 0
 assert libc.msgget(0x5254, 0o1600) >= 0
 assert libc.semget(0x5255, 1, 0o1600) >= 0
 `;
-    const probe = `
+      const probe = `
 rows = 0
 for kind in ("shm", "msg", "sem"):
     rows += len(open("/proc/sysvipc/" + kind).read().splitlines()) - 1
 print("IPC", rows)
 `;
-    const { control, next } = await plantAndProbe(fx, "python", plant, probe);
-    assert.equal(control, "IPC 3\n");
-    assert.equal(next, "IPC 0\n");
-    const mq = await fx.client.exec({
-      language: "python",
-      code: "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.mq_open(b'/rs', 0o100 | 2, 0o600, None), ctypes.get_errno())",
+      const { control, next } = await plantAndProbe(fx, "python", plant, probe);
+      assert.equal(control, "IPC 3\n");
+      assert.equal(next, "IPC 0\n");
+      const mq = await fx.client.exec({
+        language: "python",
+        code: "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(libc.mq_open(b'/rs', 0o100 | 2, 0o600, None), ctypes.get_errno())",
+      });
+      assert.equal(mq.stdout, "-1 1\n", `mq_open refused with EPERM: ${describeResult(mq)}`);
     });
-    assert.equal(mq.stdout, "-1 1\n", `mq_open refused with EPERM: ${describeResult(mq)}`);
-  });
 
-  it("the fork server cannot be reached or signalled from an execution", async () => {
-    const s0 = fx.service.stats();
-    const r = await fx.client.exec({
-      language: "python",
-      code: `
+    it("the fork server cannot be reached or signalled from an execution", async () => {
+      const s0 = fx.service.stats();
+      const r = await fx.client.exec({
+        language: "python",
+        code: `
 import os, signal
 for sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, signal.SIGINT, signal.SIGSEGV):
     os.kill(1, sig)
@@ -209,39 +215,40 @@ for path, mode in (("/proc/1/fd/3", "rb"), ("/proc/1/fd/4", "wb"), ("/proc/1/mem
         print("denied", path, type(e).__name__)
 print("state", open("/proc/1/stat").read().rsplit(")", 1)[1].split()[0])
 `,
-    });
-    assert.equal(r.exitCode, 0, describeResult(r));
-    assert.doesNotMatch(r.stdout, /OPENED/);
-    assert.match(r.stdout, /^state S$/m, "the supervisor is neither stopped nor dead");
-    const after1 = await fx.client.exec({ language: "python", code: "print(open('/proc/1/comm').read().strip())" });
-    assert.equal(after1.stdout, "rs-supervisor\n");
-    const s1 = fx.service.stats();
-    assert.equal(s1.sandboxes_started_total, s0.sandboxes_started_total, "same sandbox, still serving");
+      });
+      assert.equal(r.exitCode, 0, describeResult(r));
+      assert.doesNotMatch(r.stdout, /OPENED/);
+      assert.match(r.stdout, /^state S$/m, "the supervisor is neither stopped nor dead");
+      const after1 = await fx.client.exec({ language: "python", code: "print(open('/proc/1/comm').read().strip())" });
+      assert.equal(after1.stdout, "rs-supervisor\n");
+      const s1 = fx.service.stats();
+      assert.equal(s1.sandboxes_started_total, s0.sandboxes_started_total, "same sandbox, still serving");
 
-    // What a same-uid process may change about pid 1 (rlimits, nice, affinity, I/O priority): the
-    // positive control shows each change takes effect; the reset detects it and the sandbox is retired,
-    // so the next execution runs on a fresh one with nothing changed.
-    const tamper = await fx.client.exec({
-      language: "python",
-      code: `
+      // What a same-uid process may change about pid 1 (rlimits, nice, affinity, I/O priority): the
+      // positive control shows each change takes effect; the reset detects it and the sandbox is retired,
+      // so the next execution runs on a fresh one with nothing changed.
+      const tamper = await fx.client.exec({
+        language: "python",
+        code: `
 import os, resource
 resource.prlimit(1, resource.RLIMIT_NOFILE, (64, 64))
 os.setpriority(os.PRIO_PROCESS, 1, 19)
 print("nofile", resource.prlimit(1, resource.RLIMIT_NOFILE)[1], "nice", os.getpriority(os.PRIO_PROCESS, 1))
 `,
+      });
+      assert.equal(tamper.stdout, "nofile 64 nice 19\n", describeResult(tamper));
+      const next = await fx.client.exec({
+        language: "python",
+        code: "import os, resource\nprint('nofile', resource.getrlimit(resource.RLIMIT_NOFILE)[1] > 64, 'nice', os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, 1))",
+      });
+      assert.equal(next.stdout, "nofile True nice 0 0\n", describeResult(next));
+      const s2 = fx.service.stats();
+      assert.equal(s2.sandboxes_retired_unclean_total, s1.sandboxes_retired_unclean_total + 1, "the tampered sandbox was retired");
+      assert.ok(s2.sandboxes_started_total > s1.sandboxes_started_total, "and replaced");
+      await assertHealthy(fx.client);
     });
-    assert.equal(tamper.stdout, "nofile 64 nice 19\n", describeResult(tamper));
-    const next = await fx.client.exec({
-      language: "python",
-      code: "import os, resource\nprint('nofile', resource.getrlimit(resource.RLIMIT_NOFILE)[1] > 64, 'nice', os.getpriority(os.PRIO_PROCESS, 0), os.getpriority(os.PRIO_PROCESS, 1))",
-    });
-    assert.equal(next.stdout, "nofile True nice 0 0\n", describeResult(next));
-    const s2 = fx.service.stats();
-    assert.equal(s2.sandboxes_retired_unclean_total, s1.sandboxes_retired_unclean_total + 1, "the tampered sandbox was retired");
-    assert.ok(s2.sandboxes_started_total > s1.sandboxes_started_total, "and replaced");
-    await assertHealthy(fx.client);
   });
-});
+}
 
 describe("concurrent executions on reused sandboxes", { timeout: 120_000 }, () => {
   let fx: SandboxFixture;

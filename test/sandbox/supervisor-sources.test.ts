@@ -19,7 +19,11 @@ function check(file: string): { ok: boolean; stderr: string } {
         spawnSync("python3", ["-m", "py_compile", file], { encoding: "utf8", env: { ...process.env, PYTHONPYCACHEPREFIX: join(tmp, "pycache") } })
       : [".js", ".cjs", ".mjs"].includes(ext)
         ? spawnSync(process.execPath, ["--check", file], { encoding: "utf8" })
-        : null;
+        : ext === ".c"
+          ? spawnSync(process.env["CC"] ?? "cc", ["-fsyntax-only", "-Wall", "-Wextra", "-Werror", file], { encoding: "utf8" })
+          : ext === ".sh"
+            ? spawnSync("bash", ["-n", file], { encoding: "utf8" })
+            : null;
   if (!r) throw new Error(`no syntax check for ${file}: add one to this test`);
   if (r.error) throw r.error;
   return { ok: r.status === 0, stderr: r.stderr };
@@ -39,9 +43,9 @@ describe("sandbox supervisor sources", () => {
     assert.equal(NODE_BOOT_JS, readFileSync(join(dir, "boot.cjs"), "utf8"));
   });
 
-  it("every file passes its syntax check (py_compile / node --check)", () => {
+  it("every file passes its syntax check (py_compile / node --check / cc -fsyntax-only / bash -n)", () => {
     const files = readdirSync(supervisorDir())
-      .filter((n) => n !== "__pycache__")
+      .filter((n) => n !== "__pycache__" && n !== "build")
       .sort();
     assert.deepEqual(
       files.filter((n) => [".py", ".cjs"].includes(extname(n))),
@@ -59,13 +63,15 @@ describe("sandbox supervisor sources", () => {
       ["broken.cjs", "const x = ;\n"],
       ["broken.js", "function (\n"],
       ["broken.mjs", "export const = 1;\n"],
+      ["broken.c", "int f(void) { return 1 }\n"],
+      ["broken.sh", "if then fi\n"],
     ];
     for (const [name, text] of cases) {
       const file = join(tmp, name);
       writeFileSync(file, text);
       const r = check(file);
       assert.equal(r.ok, false, `${name} passed its syntax check`);
-      assert.match(r.stderr, /SyntaxError/, `${name}: ${r.stderr}`);
+      assert.match(r.stderr, /SyntaxError|error/, `${name}: ${r.stderr}`);
     }
   });
 });
