@@ -21,6 +21,7 @@ import {
   findBwrap,
   HostUidPool,
   assertReachableByOthers,
+  assertCpusExist,
   RuntimeFolder,
   type IsolationFeatures,
   type SandboxLayout,
@@ -105,6 +106,7 @@ export class SandboxExecutor {
    */
   static async create(input: SandboxSettings | SandboxSettingsInput, log: Logger): Promise<SandboxExecutor> {
     const settings = parseSandboxSettings(input);
+    assertCpusExist(settings.cpus);
     const bwrap = findBwrap();
     const runtimes = resolveRuntimes(settings);
     const forkLoop = settings.nativeForkLoop ? forkLoopLibrary() : null;
@@ -131,6 +133,7 @@ export class SandboxExecutor {
           runtime.nativeForkLoop
             ? "per-execution loop: C (forkserver.so): fork, wait, kill, reset and report without running Python in pid 1"
             : "per-execution loop: Python (forkserver.so not built or nativeForkLoop: false)",
+          ...(settings.cpus ? [`CPUs: ${settings.cpus} (settings.cpus)`] : []),
         ],
         bwrap: bwrapVersion(bwrap),
         runtimes: {

@@ -4,6 +4,7 @@
 import { execFileSync } from "node:child_process";
 import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
+import { cpus } from "node:os";
 import { buildSeccompFilter } from "./seccomp.js";
 import { NODE_BOOT_JS, SUPERVISOR_PY } from "./supervisor-source.js";
 import type { ResolvedRuntimes } from "./runtimes.js";
@@ -138,6 +139,27 @@ export function assertReachableByOthers(path: string): void {
 
 const MiB = 1024 * 1024;
 
+/** "0-2,5" -> "0,1,2,5" (what the supervisor passes to sched_setaffinity); "" for every CPU. */
+export function cpuList(spec: string | undefined): string {
+  if (!spec) return "";
+  const cpus: number[] = [];
+  for (const part of spec.split(",")) {
+    const [lo, hi] = part.split("-").map(Number) as [number, number | undefined];
+    for (let c = lo; c <= (hi ?? lo); c++) cpus.push(c);
+  }
+  return cpus.join(",");
+}
+
+/** Refuses, in one line, a CPU list naming CPUs this machine lacks (before any sandbox starts). */
+export function assertCpusExist(spec: string | undefined, available = cpus().length): void {
+  if (!spec) return;
+  const missing = cpuList(spec)
+    .split(",")
+    .map(Number)
+    .filter((c) => c >= available);
+  if (missing.length) throw new Error(`sandbox settings.cpus "${spec}" names CPU ${missing.join(", ")}, but this machine has CPUs 0-${available - 1}`);
+}
+
 /** The bwrap argument vector for one sandbox whose supervisor prestarts `prestart` ("python"/"node"/""). */
 export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
   const { features, settings, runtimes, runtime } = layout;
@@ -231,7 +253,7 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     WORK_DIR,
   );
   if (features.seccomp) a.push("--seccomp", String(SECCOMP_FD));
-  a.push("--", runtimes.python.binary, "-I", "-S", "-B", "/.rs/supervisor.py", runtimes.node?.binary ?? "", prestart);
+  a.push("--", runtimes.python.binary, "-I", "-S", "-B", "/.rs/supervisor.py", runtimes.node?.binary ?? "", prestart, cpuList(layout.settings.cpus));
   return a;
 }
 

@@ -107,6 +107,13 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "the service runs its sandboxes (pool, starts, sessions) on a worker thread, so a burst of sandbox starts does not hold up the loop that takes requests; on 2 cores it costs 10-15% of throughput (rollstream bench sandbox), hence off by default",
     ),
+  cpus: z
+    .string()
+    .regex(/^\d+(-\d+)?(,\d+(-\d+)?)*$/, "a CPU list like 0-3,8")
+    .optional()
+    .describe(
+      "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs; on a paravirtualized guest with shadow page tables (dmesg: PVM) fork-heavy sandboxes on one core run faster than spread over two (rollstream bench sandbox). A placement policy, not a boundary: a program may move itself to other CPUs",
+    ),
   nativeForkLoop: z
     .boolean()
     .default(true)

@@ -24,12 +24,14 @@
 # a command runs, and each command is a fresh fork of this (never program-touched) interpreter: module
 # monkey-patches, globals, environment variables and cwd changes die with the command's process.
 #
-# argv: [1] node binary ("" when node is not available), [2] runtime to prestart ("python"/"node"/"").
+# argv: [1] node binary ("" when node is not available), [2] runtime to prestart ("python"/"node"/""),
+# [3] the CPUs this sandbox runs on ("0,1,5"; "" for all), applied before anything is forked.
 import os, sys, select, resource, fcntl, atexit, gc, _signal, _struct, _ctypes, time
 
 CTL_IN, CTL_OUT = 3, 4
 NODE = sys.argv[1] if len(sys.argv) > 1 else ""
 PRESTART = sys.argv[2] if len(sys.argv) > 2 else ""
+CPUS = sys.argv[3] if len(sys.argv) > 3 else ""
 BOOT_JS = "/.rs/boot.js"
 FORK_LOOP_SO = "/.rs/forkserver.so"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -710,6 +712,12 @@ def serve_in_c(loop, fork_first):
 
 def main():
     global BASE_STATE, BASE_PIPES
+    if CPUS:
+        try:
+            os.sched_setaffinity(0, {int(c) for c in CPUS.split(",")})
+        except (OSError, ValueError) as e:
+            print("rollstream sandbox: cannot run on CPUs %s (settings.cpus): %s" % (CPUS, e), file=sys.stderr)
+            os._exit(1)
     BASE_STATE = own_state()
     BASE_PIPES = {fd: pipe_state(fd) for fd in (1, 2)}
     loop = load_fork_loop()
