@@ -32,6 +32,7 @@ import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
 import { loadEnvironment as loadCodeEnvironment } from "../environments/code/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
 import { machineCpuDuring } from "./machine-cpu.js";
+import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
 
 export interface SandboxBenchOptions {
   quick?: boolean;
@@ -320,7 +321,9 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     for (const c of [1, 8, 64, 256]) {
       const total = quick ? Math.max(100, c * 6) : Math.max(300, c * 16);
       await sleep(300);
+      const before = cpuSnapshot(service.pid, nats.process.pid ?? -1);
       const { value: s, busySeconds: sBusy } = await machineCpuDuring(() => closedLoop(c, total, exec));
+      const split = cpuSplit(before, cpuSnapshot(service.pid, nats.process.pid ?? -1), total);
       await sleep(300);
       const { value: b, busySeconds: bBusy } = await machineCpuDuring(() => closedLoop(c, total, () => bare(python)));
       // CPU per execution, every process counted (client, nats-server, service, sandbox; bare: node + python3): less
@@ -336,6 +339,12 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       print(
         `concurrency ${String(c).padStart(3)}   ${out[`c${c}_exec_per_s`]} exec/s p50 ${out[`c${c}_p50_ms`]} ms p99 ${out[`c${c}_p99_ms`]} ms | bare ${out[`c${c}_bare_per_s`]} /s p50 ${out[`c${c}_bare_p50_ms`]} ms  (${out[`c${c}_ratio_vs_bare`]}x); CPU ${out[`c${c}_cpu_ms_per_exec`]} vs ${out[`c${c}_bare_cpu_ms_per_exec`]} ms an execution`,
       );
+      if (c === 64) {
+        for (const [k, v] of Object.entries(split)) out[`c64_${k}`] = v;
+        print(
+          `  its CPU, ms an execution: client ${split.client_ms}, nats-server ${split.nats_ms}, service ${split.service_ms}, sandbox supervisors ${split.supervisor_ms} (${split.supervisor_faults} page faults), executions ${split.execution_ms} (${split.execution_faults} page faults)`,
+        );
+      }
     }
 
     // 2b. A code-RL scoring step through the code environment's rubric.
