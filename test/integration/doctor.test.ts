@@ -53,12 +53,20 @@ function doctor(url: string, run: string): Promise<DoctorRun> {
 const ACTORS = ["orchestrator", "learner", "evaluator", "inference", "reward", "checkpoint", "sandbox"] as const;
 
 test("doctor: healthy run, each stopped actor named silent within seconds, healthy again after it continues and after the run", async () => {
-  const run = await startRun("doctor", {
-    // Long enough that the orchestrator and the learner (which exit when the run is done) are still there
-    // for their turn; a stopped actor stalls the run, so the steps take no longer than that.
-    rl: { steps: 200, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
-    checkpoint: { interval: 10, keepLast: 2, keepVersions: 2 },
-  });
+  const run = await startRun(
+    "doctor",
+    {
+      // Long enough that the orchestrator and the learner (which exit when the run is done) are still there
+      // for their turn; a stopped actor stalls the run, so the steps take no longer than that.
+      rl: { steps: 200, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 4 } },
+      checkpoint: { interval: 10, keepLast: 2, keepVersions: 2 },
+    },
+    {
+      // As `train` does: an actor stopped in the middle of a request may find its timer expired when it
+      // continues and exit; its launcher starts it again (what doctor shows then is what this test checks).
+      maxRestarts: 3,
+    },
+  );
   const logs = `${run.dir}/logs`;
   const url = run.nats.url;
   try {
