@@ -7,6 +7,14 @@ import type { Consumer, JetStreamClient, JsMsg } from "@nats-io/jetstream";
 import { deadLetter, isPoison } from "./dead-letter.js";
 import { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 import { RedeliveryGate } from "./redelivery-gate.js";
+import { isInfrastructureError } from "./infrastructure-error.js";
+
+/**
+ * Waits before each in-process retry of a handler that failed for the messaging system's sake (~28 s in
+ * all): a nak would spend one of the message's deliveries per try, and the server stops delivering a
+ * message after max_deliver, so a few seconds of back-off used to spend them all on one outage.
+ */
+const INFRA_RETRY_MS = [250, 500, 1000, 2000, 4000, 5000, 5000, 5000, 5000];
 
 export interface PullOptions {
   /** Messages processed at once (and so fetched at most). */
@@ -174,6 +182,18 @@ async function setAside(msg: JsMsg, reason: string, o: HandleOptions): Promise<O
 }
 
 async function process(msg: JsMsg, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions): Promise<Outcome> {
+  for (let retry = 0; ; retry++) {
+    const outcome = await processOnce(msg, handler, o, retry < INFRA_RETRY_MS.length);
+    if (outcome) return outcome;
+    // The handler is idempotent (msg-ids): running it again on the message in hand is safe.
+    msg.working();
+    await new Promise((r) => setTimeout(r, INFRA_RETRY_MS[retry]));
+    msg.working();
+  }
+}
+
+/** One run of the handler; null: it failed for the messaging system's sake and may run again here. */
+async function processOnce(msg: JsMsg, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions, mayRetry: boolean): Promise<Outcome | null> {
   try {
     await handler(msg);
     try {
@@ -185,6 +205,7 @@ async function process(msg: JsMsg, handler: (msg: JsMsg) => Promise<void>, o: Ha
     }
   } catch (e) {
     o.onError?.(e, msg);
+    if (mayRetry && isInfrastructureError(e) && !isPoison(e)) return null;
     const reason = e instanceof Error ? e.message : String(e);
     const exhausted = o.maxDeliver !== undefined && msg.info.deliveryCount >= o.maxDeliver;
     if (isPoison(e) || exhausted) {

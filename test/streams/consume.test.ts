@@ -114,3 +114,43 @@ test("a transient failure is redelivered and then succeeds; in-flight work never
     await srv.cleanup();
   }
 });
+
+test("a failure of the messaging system is retried on the message in hand, not spent on its deliveries", async () => {
+  const srv = await startTestNats();
+  const nc = await connect({ servers: srv.url });
+  try {
+    const topo = await ensureTopology(nc, "infra");
+    const js = jetstream(nc);
+    await js.publish(topo.names.subjects.tasks, encodeMsgpack(Item, { n: 7 }));
+    let failures = 2;
+    const deliveries: number[] = [];
+    const consumer = await js.consumers.get(topo.names.streams.tasks, topo.names.consumers.inference);
+    const outcomes = await lastValueFrom(
+      pullSlots(consumer, { maxInFlight: 1, expiresMs: 1000 }).pipe(
+        handleWith(
+          async (m) => {
+            deliveries.push(m.info.deliveryCount);
+            if (failures-- > 0) {
+              // What nats.js throws while a cluster has no JetStream leader (seen in test/integration/cluster).
+              const e = new Error("jetstream is not enabled");
+              e.name = "JetStreamNotEnabled";
+              throw e;
+            }
+          },
+          // maxDeliver 2: had the two failures each spent a delivery, the message would have been set aside.
+          { js, dlqSubject: topo.names.subjects.dlq, actor: "test", maxInFlight: 1, nakBaseMs: 50, maxDeliver: 2 },
+        ),
+        take(1),
+        toArray(),
+      ),
+    );
+    assert.deepEqual(
+      outcomes.map((o) => o.kind),
+      ["acked"],
+    );
+    assert.deepEqual(deliveries, [1, 1, 1], "three runs of the handler on the first delivery");
+  } finally {
+    await nc.close();
+    await srv.cleanup();
+  }
+});
