@@ -1,7 +1,9 @@
 // Pull-consumer processing as an rxjs stream with real backpressure: we only fetch as many messages
 // as we have free slots, so nothing waits in a client-side buffer while its ack timer runs out.
 // Each message is acked only after its handler has made the effect durable; a poison message is
-// dead-lettered and terminated; a transient failure is nak'd with a growing delay.
+// dead-lettered and terminated; a transient failure is nak'd with a growing delay, except a failure of
+// the messaging system itself (a server restarting, a cluster electing a leader), which is retried on the
+// message in hand so that an outage does not spend the message's deliveries.
 import { Observable, mergeMap, from, type OperatorFunction } from "rxjs";
 import type { Consumer, JetStreamClient, JsMsg } from "@nats-io/jetstream";
 import { deadLetter, isPoison } from "./dead-letter.js";
