@@ -2,30 +2,8 @@
 // service, the sandboxes' supervisors (pid 1 of each sandbox: fork, wait, reset, report) and the executions
 // (the processes they fork, reaped by their supervisor, so counted in its children's time). Page faults
 // too: on a VM they are what a fork server's execution mostly costs (actors/sandbox/README.md).
-import { readdirSync, readFileSync } from "node:fs";
-
-interface ProcStat {
-  ppid: number;
-  selfTicks: number;
-  childTicks: number;
-  selfFaults: number;
-  childFaults: number;
-}
-
-function procStat(pid: number): ProcStat | null {
-  try {
-    const f = readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ");
-    return {
-      ppid: Number(f[1]),
-      selfFaults: Number(f[7]),
-      childFaults: Number(f[8]),
-      selfTicks: Number(f[11]) + Number(f[12]),
-      childTicks: Number(f[13]) + Number(f[14]),
-    };
-  } catch {
-    return null; // exited meanwhile
-  }
-}
+import { readFileSync } from "node:fs";
+import { descendants, procStat, type ProcStat } from "./proc-stat.js";
 
 function cmdline(pid: number): string {
   try {
@@ -37,20 +15,11 @@ function cmdline(pid: number): string {
 
 /** The sandbox supervisors below `servicePid`: the python processes running supervisor.py whose parent is bwrap. */
 function supervisors(servicePid: number): Map<number, ProcStat> {
-  const all = new Map<number, ProcStat>();
-  for (const p of readdirSync("/proc")) {
-    if (!/^\d+$/.test(p)) continue;
-    const s = procStat(Number(p));
-    if (s) all.set(Number(p), s);
-  }
-  const below = (pid: number): boolean => {
-    for (let p = all.get(pid)?.ppid, hops = 0; p && hops < 8; p = all.get(p)?.ppid, hops++) if (p === servicePid) return true;
-    return false;
-  };
   const out = new Map<number, ProcStat>();
-  for (const [pid, s] of all) {
+  for (const pid of descendants(servicePid)) {
+    const s = procStat(pid);
     const cmd = cmdline(pid);
-    if (cmd.includes("supervisor.py") && !cmd.includes("bwrap") && cmdline(s.ppid).includes("bwrap") && below(pid)) out.set(pid, s);
+    if (s && cmd.includes("supervisor.py") && !cmd.includes("bwrap") && cmdline(s.ppid).includes("bwrap")) out.set(pid, s);
   }
   return out;
 }

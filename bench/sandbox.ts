@@ -15,7 +15,7 @@
 // >= 200 concurrent sessions.
 // The last line printed is one JSON object of the figures.
 import { spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
@@ -33,6 +33,7 @@ import { loadEnvironment as loadCodeEnvironment } from "../environments/code/ind
 import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
 import { machineCpuDuring } from "./machine-cpu.js";
 import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
+import { descendants, procStat } from "./proc-stat.js";
 
 export interface SandboxBenchOptions {
   quick?: boolean;
@@ -94,8 +95,7 @@ function measure(pids: number[]): { count: number; memMb: number; cpuS: number }
       } catch {
         /* keep RSS */
       }
-      const stat = readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ");
-      ticks += Number(stat[11]) + Number(stat[12]);
+      ticks += procStat(p)?.selfTicks ?? 0;
       memKb += kb;
       count++;
     } catch {
@@ -103,30 +103,6 @@ function measure(pids: number[]): { count: number; memMb: number; cpuS: number }
     }
   }
   return { count, memMb: memKb / 1024, cpuS: ticks / 100 };
-}
-
-/** Every descendant of `root`. */
-function descendants(root: number): number[] {
-  const children = new Map<number, number[]>();
-  for (const p of readdirSync("/proc")) {
-    if (!/^\d+$/.test(p)) continue;
-    try {
-      const ppid = Number(readFileSync(`/proc/${p}/stat`, "utf8").split(") ")[1]!.split(" ")[1]);
-      const list = children.get(ppid) ?? [];
-      list.push(Number(p));
-      children.set(ppid, list);
-    } catch {
-      /* exited meanwhile */
-    }
-  }
-  const out: number[] = [];
-  const stack = [...(children.get(root) ?? [])];
-  while (stack.length) {
-    const p = stack.pop()!;
-    out.push(p);
-    stack.push(...(children.get(p) ?? []));
-  }
-  return out;
 }
 
 /**

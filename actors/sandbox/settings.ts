@@ -112,7 +112,7 @@ export const SandboxSettingsSchema = z.object({
     .regex(/^\d+(-\d+)?(,\d+(-\d+)?)*$/, "a CPU list like 0-3,8")
     .optional()
     .describe(
-      "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs; on a paravirtualized guest with shadow page tables (dmesg: PVM) fork-heavy sandboxes on one core run faster than spread over two (rollstream bench sandbox). A placement policy, not a boundary: a program may move itself to other CPUs",
+      "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: actors/sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
     ),
   nativeForkLoop: z
     .boolean()

@@ -279,8 +279,6 @@ static int restore_pipe(int fd) {
   return memcmp(&now, &base_pipes[fd], sizeof now) == 0;
 }
 
-// fd-relative, never following a symlink: the tree is the command's, made to trick us if it can (every
-// process of it is dead by now, so nothing changes under us). Closes dfd.
 // Directory entries straight from getdents64: an opendir/fdopendir costs four more syscalls (dup, fstat,
 // two fcntl) per directory, and the reset reads three directories after every execution.
 struct linux_dirent64 {
@@ -333,6 +331,8 @@ static int add_name(void *ctx, const char *name, unsigned char type) {
 }
 
 // Empties the directory open on `dfd` (not closed here); *found: how many entries it held at the top.
+// fd-relative, never following a symlink: the tree is the command's, made to trick us if it can (every
+// process of it is dead by now, so nothing changes under us).
 static int wipe_dir(int dfd, int depth, size_t *found) {
   *found = 0;
   if (depth > MAX_WIPE_DEPTH) return 0;
