@@ -6,8 +6,8 @@
 // written when an attempt starts and deleted when it ends, whatever the outcome, so an entry that is
 // still there when the message comes back counts an attempt that died with its actor.
 import type { KV } from "@nats-io/kv";
-import { TimeoutError } from "@nats-io/transport-node";
 import { z } from "zod";
+import { retryInfrastructure } from "./infrastructure-error.js";
 
 const AttemptSchema = z.object({
   /** Attempts that started and never ended. */
@@ -38,7 +38,7 @@ export class AttemptLedger {
   async begin(id: string, by: string, what: string): Promise<number> {
     const kv = await this.kv();
     const key = this.key(id);
-    const e = await retryTimeouts(() => kv.get(key));
+    const e = await retryInfrastructure(() => kv.get(key));
     let prior = 0;
     if (e?.operation === "PUT" && e.value.length > 0) {
       const r = AttemptSchema.safeParse(safeJson(e.value));
@@ -46,38 +46,23 @@ export class AttemptLedger {
       prior = r.success ? r.data.unfinished : 1;
     }
     const rec: AttemptRecord = { unfinished: prior + 1, by, at: new Date().toISOString(), what };
-    await retryTimeouts(() => kv.put(key, JSON.stringify(rec)));
+    await retryInfrastructure(() => kv.put(key, JSON.stringify(rec)));
     return prior;
   }
 
   /** The attempt ended (done, failed and handled, or set aside): forget it. */
   async end(id: string): Promise<void> {
     const kv = await this.kv();
-    await retryTimeouts(() => kv.delete(this.key(id)));
+    await retryInfrastructure(() => kv.delete(this.key(id)));
   }
 
   /** The unfinished attempts recorded for `id` (0 when none). */
   async unfinished(id: string): Promise<number> {
     const kv = await this.kv();
-    const e = await retryTimeouts(() => kv.get(this.key(id)));
+    const e = await retryInfrastructure(() => kv.get(this.key(id)));
     if (e?.operation !== "PUT" || e.value.length === 0) return 0;
     const r = AttemptSchema.safeParse(safeJson(e.value));
     return r.success ? r.data.unfinished : 1;
-  }
-}
-
-/**
- * Runs one KV call again when it times out (each call alone is idempotent: a get, a put of the same record,
- * a delete). A process stopped mid-call (SIGSTOP, a paused VM, a long GC) finds its request's timer expired
- * the moment it continues, though the server answered; that must not end the actor.
- */
-export async function retryTimeouts<T>(call: () => Promise<T>, tries = 3): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await call();
-    } catch (e) {
-      if (!(e instanceof TimeoutError) || attempt >= tries) throw e;
-    }
   }
 }
 

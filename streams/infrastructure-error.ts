@@ -21,3 +21,35 @@ export function isInfrastructureError(e: unknown): boolean {
   }
   return false;
 }
+
+/**
+ * Back-off before each new try of a call that failed for the messaging system's sake (~18 s in all): a
+ * cluster elects a new stream leader in a few seconds, and an actor that died of it instead lost its
+ * in-memory state and cost a restart (a learner restores its checkpoint).
+ */
+export const INFRA_RETRY_DELAYS_MS: readonly number[] = [250, 500, 1000, 2000, 4000, 5000, 5000];
+
+/**
+ * Runs `call` again while it fails with an infrastructure error, after each of `delaysMs`; any other
+ * error, or the last failure, is thrown. Only for calls that are safe to repeat: reads, KV puts of one
+ * value, publishes with a msg-id (the server keeps the first), object puts under one name.
+ */
+export async function retryInfrastructure<T>(call: () => Promise<T>, delaysMs: readonly number[] = INFRA_RETRY_DELAYS_MS): Promise<T> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      return await call();
+    } catch (e) {
+      // A connection this process closed (shutting down) does not come back.
+      if (attempt >= delaysMs.length || !isInfrastructureError(e) || isClosedConnection(e)) throw e;
+      await new Promise((r) => setTimeout(r, delaysMs[attempt]));
+    }
+  }
+}
+
+function isClosedConnection(e: unknown): boolean {
+  let x: unknown = e;
+  for (let depth = 0; x instanceof Error && depth < 5; depth++, x = x.cause) {
+    if (x.name === "ClosedConnectionError" || x.name === "DrainingConnectionError") return true;
+  }
+  return false;
+}

@@ -2,6 +2,7 @@
 // put and on get, so a foreign or corrupt value is an error that names the key instead of a bad cast.
 import type { KV } from "@nats-io/kv";
 import { formatIssues } from "./msgpack-codec.js";
+import { retryInfrastructure } from "./infrastructure-error.js";
 import { StateKeys, StateKeySchemas, type StateKey, type StateValue } from "./state-keys.js";
 
 export class StateValueError extends Error {
@@ -24,7 +25,7 @@ export class RunState {
   constructor(readonly kv: KV) {}
 
   async get<K extends StateKey>(key: K): Promise<StateValue<K> | undefined> {
-    const e = await this.kv.get(key);
+    const e = await retryInfrastructure(() => this.kv.get(key));
     if (e?.operation !== "PUT" || e.value.length === 0) return undefined;
     return parseValue(key, e.value);
   }
@@ -32,7 +33,8 @@ export class RunState {
   async put<K extends StateKey>(key: K, value: StateValue<K>): Promise<void> {
     const r = StateKeySchemas[key].safeParse(value);
     if (!r.success) throw new StateValueError(`refusing to write KV key ${key}: ${formatIssues(r.error)}`);
-    await this.kv.put(key, JSON.stringify(r.data));
+    // Putting one value twice is harmless; an actor dying of a leader election is not.
+    await retryInfrastructure(() => this.kv.put(key, JSON.stringify(r.data)));
   }
 
   policyVersion(): Promise<number> {

@@ -6,6 +6,12 @@
 // last sequence it delivered) driven through `consume()`, so each message is handed over the moment it
 // is stored. A `fetch()` of N would hold the first messages back until N arrived or the pull expired:
 // up to a second per optimizer step whenever a step's batches are not a multiple of N.
+//
+// The client's ordered consumer is an R1 consumer on one server. When that server dies the client notices
+// the missed heartbeats, then asks for the consumer's info until it answers, waiting a pull's expiry (30 s
+// by default) between tries: with the server gone for good it waited forever, and a learner on a
+// 3-server cluster starved after one SIGKILL. The reader watches the heartbeats itself and, at the first
+// miss, opens a new consumer at its position on a server that is up.
 import { DeliverPolicy, type ConsumerMessages, type JetStreamClient, type JsMsg, type Consumer } from "@nats-io/jetstream";
 
 export interface StreamReaderOptions {
@@ -17,9 +23,18 @@ export interface StreamReaderOptions {
   batch?: number;
   /** Deliver headers without payloads (listing a subject by its headers). */
   headersOnly?: boolean;
+  /**
+   * The server sends a heartbeat this often while nothing is stored; two missed ones and the reader opens a
+   * new consumer (default 2,500 ms). 0 leaves a lost consumer to the client alone (the tests' control).
+   */
+  heartbeatMs?: number;
+  /** Told when the reader gives up on its consumer or cannot open one (the learner logs it). */
+  onTrouble?: (what: string) => void;
 }
 
-type Waited = IteratorResult<JsMsg> | "timeout" | "aborted";
+type Waited = IteratorResult<JsMsg> | "timeout" | "aborted" | "lost";
+
+const DEFAULT_HEARTBEAT_MS = 2_500;
 
 export class StreamReader {
   private consumer: Consumer | null = null;
@@ -27,6 +42,15 @@ export class StreamReader {
   private iterator: AsyncIterator<JsMsg> | null = null;
   /** A next() of the iterator that outlived the last call's wait: the next call picks it up. */
   private pending: Promise<IteratorResult<JsMsg>> | null = null;
+  /** Resolves when the open consumer is lost (missed heartbeats, deleted): the next call starts over. */
+  private lost: Promise<"lost"> | null = null;
+  private loseConsumer: ((why: string) => void) | null = null;
+  /** When the server last showed the open consumer is alive (a heartbeat or a message). */
+  private lastAlive = 0;
+  /** When the outstanding `pending` began: the reader has been waiting on an empty buffer since. */
+  private pendingSince = 0;
+  /** Consumers given up on after missed heartbeats (the learner reports it). */
+  reopened = 0;
   /** Sequence of the next message this reader will return. */
   position: number;
 
@@ -45,9 +69,41 @@ export class StreamReader {
       opt_start_seq: this.position,
       ...(this.o.headersOnly ? { headers_only: true } : {}),
     });
-    this.messages = await this.consumer.consume({ max_messages: this.o.batch ?? 8 });
-    this.iterator = this.messages[Symbol.asyncIterator]();
+    const heartbeatMs = this.o.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
+    // A pull lasts 4 heartbeats, so an idle reader re-pulls now and then instead of every 30 s.
+    const messages = await this.consumer.consume({
+      max_messages: this.o.batch ?? 8,
+      ...(heartbeatMs > 0 ? { idle_heartbeat: heartbeatMs, expires: Math.max(1000, 4 * heartbeatMs) } : {}),
+    });
+    this.messages = messages;
+    this.lost = heartbeatMs > 0 ? this.watch(messages) : null;
+    this.iterator = messages[Symbol.asyncIterator]();
     return this.iterator;
+  }
+
+  /**
+   * Resolves "lost" at the first sign that the consumer is gone (the client's own notices, or silence while
+   * next() waits: see next()); never, while it is fine.
+   */
+  private watch(messages: ConsumerMessages): Promise<"lost"> {
+    this.lastAlive = Date.now();
+    return new Promise<"lost">((resolve) => {
+      let done = false;
+      this.loseConsumer = (why) => {
+        if (done) return;
+        done = true;
+        this.o.onTrouble?.(`consumer lost (${why}); opening a new one at sequence ${this.position}`);
+        resolve("lost");
+      };
+      (async () => {
+        for await (const s of messages.status()) {
+          // The client's own "heartbeats_missed" is not used: it also fires while messages sit in the buffer
+          // unread (the client pulls no more then, so the server sends nothing), say during a long step.
+          if (s.type === "heartbeat") this.lastAlive = Date.now();
+          else if (s.type === "consumer_not_found" || s.type === "consumer_deleted") this.loseConsumer?.(s.type);
+        }
+      })().catch(() => undefined);
+    });
   }
 
   /**
@@ -60,6 +116,8 @@ export class StreamReader {
     this.messages = null;
     this.iterator = null;
     this.pending = null;
+    this.lost = null;
+    this.loseConsumer = null;
     this.consumer = null;
     messages?.stop();
     return consumer ? consumer.delete().catch(() => false) : Promise.resolve(false);
@@ -70,10 +128,12 @@ export class StreamReader {
     if (signal?.aborted) return null;
     const started = Date.now();
     let timer: NodeJS.Timeout | undefined;
+    let watchdog: NodeJS.Timeout | undefined;
     let onAbort: (() => void) | undefined;
     try {
       const it = await this.open();
       if (!this.pending) {
+        this.pendingSince = Date.now();
         this.pending = it.next();
         this.pending.catch(() => undefined); // a rejection while nobody waits is seen by the next call's race
       }
@@ -82,8 +142,33 @@ export class StreamReader {
         new Promise((r) => (timer = setTimeout(() => r("timeout"), Math.max(0, waitMs - (Date.now() - started))))),
       ];
       if (signal) waits.push(new Promise((r) => signal.addEventListener("abort", (onAbort = () => r("aborted")), { once: true })));
+      if (this.lost) {
+        waits.push(this.lost);
+        // While we wait the client has a pull open, so the server sends heartbeats. Silence for three of
+        // them is a lost consumer too, whatever state the client is in (it stops its own heartbeat check
+        // while it tries to recreate an ordered consumer, and may try for a long time).
+        const hb = this.o.heartbeatMs ?? DEFAULT_HEARTBEAT_MS;
+        // Counted across calls (a caller may wait 1 s at a time), from when the buffer ran dry; checked
+        // now and often, since one call may be shorter than a heartbeat.
+        const check = () => {
+          const silentMs = Date.now() - Math.max(this.lastAlive, this.pendingSince);
+          if (silentMs > 3 * hb) this.loseConsumer?.(`no heartbeat for ${silentMs} ms`);
+        };
+        check();
+        watchdog = setInterval(check, Math.min(250, hb));
+      }
       const got = await Promise.race(waits);
       if (got === "timeout" || got === "aborted") return null;
+      if (got === "lost") {
+        // Messages it held but did not hand over are read again by the next consumer, from `position`;
+        // the rest of this call's wait goes to that consumer.
+        this.reopened++;
+        void this.reset();
+        clearTimeout(timer);
+        clearInterval(watchdog);
+        const left = waitMs - (Date.now() - started);
+        return left > 0 ? await this.next(left, signal) : null;
+      }
       this.pending = null;
       if (got.done) {
         // The client gave up on its consumer (stream deleted, connection closed): start over at our position.
@@ -91,14 +176,17 @@ export class StreamReader {
         return null;
       }
       this.position = got.value.seq + 1;
+      this.lastAlive = Date.now();
       return got.value;
-    } catch {
+    } catch (e) {
       // Stream missing, server unreachable: wait out the rest of this call, then let the caller retry.
+      this.o.onTrouble?.(`read failed (${(e as Error).message}); trying again at sequence ${this.position}`);
       void this.reset();
       await new Promise((r) => setTimeout(r, Math.min(250, Math.max(0, waitMs - (Date.now() - started)))));
       return null;
     } finally {
       clearTimeout(timer);
+      clearInterval(watchdog);
       if (onAbort) signal?.removeEventListener("abort", onAbort);
     }
   }

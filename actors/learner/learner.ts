@@ -134,6 +134,7 @@ export class LearnerActor implements Actor {
     const reader = this.scored.reader(this.counters.readerSeq, {
       skipSeqs: setAside,
       actor: ctx.actor,
+      onTrouble: (what) => log.warn({ what }, "scored reader"),
       onDeadLetter: (msg, reason) => {
         deadLetters.inc({ reason: rejectReasonOf(reason) });
         log.warn({ seq: msg.seq, err: reason }, "scored batch dead-lettered");

@@ -6,6 +6,7 @@ import type { MsgHdrs } from "@nats-io/transport-node";
 import type { z } from "zod";
 import { ContentType, makeHeaders, type HeaderValues } from "../headers.js";
 import { publishPayload, readPayload } from "../large-payload.js";
+import { retryInfrastructure } from "../infrastructure-error.js";
 import { decodeMsgpack, encodeValidated, validateForPublish } from "../msgpack-codec.js";
 import { StreamReader } from "../stream-reader.js";
 import type { Wire } from "../wire.js";
@@ -59,9 +60,13 @@ export class MsgpackChannel<S extends z.ZodType> {
     const msgId = opts.msgId ?? this.spec.msgId?.(parsed);
     if (this.spec.large) {
       if (msgId === undefined) throw new Error(`${this.spec.what}: a large-payload channel needs a msg-id`);
-      return (await publishPayload(this.wire.js, this.wire.blobs, this.spec.subject, data, { headers, msgId, maxPayload: this.wire.maxPayload() })).ack;
+      return retryInfrastructure(
+        async () => (await publishPayload(this.wire.js, this.wire.blobs, this.spec.subject, data, { headers, msgId, maxPayload: this.wire.maxPayload() })).ack,
+      );
     }
-    return this.wire.js.publish(this.spec.subject, data, { headers, msgID: msgId });
+    // With a msg-id a repeat is stored once, so a publish that met a leader election is tried again.
+    const publish = () => this.wire.js.publish(this.spec.subject, data, { headers, msgID: msgId });
+    return msgId === undefined ? publish() : retryInfrastructure(publish);
   }
 
   /** Works through a durable consumer; `handler` gets decoded values, bad messages are dead-lettered. */

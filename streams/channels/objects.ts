@@ -4,12 +4,14 @@ import { createHash } from "node:crypto";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import type { ObjectStore } from "@nats-io/obj";
 import { sha256Hex } from "../sha256.js";
+import { retryInfrastructure } from "../infrastructure-error.js";
 
 const CHUNK = 4 * 1024 * 1024;
 
 export async function putObject(store: ObjectStore, name: string, bytes: Uint8Array, description?: string): Promise<string> {
   const sha256 = sha256Hex(bytes);
-  await store.putBlob({ name, description, options: { max_chunk_size: CHUNK } }, bytes);
+  // A put under the same name replaces the object: safe to repeat when a leader election failed it.
+  await retryInfrastructure(() => store.putBlob({ name, description, options: { max_chunk_size: CHUNK } }, bytes));
   return sha256;
 }
 

@@ -10,6 +10,7 @@ import { encodeChunked } from "../batch-split.js";
 import { deadLetter, isPoison } from "../dead-letter.js";
 import { ContentType, makeHeaders } from "../headers.js";
 import { inlineLimit, publishPayload, readPayload } from "../large-payload.js";
+import { retryInfrastructure } from "../infrastructure-error.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../rollout-schema.js";
 import { StreamReader } from "../stream-reader.js";
 import { AttemptLedger } from "../attempt-ledger.js";
@@ -69,12 +70,14 @@ export class ScoredChannel {
         chunk: `${c.chunk + 1}/${c.chunks}`,
         kind: "rollouts.scored",
       });
-      const { ack } = await publishPayload(this.wire.js, this.wire.blobs, this.subject, c.bytes, {
-        headers,
-        msgId: `scored:${info.batchId}:${c.chunk}`,
-        maxPayload,
-        align: true,
-      });
+      const { ack } = await retryInfrastructure(() =>
+        publishPayload(this.wire.js, this.wire.blobs, this.subject, c.bytes, {
+          headers,
+          msgId: `scored:${info.batchId}:${c.chunk}`,
+          maxPayload,
+          align: true,
+        }),
+      );
       acks.push(ack);
     }
     return acks;
@@ -105,6 +108,8 @@ export interface ScoredReaderOptions {
   validate?: (rows: RolloutRow[]) => void;
   /** Sequences to pass over unread: what the run already dead-lettered (DeadLetterChannel.originalSeqs). */
   skipSeqs?: Set<number>;
+  /** Told when the underlying reader loses its consumer or cannot read (StreamReaderOptions.onTrouble). */
+  onTrouble?: (what: string) => void;
 }
 
 /** One message's rows that a step kept: what the learner sets aside when the rows turn out to be bad. */
@@ -177,7 +182,12 @@ export class ScoredReader {
     fromSeq: number,
     private readonly o: ScoredReaderOptions,
   ) {
-    this.reader = new StreamReader(wire.js, { stream: wire.names.streams.rollouts, subject: wire.names.subjects.rolloutsScored, fromSeq });
+    this.reader = new StreamReader(wire.js, {
+      stream: wire.names.streams.rollouts,
+      subject: wire.names.subjects.rolloutsScored,
+      fromSeq,
+      ...(o.onTrouble ? { onTrouble: o.onTrouble } : {}),
+    });
   }
 
   /** Sequence of the next message this reader will return (stored in checkpoints). */

@@ -123,3 +123,21 @@ export async function replayInProcess(
   const rows = lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as { step: number; exact: boolean | null });
   return { code, lines, rows };
 }
+
+/** One line per consumer of every stream (pending, in flight, redelivered): what a stalled test prints to say where messages sit. */
+export async function describeConsumers(jsm: JetStreamManager): Promise<string> {
+  const lines: string[] = [];
+  try {
+    for await (const s of jsm.streams.list()) {
+      lines.push(`stream ${s.config.name}: ${s.state.messages} msgs, seq ${s.state.first_seq}-${s.state.last_seq}, leader ${s.cluster?.leader ?? "-"}`);
+      for await (const c of jsm.consumers.list(s.config.name)) {
+        lines.push(
+          `  consumer ${c.name}: pending ${c.num_pending}, ack pending ${c.num_ack_pending}, redelivered ${c.num_redelivered}, waiting ${c.num_waiting}, delivered ${c.delivered.stream_seq}, ack floor ${c.ack_floor.stream_seq}, leader ${c.cluster?.leader ?? "-"}`,
+        );
+      }
+    }
+  } catch (e) {
+    lines.push(`(listing failed: ${(e as Error).message})`);
+  }
+  return lines.join("\n");
+}

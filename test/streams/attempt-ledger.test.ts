@@ -7,7 +7,8 @@ import { connect, TimeoutError, type NatsConnection } from "@nats-io/transport-n
 import { jetstream } from "@nats-io/jetstream";
 import { Kvm, type KV } from "@nats-io/kv";
 import { startTestNats, stopProcess, type TestNats } from "../helpers/nats.js";
-import { AttemptLedger, retryTimeouts } from "../../streams/attempt-ledger.js";
+import { AttemptLedger } from "../../streams/attempt-ledger.js";
+import { retryInfrastructure } from "../../streams/infrastructure-error.js";
 
 const CALL_TIMEOUT_MS = 300;
 
@@ -39,7 +40,7 @@ describe("attempt ledger: KV calls that time out", { timeout: 30_000 }, () => {
 
   it("control: one try of a get times out while the server is stopped", async () => {
     await assert.rejects(
-      withServerStopped(CALL_TIMEOUT_MS + 200, () => retryTimeouts(() => kv.get("learner.x"), 1)),
+      withServerStopped(CALL_TIMEOUT_MS + 200, () => retryInfrastructure(() => kv.get("learner.x"), [])),
       (e) => e instanceof TimeoutError,
     );
   });
@@ -56,7 +57,7 @@ describe("attempt ledger: KV calls that time out", { timeout: 30_000 }, () => {
   it("a call that keeps timing out still fails, after its tries", async () => {
     const t0 = Date.now();
     await assert.rejects(
-      withServerStopped(CALL_TIMEOUT_MS * 3 + 300, () => retryTimeouts(() => kv.get("learner.y"), 2)),
+      withServerStopped(CALL_TIMEOUT_MS * 3 + 300, () => retryInfrastructure(() => kv.get("learner.y"), [0])),
       (e) => e instanceof TimeoutError,
     );
     assert.ok(Date.now() - t0 >= CALL_TIMEOUT_MS * 2 - 50, "both tries ran");
