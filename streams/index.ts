@@ -87,3 +87,4 @@ export {
   SANDBOX_SERVICE_VERSION,
   SandboxSubjects,
 } from "./sandbox-protocol.js";
+export { INFRA_RETRY_DELAYS_MS, isInfrastructureError, retryInfrastructure } from "./infrastructure-error.js";

@@ -22,10 +22,18 @@ function parseValue<K extends StateKey>(key: K, bytes: Uint8Array): StateValue<K
 }
 
 export class RunState {
-  constructor(readonly kv: KV) {}
+  /**
+   * `retryDelaysMs`: back-off for reads and puts that meet a leader election or a restarting server (actors
+   * pass INFRA_RETRY_DELAYS_MS). Tools that watch a run (train's monitor, doctor, the dashboard) keep the
+   * default, none: they report the outage at once and poll again.
+   */
+  constructor(
+    readonly kv: KV,
+    private readonly retryDelaysMs: readonly number[] = [],
+  ) {}
 
   async get<K extends StateKey>(key: K): Promise<StateValue<K> | undefined> {
-    const e = await retryInfrastructure(() => this.kv.get(key));
+    const e = await retryInfrastructure(() => this.kv.get(key), this.retryDelaysMs);
     if (e?.operation !== "PUT" || e.value.length === 0) return undefined;
     return parseValue(key, e.value);
   }
@@ -34,7 +42,7 @@ export class RunState {
     const r = StateKeySchemas[key].safeParse(value);
     if (!r.success) throw new StateValueError(`refusing to write KV key ${key}: ${formatIssues(r.error)}`);
     // Putting one value twice is harmless; an actor dying of a leader election is not.
-    await retryInfrastructure(() => this.kv.put(key, JSON.stringify(r.data)));
+    await retryInfrastructure(() => this.kv.put(key, JSON.stringify(r.data)), this.retryDelaysMs);
   }
 
   policyVersion(): Promise<number> {

@@ -13,7 +13,16 @@ import { Tokens } from "./tokens.js";
 import { Health } from "./heartbeat.js";
 import { sandboxWithHealth } from "./sandbox-health.js";
 import { ActorExit, ExitCodes, type Actor, type ActorClass, type ActorContext } from "./actor.js";
-import { ensureTopology, HealthBoard, MessageValidationError, NatsSandboxClient, RunChannels, RunState, type Topology } from "../../streams/index.js";
+import {
+  ensureTopology,
+  HealthBoard,
+  INFRA_RETRY_DELAYS_MS,
+  MessageValidationError,
+  NatsSandboxClient,
+  RunChannels,
+  RunState,
+  type Topology,
+} from "../../streams/index.js";
 
 export interface RunActorOptions {
   /** The run config's file, or the config itself (the sandbox actor serves every run and needs none). */
@@ -79,7 +88,7 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
       }
     },
   };
-  return { ctx, topology, channels, state: new RunState(topology.kv) };
+  return { ctx, topology, channels, state: new RunState(topology.kv, INFRA_RETRY_DELAYS_MS) };
 }
 
 /** Resolves the actor class from a child container that holds this process's context and channels. */
