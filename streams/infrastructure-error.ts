@@ -11,9 +11,14 @@ const NAMES = new Set([
   "DeadlineError",
 ]);
 
-export function isInfrastructureError(e: unknown): boolean {
+/** The error and its causes, at most five deep. */
+function* causes(e: unknown): Generator<Error> {
   let x: unknown = e;
-  for (let depth = 0; x instanceof Error && depth < 5; depth++, x = x.cause) {
+  for (let depth = 0; x instanceof Error && depth < 5; depth++, x = x.cause) yield x;
+}
+
+export function isInfrastructureError(e: unknown): boolean {
+  for (const x of causes(e)) {
     if (NAMES.has(x.name)) return true;
     // 503: "JetStream system temporarily unavailable" (no quorum, no leader yet).
     if (x.name === "JetStreamApiError" && (x as { status?: number }).status === 503) return true;
@@ -47,9 +52,6 @@ export async function retryInfrastructure<T>(call: () => Promise<T>, delaysMs: r
 }
 
 function isClosedConnection(e: unknown): boolean {
-  let x: unknown = e;
-  for (let depth = 0; x instanceof Error && depth < 5; depth++, x = x.cause) {
-    if (x.name === "ClosedConnectionError" || x.name === "DrainingConnectionError") return true;
-  }
+  for (const x of causes(e)) if (x.name === "ClosedConnectionError" || x.name === "DrainingConnectionError") return true;
   return false;
 }

@@ -10,8 +10,8 @@
 // The client's ordered consumer is an R1 consumer on one server. When that server dies the client notices
 // the missed heartbeats, then asks for the consumer's info until it answers, waiting a pull's expiry (30 s
 // by default) between tries: with the server gone for good it waited forever, and a learner on a
-// 3-server cluster starved after one SIGKILL. The reader watches the heartbeats itself and, at the first
-// miss, opens a new consumer at its position on a server that is up.
+// 3-server cluster starved after one SIGKILL. The reader watches the heartbeats itself: three heartbeats of
+// silence while it waits, and it opens a new consumer at its position on a server that is up.
 import { DeliverPolicy, type ConsumerMessages, type JetStreamClient, type JsMsg, type Consumer } from "@nats-io/jetstream";
 
 export interface StreamReaderOptions {
@@ -24,8 +24,8 @@ export interface StreamReaderOptions {
   /** Deliver headers without payloads (listing a subject by its headers). */
   headersOnly?: boolean;
   /**
-   * The server sends a heartbeat this often while nothing is stored; two missed ones and the reader opens a
-   * new consumer (default 2,500 ms). 0 leaves a lost consumer to the client alone (the tests' control).
+   * The server sends a heartbeat this often while nothing is stored; three missed ones while the reader
+   * waits and it opens a new consumer (default 2,500 ms). 0 leaves a lost consumer to the client alone (the tests' control).
    */
   heartbeatMs?: number;
   /** Told when the reader gives up on its consumer or cannot open one (the learner logs it). */
@@ -42,14 +42,14 @@ export class StreamReader {
   private iterator: AsyncIterator<JsMsg> | null = null;
   /** A next() of the iterator that outlived the last call's wait: the next call picks it up. */
   private pending: Promise<IteratorResult<JsMsg>> | null = null;
-  /** Resolves when the open consumer is lost (missed heartbeats, deleted): the next call starts over. */
+  /** Resolves when the open consumer is lost (silent while we wait, or deleted): the call starts over. */
   private lost: Promise<"lost"> | null = null;
   private loseConsumer: ((why: string) => void) | null = null;
-  /** When the server last showed the open consumer is alive (a heartbeat or a message). */
+  /** When the open consumer's last heartbeat came (a message starts a new `pending`, see pendingSince). */
   private lastAlive = 0;
   /** When the outstanding `pending` began: the reader has been waiting on an empty buffer since. */
   private pendingSince = 0;
-  /** Consumers given up on after missed heartbeats (the learner reports it). */
+  /** Consumers given up on as lost (the failover test checks it). */
   reopened = 0;
   /** Sequence of the next message this reader will return. */
   position: number;
@@ -86,7 +86,6 @@ export class StreamReader {
    * next() waits: see next()); never, while it is fine.
    */
   private watch(messages: ConsumerMessages): Promise<"lost"> {
-    this.lastAlive = Date.now();
     return new Promise<"lost">((resolve) => {
       let done = false;
       this.loseConsumer = (why) => {
@@ -176,7 +175,6 @@ export class StreamReader {
         return null;
       }
       this.position = got.value.seq + 1;
-      this.lastAlive = Date.now();
       return got.value;
     } catch (e) {
       // Stream missing, server unreachable: wait out the rest of this call, then let the caller retry.
