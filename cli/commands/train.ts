@@ -141,6 +141,14 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
 
   const progress = new RunProgress(nc, topology.jsm, topology.names, join(runDir, "metrics.jsonl"), config.rl.steps);
   const outage = new OutageReport((line) => progress.say(line));
+  // The connection says when the server went and came back: a short outage can fall between two polls
+  // of the loop below (its requests wait out a reconnect), and would go unreported.
+  void (async () => {
+    for await (const s of nc.status()) {
+      if (s.type === "disconnect") outage.down(new Error(`disconnected from ${s.server}`));
+      else if (s.type === "reconnect") outage.up();
+    }
+  })().catch(() => undefined);
   // The server we started is part of the run: if it dies, bring it back on the same port and store.
   const superviseServer = (srv: LocalNatsServer) => {
     srv.process.once("exit", (code, signal) => {
