@@ -4,7 +4,9 @@
 // Usage: node scripts/run-tests.mjs [--dist DIR] [filter-substring ...]
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
-import { spawnSync } from "node:child_process";
+import { run } from "node:test";
+import { spec } from "node:test/reporters";
+import { TestCompleteness } from "./test-completeness.mjs";
 
 function collect(dir, out) {
   for (const name of readdirSync(dir)) {
@@ -30,9 +32,22 @@ if (files.length === 0) {
   console.error("no test files matched");
   process.exit(1);
 }
-// --test-force-exit: a safety net, so a file whose tests all finished ends even if a leaked handle would keep its
-// event loop alive (the dashboard tests, which once leaked one, now exit without it).
+// forceExit: a safety net, so a file whose tests all finished ends even if a leaked handle would keep its
+// event loop alive (the dashboard tests, which once leaked one, now exit without it). It applies to each test
+// file's process; this process ends on its own once every event is reported.
 // Tests start their own nats-server processes and use both cores for kernels: run files one at a time
 // so timings stay sane on a 2-core machine.
-const r = spawnSync(process.execPath, ["--test", "--test-concurrency=1", "--test-force-exit", "--test-reporter=spec", ...files], { stdio: "inherit" });
-process.exit(r.status ?? 1);
+const stream = run({ files, concurrency: 1, forceExit: true });
+const completeness = new TestCompleteness().observe(stream);
+stream.on("test:fail", () => {
+  process.exitCode = 1;
+});
+stream.on("end", () => {
+  const lost = completeness.problems();
+  for (const line of lost) console.error(`test completeness: ${line}`);
+  if (lost.length > 0) {
+    console.error(`test completeness: ${lost.length} lost: a test file's process ended before it ran them`);
+    process.exitCode = 1;
+  }
+});
+stream.compose(spec).pipe(process.stdout);

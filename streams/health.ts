@@ -3,9 +3,10 @@
 // `nats kv get` prints readably. A clean exit deletes that key and leaves the process's final accounting
 // under `exited.<actor>.<instance>`, so the idle ratios of actors that finish early (the learner, the
 // orchestrator) can still be summarised when the run ends. `rollstream doctor` and `train` read it.
-import type { KV } from "@nats-io/kv";
+import { Bucket, type KV } from "@nats-io/kv";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { z } from "zod";
+import { isInfrastructureError } from "./infrastructure-error.js";
 import { formatIssues } from "./msgpack-codec.js";
 import { openWire } from "./wire.js";
 
@@ -95,7 +96,8 @@ export class HealthBoard {
     try {
       await (await this.kv()).status();
       return true;
-    } catch {
+    } catch (e) {
+      if (isInfrastructureError(e)) throw e; // unknown yet: not the same as no bucket
       return false;
     }
   }
@@ -103,9 +105,7 @@ export class HealthBoard {
   /** Every live and exited record; a live instance's older `exited.*` record (an earlier life) is left out. */
   async read(): Promise<HealthEntry[]> {
     const kv = await this.kv();
-    // A key rewritten while the listing runs can be listed twice.
-    const keys = new Set<string>();
-    for await (const k of await kv.keys()) keys.add(k);
+    const keys = await listKeys(kv);
     const entries: HealthEntry[] = [];
     for (const key of [...keys].sort()) {
       const e = await kv.get(key);
@@ -115,6 +115,24 @@ export class HealthBoard {
     const live = new Set(entries.filter((e) => !e.exited).map((e) => e.key));
     return entries.filter((e) => !e.exited || !live.has(e.key.slice(EXITED.length)));
   }
+}
+
+/**
+ * The bucket's keys from one stream-info request with a subject filter, answered by the stream's leader.
+ * Why not `kv.keys()`: it opens an ordered consumer, which may be placed on a server that has just died,
+ * and then waits out its timeouts: doctor hung for 30 s on a cluster with one server down, which is when
+ * people run it. The keys' values are then read with direct gets, which any replica answers.
+ */
+async function listKeys(kv: KV): Promise<Set<string>> {
+  const keys = new Set<string>();
+  if (!(kv instanceof Bucket)) {
+    for await (const k of await kv.keys()) keys.add(k); // a rewritten key can be listed twice: the set keeps one
+    return keys;
+  }
+  const prefix = `$KV.${kv.bucket}.`;
+  const info = await kv.jsm.streams.info(kv.stream, { subjects_filter: `${prefix}>` });
+  for (const subject of Object.keys(info.state.subjects ?? {})) if (subject.startsWith(prefix)) keys.add(subject.slice(prefix.length));
+  return keys;
 }
 
 /** Idle ratios of one actor, its instances summed. */

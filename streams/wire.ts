@@ -7,6 +7,7 @@ import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManage
 import { Kvm, type KV } from "@nats-io/kv";
 import { Objm, type ObjectStore } from "@nats-io/obj";
 import { PoisonMessageError } from "./dead-letter.js";
+import { isInfrastructureError } from "./infrastructure-error.js";
 import { runNames, type RunNames } from "./subjects.js";
 
 /** A max_payload the server did not tell us: the NATS default. */
@@ -35,7 +36,9 @@ function once<T>(open: () => Promise<T>, fail: (e: Error) => Error): () => Promi
   return () =>
     (p ??= open().catch((e: Error) => {
       p = undefined;
-      throw fail(e);
+      // A server that did not answer says nothing about the bucket: keep the error as it is, so callers
+      // can tell it from a missing bucket and retry it.
+      throw isInfrastructureError(e) ? e : fail(e);
     }));
 }
 

@@ -9,9 +9,12 @@ import { join } from "node:path";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
 import { natsForRun } from "../run-nats.js";
+import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import {
   consumerBacklogs,
   HealthBoard,
+  isInfrastructureError,
+  retryInfrastructure,
   openWire,
   runNames,
   RunState,
@@ -103,6 +106,12 @@ async function doctor(opts: DoctorOptions): Promise<number> {
   }
 }
 
+// People run doctor when something broke, often just after a server died and the cluster is electing new
+// leaders (a few seconds): it waits that out, briefly, instead of reporting the run missing or timing out.
+const DOCTOR_RETRY_DELAYS_MS = [250, 500, 1000, 2000, 3000, 4000];
+const DOCTOR_PATIENCE_S = Math.round(DOCTOR_RETRY_DELAYS_MS.reduce((a, b) => a + b, 0) / 1000);
+const ride = <T>(call: () => Promise<T>): Promise<T> => retryInfrastructure(call, DOCTOR_RETRY_DELAYS_MS);
+
 async function examine(
   nc: Awaited<ReturnType<typeof connectNats>>,
   run: string,
@@ -111,14 +120,17 @@ async function examine(
   json: boolean,
 ): Promise<number> {
   const wire = openWire(nc, run);
-  const jsm = await wire.jsm();
-  if (!(await jsm.streams.info(`KV_${wire.names.kvBucket}`).catch(() => null)))
-    throw new Error(`no run ${run} on ${url} (no state bucket ${wire.names.kvBucket})`);
-  const status = await new RunState(await new Kvm(nc).open(wire.names.kvBucket)).get(StateKeys.runStatus).catch(() => undefined);
+  const jsm = await ride(() => wire.jsm());
+  const stateStream = await ride(() => jsm.streams.info(`KV_${wire.names.kvBucket}`)).catch((e) => {
+    if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamNotFound) return null;
+    throw isInfrastructureError(e) ? new Error(`JetStream at ${url} did not answer for ${DOCTOR_PATIENCE_S} s: ${(e as Error).message}`) : e;
+  });
+  if (!stateStream) throw new Error(`no run ${run} on ${url} (no state bucket ${wire.names.kvBucket})`);
+  const status = await ride(async () => new RunState(await new Kvm(nc).open(wire.names.kvBucket)).get(StateKeys.runStatus)).catch(() => undefined);
   const board = new HealthBoard(wire.health);
-  const hasBucket = await board.exists();
-  const entries = hasBucket ? await board.read() : [];
-  const consumers = await consumerBacklogs(wire);
+  const hasBucket = await ride(() => board.exists());
+  const entries = hasBucket ? await ride(() => board.read()) : [];
+  const consumers = await ride(() => consumerBacklogs(wire));
   const now = Date.now();
   const health: RunHealth = classifyRun(entries, status, now, thresholds);
   if (!hasBucket) health.problems.unshift(`run ${run} has no health bucket ${wire.names.healthBucket}: its actors predate heartbeats, or never started`);

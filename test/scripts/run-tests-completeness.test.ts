@@ -1,0 +1,59 @@
+// The test runner script must not count a run as green when a test file's process ended early with exit
+// code 0 and took its remaining tests with it (node's runner reports nothing about them).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const runTests = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "..", "scripts", "run-tests.mjs");
+
+const COMPLETE = `import { test, describe } from "node:test";
+describe("a suite", () => { test("one", () => {}); test("two", async () => { await new Promise((r) => setTimeout(r, 20)); }); });
+test("three", () => {});
+`;
+// Ends its process with exit code 0 in the middle of the second test, once what came before has reached the
+// runner: "two", "later suite" and "four" never run.
+const CUT_SHORT = `import { test, describe } from "node:test";
+describe("a suite", () => { test("one", () => {}); test("two", async () => { await new Promise((r) => setTimeout(r, 300)); process.exit(0); }); });
+describe("later suite", () => { test("three", () => {}); });
+test("four", () => {});
+`;
+// Ends its process before any of its tests is reported.
+const EMPTY_EXIT = `process.exit(0);
+import("node:test").then(({ test }) => test("never", () => {}));
+`;
+
+function runWith(files: Record<string, string>) {
+  const dist = mkdtempSync(join(tmpdir(), "rs-run-tests-"));
+  try {
+    mkdirSync(join(dist, "test"));
+    for (const [name, src] of Object.entries(files)) writeFileSync(join(dist, "test", name), src);
+    // Without this test's own runner context: node refuses to start a run from inside a test file.
+    const env = { ...process.env };
+    delete env.NODE_TEST_CONTEXT;
+    const r = spawnSync(process.execPath, [runTests, "--dist", dist], { encoding: "utf8", timeout: 60_000, env });
+    return { code: r.status, out: r.stdout + r.stderr };
+  } finally {
+    rmSync(dist, { recursive: true, force: true });
+  }
+}
+
+test("a complete run passes with no completeness complaint (control)", () => {
+  const r = runWith({ "complete.test.js": COMPLETE });
+  assert.equal(r.code, 0, r.out);
+  assert.doesNotMatch(r.out, /test completeness/);
+  assert.match(r.out, /ℹ pass 3/);
+});
+
+test("tests lost to an early exit with code 0 fail the run and are named", () => {
+  const r = runWith({ "complete.test.js": COMPLETE, "cut-short.test.js": CUT_SHORT, "empty.test.js": EMPTY_EXIT });
+  assert.equal(r.code, 1, r.out);
+  assert.match(r.out, /test completeness: "two" \(.*cut-short\.test\.js:2:\d+\) was queued but never reported/);
+  assert.match(r.out, /test completeness: "later suite" \(.*cut-short\.test\.js:3:1\) was queued but never reported/);
+  assert.match(r.out, /test completeness: "four" \(.*cut-short\.test\.js:4:1\) was queued but never reported/);
+  assert.match(r.out, /test completeness: .*empty\.test\.js reported no test at all/);
+  assert.doesNotMatch(r.out, /complete\.test\.js.*never reported/);
+});
