@@ -251,14 +251,19 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const nc = await connect({ servers: nats.url });
   // SANDBOX_EXECUTOR_THREAD=1: the executor on its worker thread (executorThread: true), for comparing the two.
   const executorThread = process.env["SANDBOX_EXECUTOR_THREAD"] === "1";
-  const service = await startServiceProcess(nats.url, { poolSize, maxSessions: sessionsTarget + 16, executorThread });
+  // SANDBOX_FRESH_NAMESPACES=1: each execution in namespaces of its own (isolation.freshNamespaces), for
+  // measuring what they cost.
+  const freshNamespaces = process.env["SANDBOX_FRESH_NAMESPACES"] === "1";
+  const service = await startServiceProcess(nats.url, { poolSize, maxSessions: sessionsTarget + 16, executorThread, isolation: { freshNamespaces } });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
   const exec = async () => {
     const r = await client.exec({ language: "python", code: PROGRAM });
     if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
   };
   const st0 = await serviceStats(nc);
-  print(`sandbox bench on ${availableParallelism()} cores; isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid}`);
+  print(
+    `sandbox bench on ${availableParallelism()} cores; isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces}`,
+  );
 
   try {
     // Warm-up both paths (page cache, JIT).

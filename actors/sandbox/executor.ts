@@ -113,6 +113,8 @@ export class SandboxExecutor {
     if (settings.nativeForkLoop && !forkLoop)
       log.warn("sandbox: the C fork loop is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); sandboxes run the Python loop");
     const runtime = new RuntimeFolder(settings.workRoot, forkLoop);
+    if (settings.isolation.freshNamespaces && !forkLoop)
+      log.warn("sandbox: isolation.freshNamespaces needs the C fork loop; executions share their sandbox's namespaces");
     const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
     try {
       const canSetUid = process.getuid?.() === 0;
@@ -123,6 +125,7 @@ export class SandboxExecutor {
         seccompAvailable: runtime.seccompPath !== null && buildSeccompFilter() !== null,
         seccompMode: iso.seccomp,
         canSetUid,
+        freshNamespaces: iso.freshNamespaces && runtime.nativeForkLoop && runtime.executionFilterHex !== null,
       });
       const outcome = await probeIsolation({ bwrap, runtime, runtimes, extraBinds, settings }, candidates, uidPool, log);
       const layout: SandboxLayout = { bwrap, runtime, runtimes, extraBinds, features: outcome.features, settings };
@@ -364,6 +367,7 @@ export class SandboxExecutor {
       session_execs_total: s.execs,
       isolation_seccomp: f.seccomp ? 1 : 0,
       isolation_disable_userns: f.disableUserns ? 1 : 0,
+      isolation_fresh_namespaces: f.freshNamespaces ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
       native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
     };

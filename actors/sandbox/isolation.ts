@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { cpus } from "node:os";
-import { buildSeccompFilter } from "./seccomp.js";
+import { buildExecutionFilter, buildSeccompFilter } from "./seccomp.js";
 import { NODE_BOOT_JS, SUPERVISOR_PY } from "./supervisor-source.js";
 import type { ResolvedRuntimes } from "./runtimes.js";
 import type { SandboxSettings } from "./settings.js";
@@ -21,6 +21,12 @@ export interface IsolationFeatures {
   disableUserns: boolean;
   /** Each live sandbox runs under its own unprivileged host uid (needs root); else the service's uid. */
   perSandboxHostUid: boolean;
+  /**
+   * Each one-shot execution gets its own user, mount and ipc namespaces from the supervisor, with a fresh
+   * /workspace, /tmp and /dev/shm (needs the C fork loop and seccomp: the sandbox's filter then allows
+   * unshare(2) and mount(2) for the supervisor, and each execution's own filter refuses them).
+   */
+  freshNamespaces: boolean;
 }
 
 export function describeFeatures(f: IsolationFeatures, uidRange?: [number, number]): string[] {
@@ -29,7 +35,12 @@ export function describeFeatures(f: IsolationFeatures, uidRange?: [number, numbe
     "capabilities: none (--cap-drop ALL); no_new_privs; new session (no terminal injection)",
     "filesystem: read-only /usr and minimal /etc; private size-capped tmpfs /workspace, /tmp, /dev/shm; root and /dev read-only",
     f.seccomp ? "seccomp: deny-list on (ptrace, bpf, io_uring, keyrings, mount, namespaces, ...)" : "seccomp: OFF",
-    f.disableUserns ? "nested user namespaces: disabled" : "nested user namespaces: not disabled by bwrap" + (f.seccomp ? " (seccomp still refuses them)" : ""),
+    f.disableUserns
+      ? "nested user namespaces: disabled"
+      : "nested user namespaces: not disabled by bwrap" + (f.seccomp ? " (seccomp still refuses them to programs)" : ""),
+    f.freshNamespaces
+      ? "per execution: fresh user, mount and ipc namespaces, a fresh tmpfs /workspace, /tmp and /dev/shm, capabilities dropped, unshare and mount refused"
+      : "per execution: a fresh process in the sandbox's namespaces; /workspace, /tmp and /dev/shm emptied after it",
     f.perSandboxHostUid && uidRange
       ? `host uid: one unprivileged uid per live sandbox from ${uidRange[0]}..${uidRange[1] - 1} (RLIMIT_NPROC per sandbox, no cross-sandbox signals or files)`
       : `host uid: the service's own unprivileged uid ${process.getuid?.() ?? "?"} (per-sandbox uids need root; RLIMIT_NPROC then counts the service's processes too)`,
@@ -41,6 +52,10 @@ export function describeFeatures(f: IsolationFeatures, uidRange?: [number, numbe
 export class RuntimeFolder {
   readonly dir: string;
   readonly seccompPath: string | null;
+  /** The same filter with unshare(2) and mount(2) left to each execution's own filter (freshNamespaces). */
+  readonly seccompFreshPath: string | null;
+  /** That per-execution filter, hex, for the supervisor's environment. */
+  readonly executionFilterHex: string | null;
   private readonly base: string;
 
   /** Whether sandboxes get the C per-execution loop (/.rs/forkserver.so). */
@@ -69,6 +84,10 @@ export class RuntimeFolder {
     // The filter stays root-only: bwrap gets it as an open fd, the sandbox never sees the file.
     this.seccompPath = filter ? join(this.base, "seccomp.bpf") : null;
     if (filter && this.seccompPath) writeFileSync(this.seccompPath, filter, { mode: 0o600 });
+    const fresh = buildSeccompFilter({ freshNamespaces: true });
+    this.seccompFreshPath = fresh ? join(this.base, "seccomp-fresh.bpf") : null;
+    if (fresh && this.seccompFreshPath) writeFileSync(this.seccompFreshPath, fresh, { mode: 0o600 });
+    this.executionFilterHex = buildExecutionFilter()?.toString("hex") ?? null;
   }
 
   remove(): void {
@@ -200,6 +219,7 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     "--setenv",
     "PYTHONDONTWRITEBYTECODE",
     "1",
+    ...freshNamespaceEnv(layout),
     "--ro-bind",
     "/usr",
     "/usr",
@@ -255,6 +275,25 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
   if (features.seccomp) a.push("--seccomp", String(SECCOMP_FD));
   a.push("--", runtimes.python.binary, "-I", "-S", "-B", "/.rs/supervisor.py", runtimes.node?.binary ?? "", prestart, cpuList(layout.settings.cpus));
   return a;
+}
+
+/**
+ * What the supervisor needs to give each execution fresh namespaces: the tmpfs mounts to make (path, mode,
+ * bytes; as bwrap makes the sandbox's own) and the per-execution seccomp filter. The supervisor removes
+ * both from its environment before any program runs.
+ */
+function freshNamespaceEnv(layout: SandboxLayout): string[] {
+  const { features, settings, runtime } = layout;
+  if (!features.freshNamespaces || !runtime.executionFilterHex) return [];
+  const iso = settings.isolation;
+  const mounts = [
+    ["/dev/shm", "1777", iso.shmMb * MiB],
+    ["/tmp", "1777", iso.diskMb * MiB],
+    [WORK_DIR, "700", iso.diskMb * MiB],
+  ]
+    .map((m) => m.join(":"))
+    .join(";");
+  return ["--setenv", "RS_FRESH_MOUNTS", mounts, "--setenv", "RS_EXEC_SECCOMP", runtime.executionFilterHex];
 }
 
 /** Hands out host uids so that no two live sandboxes share one (FIFO reuse maximises the gap). */

@@ -41,6 +41,8 @@ def writable(p):
 f["rootWritable"] = writable("/rs-probe")
 f["usrWritable"] = writable("/usr/rs-probe")
 f["workWritable"] = writable("/workspace/rs-probe")
+f["uidMap"] = open("/proc/self/uid_map").read().split()
+f["workspaceMounts"] = sum(1 for l in open("/proc/self/mountinfo") if l.split()[4] == "/workspace")
 print(json.dumps(f))
 `;
 
@@ -59,6 +61,10 @@ export interface ProbeFacts {
   rootWritable: boolean;
   usrWritable: boolean;
   workWritable: boolean;
+  /** The first line of /proc/self/uid_map: inside, outside (in the parent user namespace), count. */
+  uidMap: string[];
+  /** Mounts at /workspace: 2 when the execution has its own tmpfs over the sandbox's. */
+  workspaceMounts: number;
 }
 
 /** Problems with the facts for the requested features; empty when the sandbox is as strong as asked. */
@@ -76,6 +82,11 @@ export function checkFacts(f: ProbeFacts, features: IsolationFeatures): string[]
   if (f.visible.length) bad.push(`host paths visible: ${f.visible.join(", ")}`);
   if (f.rootWritable || f.usrWritable) bad.push("system folders are writable");
   if (!f.workWritable) bad.push("/workspace is not writable");
+  if (features.freshNamespaces) {
+    // The execution's user namespace is a child of the sandbox's, where the program's uid is SANDBOX_UID.
+    if (f.uidMap[1] !== String(SANDBOX_UID)) bad.push(`execution has no user namespace of its own (uid_map ${f.uidMap.join(" ")})`);
+    if (f.workspaceMounts !== 2) bad.push(`execution has no /workspace of its own (${f.workspaceMounts} mounts there)`);
+  }
   return bad;
 }
 
@@ -109,6 +120,7 @@ async function probeOnce(layout: SandboxLayout, uidPool: HostUidPool | null): Pr
         rlimits: toRlimits(limits, "python", layout.settings.isolation.addressSpaceHeadroomMb),
         files: {},
         stdin: "",
+        once: true,
       })
       .catch((e: Error) => {
         throw new Error(`probe did not run: ${e.message}`);
@@ -153,15 +165,26 @@ export async function probeIsolation(
 }
 
 /** Candidate feature sets, strongest first. */
-export function featureCandidates(opts: { seccompAvailable: boolean; seccompMode: "auto" | "required" | "off"; canSetUid: boolean }): IsolationFeatures[] {
+export function featureCandidates(opts: {
+  seccompAvailable: boolean;
+  seccompMode: "auto" | "required" | "off";
+  canSetUid: boolean;
+  /** Asked for, and possible: the C loop is built and seccomp is not off. */
+  freshNamespaces?: boolean;
+}): IsolationFeatures[] {
   // As root, bwrap must not run as root: the program would be host uid 0 without capabilities, for
   // which the kernel does not enforce RLIMIT_NPROC (a fork bomb would be bounded only by the wall
   // clock). So as root only per-sandbox uids are acceptable; as a normal user, that user's uid is.
   const uidOptions = opts.canSetUid ? [true] : [false];
   const seccompOptions = opts.seccompMode === "off" || !opts.seccompAvailable ? [false] : opts.seccompMode === "required" ? [true] : [true, false];
   const out: IsolationFeatures[] = [];
-  // Drop --disable-userns first (seccomp refuses namespace creation anyway), then seccomp.
+  // Fresh namespaces per execution first: the supervisor must be able to unshare, so bwrap does not disable
+  // user namespaces, and the program is kept from them by its own seccomp filter.
+  if (opts.freshNamespaces && seccompOptions.includes(true))
+    for (const perSandboxHostUid of uidOptions) out.push({ seccomp: true, disableUserns: false, perSandboxHostUid, freshNamespaces: true });
+  // Then drop --disable-userns (seccomp refuses namespace creation anyway), then seccomp.
   for (const perSandboxHostUid of uidOptions)
-    for (const seccomp of seccompOptions) for (const disableUserns of [true, false]) out.push({ seccomp, disableUserns, perSandboxHostUid });
+    for (const seccomp of seccompOptions)
+      for (const disableUserns of [true, false]) out.push({ seccomp, disableUserns, perSandboxHostUid, freshNamespaces: false });
   return out;
 }

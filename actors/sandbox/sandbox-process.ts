@@ -122,7 +122,8 @@ export class SandboxProcess {
     this.hostUid = layout.features.perSandboxHostUid && uidPool ? uidPool.acquire() : undefined;
     let seccompFd: number | null = null;
     try {
-      if (layout.features.seccomp && layout.runtime.seccompPath) seccompFd = openSync(layout.runtime.seccompPath, "r");
+      const filter = layout.features.freshNamespaces ? layout.runtime.seccompFreshPath : layout.runtime.seccompPath;
+      if (layout.features.seccomp && filter) seccompFd = openSync(filter, "r");
       this.child = spawn(layout.bwrap, bwrapArgs(layout, kind), {
         stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore"],
         uid: this.hostUid,

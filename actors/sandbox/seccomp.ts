@@ -186,9 +186,11 @@ export function deniedSyscalls(): string[] {
 
 /**
  * The filter as the raw `struct sock_filter[]` bytes bwrap reads from `--seccomp FD`, or null when
- * this architecture has no syscall table here.
+ * this architecture has no syscall table here. `freshNamespaces`: leave unshare(2) and mount(2) to the
+ * per-execution filter (buildExecutionFilter), so that the supervisor can give each execution its own
+ * namespaces and tmpfs folders.
  */
-export function buildSeccompFilter(): Buffer | null {
+export function buildSeccompFilter(opts: { freshNamespaces?: boolean } = {}): Buffer | null {
   const t = archTable();
   if (!t) return null;
   const prog: Insn[] = [];
@@ -199,12 +201,35 @@ export function buildSeccompFilter(): Buffer | null {
   jump(BPF_JEQ_K, t.auditArch, 0, "kill");
   ld(OFF_NR);
   if (t.x32Bit) jump(BPF_JGE_K, t.x32Bit, "enosys", 0);
-  for (const nr of Object.values(t.denied)) jump(BPF_JEQ_K, nr, "eperm", 0);
+  for (const [name, nr] of Object.entries(t.denied)) if (!(opts.freshNamespaces && PER_EXECUTION.includes(name))) jump(BPF_JEQ_K, nr, "eperm", 0);
   // clone3 passes its flags in memory that a filter cannot read; ENOSYS makes libc fall back to clone.
   jump(BPF_JEQ_K, t.clone3, "enosys", 0);
   jump(BPF_JEQ_K, t.clone, 0, "allow");
   ld(OFF_ARG0_LO);
   jump(BPF_JSET_K, CLONE_NAMESPACE_FLAGS, "eperm", "allow");
+  return assemble(prog);
+}
+
+/** What the supervisor needs to set up an execution's namespaces; refused to the execution itself. */
+const PER_EXECUTION = ["unshare", "mount"];
+
+/**
+ * What each execution adds to the sandbox's filter when the supervisor gives it fresh namespaces
+ * (filters stack; the strictest answer wins): unshare(2) and mount(2) refused, which the sandbox-wide
+ * filter then allows for the supervisor alone. Null when this architecture has no table.
+ */
+export function buildExecutionFilter(): Buffer | null {
+  const t = archTable();
+  if (!t) return null;
+  const prog: Insn[] = [];
+  prog.push({ code: BPF_LD_W_ABS, jt: 0, jf: 0, k: OFF_ARCH });
+  prog.push({ code: BPF_JEQ_K, jt: 0, jf: "kill", k: t.auditArch });
+  prog.push({ code: BPF_LD_W_ABS, jt: 0, jf: 0, k: OFF_NR });
+  for (const name of PER_EXECUTION) prog.push({ code: BPF_JEQ_K, jt: "eperm", jf: 0, k: t.denied[name]! });
+  return assemble(prog); // falls through to "allow"
+}
+
+function assemble(prog: Insn[]): Buffer {
   prog.push({ code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ALLOW, label: "allow" });
   prog.push({ code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ERRNO | EPERM, label: "eperm" });
   prog.push({ code: BPF_RET_K, jt: 0, jf: 0, k: SECCOMP_RET_ERRNO | ENOSYS, label: "enosys" });

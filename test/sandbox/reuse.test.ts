@@ -24,12 +24,18 @@ async function plantAndProbe(fx: SandboxFixture, lang: SandboxLanguage, plant: s
   return { control: control.stdout, next: probed.stdout };
 }
 
-// Both per-execution loops of the supervisor: in C (forkserver.so, the default) and in Python.
-for (const nativeForkLoop of [true, false]) {
-  describe(`reused sandboxes (${nativeForkLoop ? "C" : "Python"} loop): nothing crosses from one execution to the next`, { timeout: 120_000 }, () => {
+// Both per-execution loops of the supervisor: in C (forkserver.so, the default; with the reset alone keeping
+// executions apart, the default, and with fresh namespaces per execution on top) and in Python.
+const LOOPS = [
+  { nativeForkLoop: true, freshNamespaces: true, name: "C loop, fresh namespaces" },
+  { nativeForkLoop: true, freshNamespaces: false, name: "C loop, reset only" },
+  { nativeForkLoop: false, freshNamespaces: false, name: "Python loop" },
+];
+for (const { nativeForkLoop, freshNamespaces, name } of LOOPS) {
+  describe(`reused sandboxes (${name}): nothing crosses from one execution to the next`, { timeout: 120_000 }, () => {
     let fx: SandboxFixture;
     before(async () => {
-      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, nativeForkLoop, runtimes: { node: { poolSize: 1 } } });
+      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, nativeForkLoop, isolation: { freshNamespaces }, runtimes: { node: { poolSize: 1 } } });
     });
     after(async () => {
       await fx?.stop();
@@ -37,6 +43,7 @@ for (const nativeForkLoop of [true, false]) {
 
     it("runs the loop it was asked for (the C one is built by npm ci)", () => {
       assert.equal(fx.service.stats().native_fork_loop, nativeForkLoop ? 1 : 0);
+      assert.equal(fx.service.stats().isolation_fresh_namespaces, freshNamespaces ? 1 : 0);
     });
 
     it("files: in /workspace, /tmp, /dev/shm, hidden, unreadable, xattrs and times of the work dirs", async () => {

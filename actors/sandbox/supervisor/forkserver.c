@@ -19,6 +19,9 @@
 // os.fork() is, so that PyOS_BeforeFork/AfterFork_* keep the interpreter consistent in both processes.
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -29,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ipc.h>
+#include <sys/mount.h>
 #include <sys/msg.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
@@ -101,6 +105,23 @@ static char *frame_buf;
 static size_t frame_cap;
 static uint32_t frame_len;
 
+// Fresh namespaces per execution (rs_fs_configure; isolation.ts: freshNamespaces). Each execution's
+// process unshares user, mount and ipc namespaces, mounts its own tmpfs over these folders, drops every
+// capability its new user namespace gave it, and loads the per-execution seccomp filter (unshare refused).
+#define MAX_FRESH_MOUNTS 4
+#define MAX_FILTER_INSNS 64
+static struct {
+  char path[64];
+  char opts[64];
+} fresh_mounts[MAX_FRESH_MOUNTS];
+static int n_fresh_mounts;
+static int ns_enabled;
+static struct sock_filter exec_filter[MAX_FILTER_INSNS];
+static unsigned short exec_filter_len;
+// Whether the warm interpreter has fresh namespaces; a session's sandbox keeps one set (its files persist).
+static int warm_fresh;
+static int session_mode;
+
 // ---- small helpers ---------------------------------------------------------------------------------
 
 static double now_s(void) {
@@ -121,6 +142,60 @@ static int write_all(int fd, const void *data, size_t n) {
     n -= (size_t)w;
   }
   return 0;
+}
+
+static int write_file(const char *path, const char *text) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int r = write_all(fd, text, strlen(text));
+  close(fd);
+  return r;
+}
+
+// In an execution's process, before any program code: with fresh = 1 its own user, mount and ipc
+// namespaces and tmpfs folders, then (fresh or not) no capabilities and the per-execution filter.
+// Returns 0, or -1 with errno set: the caller must then exit without running the program.
+static int isolate_exec(int fresh) {
+  if (!ns_enabled) return 0;
+  const char *step = "";
+#define STEP(name, ok) \
+  do {                 \
+    step = (name);     \
+    if (!(ok)) goto fail; \
+  } while (0)
+  if (fresh) {
+    uid_t uid = getuid();
+    gid_t gid = getgid();
+    // Dumpable first: /proc/self's files belong to root, not to this process, while it is not (pid 1 never is).
+    STEP("dumpable", prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0);
+    STEP("unshare", unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC) == 0);
+    char map[64];
+    STEP("setgroups", write_file("/proc/self/setgroups", "deny") == 0);
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)uid);
+    STEP("uid_map", write_file("/proc/self/uid_map", map) == 0);
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
+    STEP("gid_map", write_file("/proc/self/gid_map", map) == 0);
+    for (int i = 0; i < n_fresh_mounts; i++) STEP(fresh_mounts[i].path, mount("tmpfs", fresh_mounts[i].path, "tmpfs", MS_NOSUID | MS_NODEV, fresh_mounts[i].opts) == 0);
+    STEP("chdir", chdir("/workspace") == 0);
+  }
+  // The new user namespace gave this process every capability in it: drop them all, bounding set included.
+  STEP("ambient", prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0 || errno == EINVAL);
+  for (int c = 0; c <= 63; c++)
+    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno == EINVAL) break;
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  STEP("capset", syscall(SYS_capset, &hdr, data) == 0);
+  STEP("no_new_privs", prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
+  struct sock_fprog prog = {exec_filter_len, exec_filter};
+  STEP("seccomp", prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0);
+  return 0;
+#undef STEP
+fail:;
+  int e = errno;
+  dprintf(2, "rollstream sandbox: could not isolate the execution (%s): %s\n", step, strerror(e));
+  errno = e;
+  return -1;
 }
 
 static int read_exact(int fd, void *buf, size_t n) {
@@ -473,6 +548,7 @@ static int fork_warm(void) {
     int hi_in = fcntl(in[0], F_DUPFD_CLOEXEC, 64), hi_code = fcntl(code[0], F_DUPFD_CLOEXEC, 64);
     if (hi_in < 0 || hi_code < 0 || dup2(hi_in, 0) < 0 || dup2(hi_code, 3) < 0) _exit(127);
     close_range(4, ~0U, 0);
+    if (isolate_exec(!session_mode) != 0) _exit(127);
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     return 1;
   }
@@ -487,6 +563,7 @@ static int fork_warm(void) {
   warm_pid = pid;
   warm_code_w = code[1];
   warm_in_w = in[1];
+  warm_fresh = ns_enabled && !session_mode;
   return 0;
 }
 
@@ -688,7 +765,7 @@ PyObject *rs_fs_serve(int fork_first) {
     struct field req[MAX_FIELDS];
     int n = split_frame(req, MAX_FIELDS);
     if (n >= 1 && !field_is(&req[0], "run") && !field_is(&req[0], "once")) continue;  // a late "kill": nothing runs
-    int hot = n == 7 && field_is(&req[0], "once") && field_is(&req[1], "python") && warm_pid > 0;
+    int hot = n == 7 && field_is(&req[0], "once") && field_is(&req[1], "python") && warm_pid > 0 && warm_fresh == ns_enabled;
     if (!hot || run_once(req) != 0) return PyBytes_FromStringAndSize(frame_buf, frame_len);
     if (field_is(&req[6], "python")) {
       int r = fork_warm();
@@ -700,7 +777,8 @@ PyObject *rs_fs_serve(int fork_first) {
 }
 
 // The warm python interpreter this loop holds, handed to the Python loop: which = 0 pid, 1 the write
-// end of its program pipe, 2 the write end of its stdin pipe. which = 3 forgets it (the caller owns it).
+// end of its program pipe, 2 the write end of its stdin pipe, 4 whether it has fresh namespaces.
+// which = 3 forgets it (the caller owns it).
 long rs_fs_warm(int which) {
   switch (which) {
     case 0:
@@ -709,6 +787,8 @@ long rs_fs_warm(int which) {
       return warm_code_w;
     case 2:
       return warm_in_w;
+    case 4:
+      return warm_fresh;
     default:
       warm_pid = -1;
       warm_code_w = warm_in_w = -1;
@@ -719,5 +799,47 @@ long rs_fs_warm(int which) {
 // Kills the warm interpreter this loop holds, if any.
 long rs_fs_discard(void) {
   discard_warm();
+  return 0;
+}
+
+// Turns fresh namespaces per execution on: mounts is "path:mode:bytes;..." (the tmpfs folders to make),
+// filter the per-execution seccomp program (struct sock_filter[]). Returns 0, or -1 when they do not parse.
+long rs_fs_configure(const char *mounts, const char *filter, long filter_len) {
+  n_fresh_mounts = 0;
+  const char *p = mounts;
+  while (*p && n_fresh_mounts < MAX_FRESH_MOUNTS) {
+    const char *end = strchr(p, ';');
+    size_t len = end ? (size_t)(end - p) : strlen(p);
+    char item[160];
+    if (len == 0 || len >= sizeof item) return -1;
+    memcpy(item, p, len);
+    item[len] = 0;
+    char *c1 = strchr(item, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2) return -1;
+    *c1 = *c2 = 0;
+    if (strlen(item) >= sizeof fresh_mounts[0].path) return -1;
+    snprintf(fresh_mounts[n_fresh_mounts].path, sizeof fresh_mounts[0].path, "%s", item);
+    if (snprintf(fresh_mounts[n_fresh_mounts].opts, sizeof fresh_mounts[0].opts, "size=%s,mode=%s", c2 + 1, c1 + 1) >= (int)sizeof fresh_mounts[0].opts)
+      return -1;
+    n_fresh_mounts++;
+    p += len + (end ? 1 : 0);
+  }
+  if (filter_len <= 0 || filter_len % (long)sizeof(struct sock_filter) != 0 || filter_len / (long)sizeof(struct sock_filter) > MAX_FILTER_INSNS) return -1;
+  memcpy(exec_filter, filter, (size_t)filter_len);
+  exec_filter_len = (unsigned short)(filter_len / (long)sizeof(struct sock_filter));
+  ns_enabled = 1;
+  return 0;
+}
+
+// In a process the Python loop forked for an execution (supervisor.py: child_common): see isolate_exec.
+// Returns 0, or -errno.
+long rs_fs_isolate(int fresh) {
+  return isolate_exec(fresh) == 0 ? 0 : -errno;
+}
+
+// A session's sandbox: its executions share one set of namespaces and folders (files persist between
+// commands); warm interpreters forked from now on are not given fresh ones.
+long rs_fs_set_session(void) {
+  session_mode = 1;
   return 0;
 }

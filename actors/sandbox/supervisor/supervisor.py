@@ -34,6 +34,13 @@ PRESTART = sys.argv[2] if len(sys.argv) > 2 else ""
 CPUS = sys.argv[3] if len(sys.argv) > 3 else ""
 BOOT_JS = "/.rs/boot.js"
 FORK_LOOP_SO = "/.rs/forkserver.so"
+# Fresh namespaces per execution (isolation.ts: freshNamespaces): the tmpfs folders each execution gets
+# and its seccomp filter. Out of the environment before any program can read it.
+FRESH_MOUNTS = os.environ.pop("RS_FRESH_MOUNTS", "")
+EXEC_FILTER = bytes.fromhex(os.environ.pop("RS_EXEC_SECCOMP", ""))
+ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
+LOOP = None  # the C loop (load_fork_loop), when built
+SESSION = False  # this sandbox serves a session: its commands share one set of namespaces and files
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 U32 = _struct.Struct(">I")
 ModuleType = type(sys)
@@ -314,13 +321,16 @@ def apply_rlimits(lim, pid=0):
         else:
             resource.setrlimit(res, (soft, hard))
 
-def child_common(stdin_fd, extra=None):
+def child_common(stdin_fd, extra=None, fresh=False):
     _signal.set_wakeup_fd(-1)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     mapping = {0: stdin_fd, 1: 1, 2: 2}
     mapping.update(extra or {})
     place_fds(mapping)
+    if ISOLATE is not None:
+        if ISOLATE(int(fresh)) != 0:
+            os._exit(127)  # the C side said why, on stderr
     prctl(PR_SET_DUMPABLE, 1)
 
 def exec_reset():
@@ -426,22 +436,25 @@ def code_fd(code):
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
 
-def child(lang, code, stdin_fd, lim):
+def child(lang, code, stdin_fd, lim, fresh=False, files=()):
     try:
         if lang == "python":
-            child_common(stdin_fd)
+            child_common(stdin_fd, None, fresh)
+            child_files(files)
             apply_rlimits(lim)
             run_python(code.decode("utf-8", "replace"))
         elif lang == "bash":
             big = len(code) > 100000
             fd = code_fd(code) if big else None
-            child_common(stdin_fd, {3: fd} if big else None)
+            child_common(stdin_fd, {3: fd} if big else None, fresh)
+            child_files(files)
             apply_rlimits(lim)
             exec_reset()
             os.execv("/bin/bash", ["bash", "/proc/self/fd/3"] if big else ["bash", "-c", code])
         elif lang == "node":
             fd = code_fd(code)
-            child_common(stdin_fd, {3: fd})
+            child_common(stdin_fd, {3: fd}, fresh)
+            child_files(files)
             apply_rlimits(lim)
             exec_reset()
             os.execv(NODE, [NODE, BOOT_JS])
@@ -453,6 +466,16 @@ def child(lang, code, stdin_fd, lim):
         except BaseException:
             pass
     os._exit(127)
+
+def child_files(files):
+    # An execution with fresh namespaces writes its files itself, into its own /workspace.
+    if not files:
+        return
+    try:
+        write_files(files)
+    except (OSError, ValueError) as e:
+        print("rollstream sandbox: could not write files: %s" % (e,), file=sys.stderr)
+        os._exit(126)
 
 def proc_cpu_ms(pid):
     try:
@@ -473,14 +496,15 @@ class Warm:
     """An interpreter started ahead of the request, blocked reading its program from fd 3.
     python: a fork of this supervisor (site already loaded); node: node running boot.js."""
     @classmethod
-    def adopt(cls, lang, pid, code_w, in_w):
+    def adopt(cls, lang, pid, code_w, in_w, fresh):
         # One the C loop forked (see forkserver.c), handed over with a frame it does not serve.
         self = cls.__new__(cls)
-        self.lang, self.pid, self.code_w, self.in_w = lang, pid, code_w, in_w
+        self.lang, self.pid, self.code_w, self.in_w, self.fresh = lang, pid, code_w, in_w, fresh
         return self
 
-    def __init__(self, lang):
+    def __init__(self, lang, fresh=False):
         self.lang = lang
+        self.fresh = fresh
         if lang == "python":
             load_site()
         code_r, self.code_w = os.pipe()
@@ -491,7 +515,7 @@ class Warm:
         pid = os.fork()
         if pid == 0:
             try:
-                child_common(in_r, {3: code_r, 4: ready_w})
+                child_common(in_r, {3: code_r, 4: ready_w}, fresh)
                 if lang == "python":
                     os.close(4)
                     warm_python_child()
@@ -557,8 +581,20 @@ def run_command(req, warm):
     lim = parse_rlimits(req[5].decode())
     deadline = t0 + int(req[4]) / 1000.0
     once = req[0] == b"once"
+    global SESSION
+    if not once and ISOLATE is not None and not SESSION:
+        SESSION = True
+        LOOP["set_session"]()
+    # A one-shot execution with fresh namespaces writes its files in its own /workspace, so it cannot
+    # use an interpreter started before the files were known.
+    fresh = ISOLATE is not None and once
+    files = req[7:] if fresh else ()
+    if fresh and files and warm is not None:
+        warm.discard()
+        warm = None
     try:
-        write_files(req[7:])
+        if not fresh:
+            write_files(req[7:])
     except (OSError, ValueError) as e:
         clean = int(reset_after_command()) if once else 0
         return ("done", "", "", 0, 0, 0, 0, "", "could not write files: %s" % (e,), clean)
@@ -566,7 +602,7 @@ def run_command(req, warm):
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     startup_cpu = 0.0
     pid = None
-    if warm is not None and warm.lang == lang:
+    if warm is not None and warm.lang == lang and (ISOLATE is None or warm.fresh == fresh):
         try:
             pid, in_w, startup_cpu = warm.launch(code, lim)
         except OSError:
@@ -582,7 +618,7 @@ def run_command(req, warm):
         os.set_inheritable(in_w, False)
         pid = os.fork()
         if pid == 0:
-            child(lang, code, in_r, lim)
+            child(lang, code, in_r, lim, fresh, files)
         os.close(in_r)
     t_start = time.monotonic()
     os.set_blocking(in_w, False)
@@ -654,7 +690,7 @@ def prestart(lang):
     if lang not in ("python", "node") or (lang == "node" and not NODE):
         return None
     try:
-        return Warm(lang)
+        return Warm(lang, ISOLATE is not None and not SESSION)
     except OSError as e:
         print("rollstream sandbox: could not prestart %s: %s" % (lang, e), file=sys.stderr)
         return None
@@ -682,7 +718,14 @@ def load_fork_loop():
 
     names = b"\0".join(SIGNAMES.get(i, "").encode() for i in range(65))
     fn("rs_fs_init", Long)(wake_r, names, len(names))
-    return {"serve": fn("rs_fs_serve", PyObj), "warm": fn("rs_fs_warm", Long)}
+    loop = {"serve": fn("rs_fs_serve", PyObj), "warm": fn("rs_fs_warm", Long), "set_session": fn("rs_fs_set_session", Long)}
+    if FRESH_MOUNTS:
+        if fn("rs_fs_configure", Long)(FRESH_MOUNTS.encode(), EXEC_FILTER, len(EXEC_FILTER)) != 0:
+            print("rollstream sandbox: bad fresh-namespace settings", file=sys.stderr)
+            os._exit(1)
+        global ISOLATE
+        ISOLATE = fn("rs_fs_isolate", Long)
+    return loop
 
 def serve_in_c(loop, fork_first):
     """Runs the C loop until it needs this one: returns (request, adopted warm interpreter), or
@@ -706,7 +749,7 @@ def serve_in_c(loop, fork_first):
     warm = None
     pid = loop["warm"](0)
     if pid > 0:
-        warm = Warm.adopt("python", pid, loop["warm"](1), loop["warm"](2))
+        warm = Warm.adopt("python", pid, loop["warm"](1), loop["warm"](2), bool(loop["warm"](4)))
         loop["warm"](3)
     return split_fields(r), warm
 
@@ -720,7 +763,11 @@ def main():
             os._exit(1)
     BASE_STATE = own_state()
     BASE_PIPES = {fd: pipe_state(fd) for fd in (1, 2)}
-    loop = load_fork_loop()
+    global LOOP
+    loop = LOOP = load_fork_loop()
+    if FRESH_MOUNTS and loop is None:
+        print("rollstream sandbox: fresh namespaces per execution need the C loop (/.rs/forkserver.so)", file=sys.stderr)
+        os._exit(1)
     in_c = loop is not None and PRESTART == "python"
     if in_c:
         load_site()  # before "ready", as Warm("python") does: a ready sandbox has its modules loaded

@@ -1,0 +1,132 @@
+// Fresh namespaces per execution (isolation.freshNamespaces; needs the C loop and seccomp): each one-shot execution of a reused sandbox runs in its own user, mount and ipc namespaces with
+// its own tmpfs /workspace, /tmp and /dev/shm, and can neither create namespaces nor mount. The control
+// is the same sandbox with freshNamespaces off, where two executions share them.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
+import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+import type { SandboxLanguage } from "../../environments/api/sandbox.js";
+
+const WHERE_AM_I = `
+import os, json
+ns = {n: os.readlink("/proc/self/ns/" + n) for n in ("user", "mnt", "ipc")}
+mounts = {d: sum(1 for l in open("/proc/self/mountinfo") if l.split()[4] == d) for d in ("/workspace", "/tmp", "/dev/shm")}
+devs = {d: os.stat(d).st_dev for d in ("/workspace", "/tmp", "/dev/shm")}
+print(json.dumps({"ns": ns, "mounts": mounts, "devs": devs, "uidMap": open("/proc/self/uid_map").read().split()}))
+`;
+
+// What an execution may try to get out of its namespaces: each line says whether it worked.
+const TRY_ESCAPE = `
+import ctypes, os, json
+libc = ctypes.CDLL(None, use_errno=True)
+out = {}
+out["unshareUser"] = libc.unshare(0x10000000) == 0
+out["unshareMount"] = libc.unshare(0x00020000) == 0
+os.makedirs("/tmp/m", exist_ok=True)
+out["mountTmpfs"] = libc.mount(b"tmpfs", b"/tmp/m", b"tmpfs", 0, None) == 0
+st = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)
+out["caps"] = [st["CapEff"].strip(), st["CapPrm"].strip(), st["CapBnd"].strip(), st["CapAmb"].strip()]
+print(json.dumps(out))
+`;
+
+interface Where {
+  ns: Record<string, string>;
+  mounts: Record<string, number>;
+  devs: Record<string, number>;
+  uidMap: string[];
+}
+
+async function whereAmI(fx: SandboxFixture): Promise<Where> {
+  const r = await fx.client.exec({ language: "python", code: WHERE_AM_I });
+  assert.equal(r.exitCode, 0, describeResult(r));
+  return JSON.parse(r.stdout) as Where;
+}
+
+for (const freshNamespaces of [true, false]) {
+  describe(`one-shot executions with freshNamespaces ${freshNamespaces ? "on" : "off (control)"}`, { timeout: 120_000 }, () => {
+    let fx: SandboxFixture;
+    before(async () => {
+      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, isolation: { freshNamespaces }, runtimes: { node: { poolSize: 1 } } });
+    });
+    after(async () => {
+      await fx?.stop();
+    });
+
+    it("reports what is in force", () => {
+      assert.equal(fx.service.stats().isolation_fresh_namespaces, freshNamespaces ? 1 : 0);
+    });
+
+    it(freshNamespaces ? "two executions on one sandbox have different namespaces and folders" : "two executions on one sandbox share them", async () => {
+      const s0 = fx.service.stats().sandboxes_started_total;
+      const a = await whereAmI(fx);
+      const b = await whereAmI(fx);
+      assert.equal(fx.service.stats().sandboxes_started_total, s0, "both ran on the sandbox that was already warm");
+      for (const n of ["user", "mnt", "ipc"]) {
+        if (freshNamespaces) assert.notEqual(a.ns[n], b.ns[n], `${n} namespace shared: ${a.ns[n]}`);
+        else assert.equal(a.ns[n], b.ns[n], `${n} namespace`);
+      }
+      for (const d of ["/workspace", "/tmp", "/dev/shm"]) {
+        // Its own tmpfs over the sandbox's: two mounts there, and a new device number every execution.
+        assert.equal(a.mounts[d], freshNamespaces ? 2 : 1, `mounts at ${d}`);
+        if (freshNamespaces) assert.notEqual(a.devs[d], b.devs[d], `${d} is the same tmpfs twice`);
+        else assert.equal(a.devs[d], b.devs[d], `${d}`);
+      }
+      // The execution's user namespace is a child of the sandbox's, where the program is uid 65534.
+      if (freshNamespaces) assert.deepEqual(a.uidMap, ["65534", "65534", "1"]);
+      else assert.notEqual(a.uidMap[1], "65534");
+    });
+
+    it("an execution can neither create namespaces nor mount, and has no capabilities", async () => {
+      const r = await fx.client.exec({ language: "python", code: TRY_ESCAPE });
+      assert.equal(r.exitCode, 0, describeResult(r));
+      const out = JSON.parse(r.stdout);
+      assert.deepEqual(out, {
+        unshareUser: false,
+        unshareMount: false,
+        mountTmpfs: false,
+        caps: ["0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000"],
+      });
+    });
+
+    it("a session keeps one set of namespaces: its files persist across commands and languages", async () => {
+      const s = await fx.client.openSession({ language: "python" });
+      try {
+        const a = await s.exec({ language: "python", code: "open('state.txt', 'w').write('kept'); open('/tmp/t.txt', 'w').write('tmp')" });
+        assert.equal(a.exitCode, 0, describeResult(a));
+        const b = await s.exec({ language: "bash", code: "cat state.txt /tmp/t.txt" });
+        assert.equal(b.stdout, "kepttmp", describeResult(b));
+        const c = await s.exec({ language: "node", code: "console.log(require('fs').readFileSync('state.txt', 'utf8'))", files: { "x.txt": "f" } });
+        assert.equal(c.stdout, "kept\n", describeResult(c));
+        const d = await s.exec({ language: "python", code: "print(open('x.txt').read())" });
+        assert.equal(d.stdout, "f\n", describeResult(d));
+        const e = await s.exec({ language: "python", code: TRY_ESCAPE });
+        assert.deepEqual(JSON.parse(e.stdout).unshareUser, false, describeResult(e));
+      } finally {
+        await s.close();
+      }
+    });
+
+    for (const language of ["python", "bash", "node"] as SandboxLanguage[]) {
+      it(`${language}: request files reach the program, and not the next execution`, async () => {
+        const read = {
+          python: `print(open("data/in.txt").read())`,
+          bash: `cat data/in.txt`,
+          node: `console.log(require("fs").readFileSync("data/in.txt", "utf8"))`,
+        }[language];
+        const r = await fx.client.exec({ language, code: read, files: { "data/in.txt": `hello ${language}` } });
+        assert.equal(r.exitCode, 0, describeResult(r));
+        assert.equal(r.stdout.trim(), `hello ${language}`);
+        const next = await fx.client.exec({ language: "python", code: `import os; print(os.path.exists("/workspace/data"))` });
+        assert.equal(next.stdout.trim(), "False", describeResult(next));
+      });
+    }
+  });
+}
+
+it("positive control for the escape probe: on the host, outside any sandbox, it reports what works", () => {
+  const r = spawnSync("python3", ["-c", TRY_ESCAPE], { encoding: "utf8" });
+  assert.equal(r.status, 0, r.stderr);
+  const out = JSON.parse(r.stdout);
+  // A new user namespace is allowed to an unprivileged process here (the sandbox itself needs that).
+  assert.equal(out.unshareUser, true, r.stdout);
+});
