@@ -824,6 +824,7 @@ long rs_fs_configure(const char *mounts, const char *filter, long filter_len) {
     n_fresh_mounts++;
     p += len + (end ? 1 : 0);
   }
+  if (*p) return -1;  // more folders than this loop has room for
   if (filter_len <= 0 || filter_len % (long)sizeof(struct sock_filter) != 0 || filter_len / (long)sizeof(struct sock_filter) > MAX_FILTER_INSNS) return -1;
   memcpy(exec_filter, filter, (size_t)filter_len);
   exec_filter_len = (unsigned short)(filter_len / (long)sizeof(struct sock_filter));
