@@ -17,7 +17,7 @@ test("three", () => {});
 // Ends its process with exit code 0 in the middle of the second test, once what came before has reached the
 // runner: "two", "later suite" and "four" never run.
 const CUT_SHORT = `import { test, describe } from "node:test";
-describe("a suite", () => { test("one", () => {}); test("two", async () => { await new Promise((r) => setTimeout(r, 300)); process.exit(0); }); });
+describe("a suite", () => { test("one", () => {}); test("two", async () => { await new Promise((r) => setTimeout(r, 1000)); process.exit(0); }); });
 describe("later suite", () => { test("three", () => {}); });
 test("four", () => {});
 `;
