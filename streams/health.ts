@@ -119,9 +119,9 @@ export class HealthBoard {
 
 /**
  * The bucket's keys from one stream-info request with a subject filter, answered by the stream's leader.
- * Why not `kv.keys()`: it opens an ordered consumer, which may be placed on a server that has just died,
- * and then waits out its timeouts: doctor hung for 30 s on a cluster with one server down, which is when
- * people run it. The keys' values are then read with direct gets, which any replica answers.
+ * Why not `kv.keys()`: it opens an ordered consumer, which lives on one server and can be placed on one
+ * that has just died (the learner's rollout reader starved that way: stream-reader.ts), and doctor is run
+ * exactly then. The keys' values are then read with direct gets, which any replica answers.
  */
 async function listKeys(kv: KV): Promise<Set<string>> {
   const keys = new Set<string>();
