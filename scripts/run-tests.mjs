@@ -2,6 +2,7 @@
 // Runs every compiled *.test.js under dist/test with node's own test runner.
 // Node 20 has no glob support in `node --test`, so we collect the files here.
 // Usage: node scripts/run-tests.mjs [--dist DIR] [filter-substring ...]
+import { once } from "node:events";
 import { readdirSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { run } from "node:test";
@@ -37,17 +38,32 @@ if (files.length === 0) {
 // file's process; this process ends on its own once every event is reported.
 // Tests start their own nats-server processes and use both cores for kernels: run files one at a time
 // so timings stay sane on a 2-core machine.
-const stream = run({ files, concurrency: 1, forceExit: true });
-const completeness = new TestCompleteness().observe(stream);
-stream.on("test:fail", () => {
-  process.exitCode = 1;
-});
-stream.on("end", () => {
-  const lost = completeness.problems();
-  for (const line of lost) console.error(`test completeness: ${line}`);
-  if (lost.length > 0) {
-    console.error(`test completeness: ${lost.length} lost: a test file's process ended before it ran them`);
-    process.exitCode = 1;
-  }
-});
-stream.compose(spec).pipe(process.stdout);
+async function runFiles(list) {
+  const stream = run({ files: list, concurrency: 1, forceExit: true });
+  const completeness = new TestCompleteness().observe(stream);
+  const out = stream.compose(spec);
+  out.pipe(process.stdout, { end: false });
+  await once(out, "end");
+  return completeness;
+}
+
+const first = await runFiles(files);
+for (const line of first.problems()) console.error(`test completeness: ${line}`);
+let final = first;
+const lostFiles = first.filesWithLostTests();
+if (lostFiles.length > 0) {
+  // Seen about once in two full runs, always streams/arrow-codec after the sandbox tests, never alone: the file's
+  // process ends with exit code 0 after a suite and its remaining tests are never reported (cause not found).
+  // Those files run again on their own; the run passes only if every one of their tests then runs and passes.
+  console.error(`test completeness: ${lostFiles.length} file(s) did not report every test; running them again on their own`);
+  const again = await runFiles(lostFiles);
+  const still = again.problems();
+  for (const line of still) console.error(`test completeness (second run): ${line}`);
+  if (still.length > 0) console.error(`test completeness: ${still.length} lost again: a test file's process ended before it ran them`);
+  else console.error("test completeness: on the second run every test of those files was reported");
+  final = first.replacingFiles(lostFiles, again);
+}
+const { passed, failed, lost } = final.totals();
+// One plain closing line over both runs (node's own summary above counts only the last run).
+console.log(`tests: ${passed} passed, ${failed + lost} failed`);
+process.exit(failed + lost > 0 ? 1 : 0);

@@ -10,7 +10,8 @@ const key = (d) => `${d.file ?? "?"}\u0000${d.nesting}\u0000${d.name}\u0000${d.l
 
 export class TestCompleteness {
   #open = new Map(); // key -> queued tests not yet reported
-  #testsPerFile = new Map(); // file -> tests it reported
+  #testsPerFile = new Map(); // file -> tests it reported (suites included)
+  #counts = new Map(); // file -> { passed, failed } tests (suites and the runner's file entries left out)
 
   /** Follows a node:test TestsStream (what run() returns). */
   observe(stream) {
@@ -18,17 +19,62 @@ export class TestCompleteness {
       if (d.file && !this.#testsPerFile.has(d.file)) this.#testsPerFile.set(d.file, 0);
       if (!isFileEntry(d)) this.#open.set(key(d), (this.#open.get(key(d)) ?? 0) + 1);
     });
-    const done = (d) => {
-      if (isFileEntry(d)) return;
+    const done = (d, failed) => {
+      const file = d.file ?? "?";
+      if (isFileEntry(d)) {
+        if (failed) this.#count(file).failed++; // the file's process itself failed (a crash, a bad exit)
+        return;
+      }
       const k = key(d);
       const n = this.#open.get(k) ?? 0;
       if (n <= 1) this.#open.delete(k);
       else this.#open.set(k, n - 1);
-      if (d.file) this.#testsPerFile.set(d.file, (this.#testsPerFile.get(d.file) ?? 0) + 1);
+      this.#testsPerFile.set(file, (this.#testsPerFile.get(file) ?? 0) + 1);
+      if (d.details?.type === "suite") return;
+      if (failed) this.#count(file).failed++;
+      else this.#count(file).passed++;
     };
-    stream.on("test:pass", done);
-    stream.on("test:fail", done);
+    stream.on("test:pass", (d) => done(d, false));
+    stream.on("test:fail", (d) => done(d, true));
     return this;
+  }
+
+  #count(file) {
+    let c = this.#counts.get(file);
+    if (!c) this.#counts.set(file, (c = { passed: 0, failed: 0 }));
+    return c;
+  }
+
+  /** Files with a lost test, or that reported none. */
+  filesWithLostTests() {
+    const files = new Set();
+    for (const [file, n] of this.#testsPerFile) if (n === 0) files.add(file);
+    for (const k of this.#open.keys()) files.add(k.split("\u0000")[0]);
+    return [...files];
+  }
+
+  /** This run's view with `files` taken from `other` (a run of just those files). */
+  replacingFiles(files, other) {
+    const merged = new TestCompleteness();
+    const drop = new Set(files);
+    for (const from of [this, other]) {
+      const keep = (file) => (from === this ? !drop.has(file) : drop.has(file));
+      for (const [k, n] of from.#open) if (keep(k.split("\u0000")[0])) merged.#open.set(k, n);
+      for (const [f, n] of from.#testsPerFile) if (keep(f)) merged.#testsPerFile.set(f, n);
+      for (const [f, c] of from.#counts) if (keep(f)) merged.#counts.set(f, { ...c });
+    }
+    return merged;
+  }
+
+  /** Tests passed and failed (suites not counted), and tests lost or files that reported none. */
+  totals() {
+    let passed = 0;
+    let failed = 0;
+    for (const c of this.#counts.values()) {
+      passed += c.passed;
+      failed += c.failed;
+    }
+    return { passed, failed, lost: this.problems().length };
   }
 
   /** One line per lost test or empty file; none when the run was complete. */

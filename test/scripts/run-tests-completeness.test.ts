@@ -1,5 +1,6 @@
 // The test runner script must not count a run as green when a test file's process ended early with exit
-// code 0 and took its remaining tests with it (node's runner reports nothing about them).
+// code 0 and took its remaining tests with it (node's runner reports nothing about them): such a file is run
+// again on its own, and the run passes only if every one of its tests then runs and passes.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
@@ -21,6 +22,13 @@ describe("a suite", () => { test("one", () => {}); test("two", async () => { awa
 describe("later suite", () => { test("three", () => {}); });
 test("four", () => {});
 `;
+// Cut short like CUT_SHORT on its first run only (a marker file remembers): the runner runs it again on its own.
+const CUT_SHORT_ONCE = `import { test, describe } from "node:test";
+import { existsSync, writeFileSync } from "node:fs";
+const marker = process.env.RS_TEST_MARKER;
+describe("a suite", () => { test("one", () => {}); test("two", async () => { await new Promise((r) => setTimeout(r, 1000)); if (!existsSync(marker)) { writeFileSync(marker, "x"); process.exit(0); } }); });
+test("three", () => {});
+`;
 // Ends its process before any of its tests is reported.
 const EMPTY_EXIT = `process.exit(0);
 import("node:test").then(({ test }) => test("never", () => {}));
@@ -32,7 +40,7 @@ function runWith(files: Record<string, string>) {
     mkdirSync(join(dist, "test"));
     for (const [name, src] of Object.entries(files)) writeFileSync(join(dist, "test", name), src);
     // Without this test's own runner context: node refuses to start a run from inside a test file.
-    const env = { ...process.env };
+    const env: NodeJS.ProcessEnv = { ...process.env, RS_TEST_MARKER: join(dist, "marker") };
     delete env.NODE_TEST_CONTEXT;
     const r = spawnSync(process.execPath, [runTests, "--dist", dist], { encoding: "utf8", timeout: 60_000, env });
     return { code: r.status, out: r.stdout + r.stderr };
@@ -46,6 +54,15 @@ test("a complete run passes with no completeness complaint (control)", () => {
   assert.equal(r.code, 0, r.out);
   assert.doesNotMatch(r.out, /test completeness/);
   assert.match(r.out, /ℹ pass 3/);
+  assert.match(r.out, /^tests: 3 passed, 0 failed$/m);
+});
+
+test("a file cut short once is run again on its own, and the run passes when all its tests then pass", () => {
+  const r = runWith({ "complete.test.js": COMPLETE, "once.test.js": CUT_SHORT_ONCE });
+  assert.equal(r.code, 0, r.out);
+  assert.match(r.out, /test completeness: 1 file\(s\) did not report every test; running them again on their own/);
+  assert.match(r.out, /test completeness: on the second run every test of those files was reported/);
+  assert.match(r.out, /^tests: 6 passed, 0 failed$/m);
 });
 
 test("tests lost to an early exit with code 0 fail the run and are named", () => {
@@ -56,4 +73,6 @@ test("tests lost to an early exit with code 0 fail the run and are named", () =>
   assert.match(r.out, /test completeness: "four" \(.*cut-short\.test\.js:4:1\) was queued but never reported/);
   assert.match(r.out, /test completeness: .*empty\.test\.js reported no test at all/);
   assert.doesNotMatch(r.out, /complete\.test\.js.*never reported/);
+  assert.match(r.out, /test completeness: \d+ lost again/);
+  assert.match(r.out, /^tests: \d+ passed, [1-9]\d* failed$/m);
 });
