@@ -65,7 +65,7 @@ if (lostFiles.length > 0) {
   else console.error("test completeness: on the second run every test of those files was reported");
   final = first.replacingFiles(lostFiles, again);
 }
-const { passed, failed, lost } = final.totals();
+const { passed, failed, skipped, lost } = final.totals();
 // One plain closing line over both runs (node's own summary above counts only the last run).
-console.log(`tests: ${passed} passed, ${failed + lost} failed`);
+console.log(`tests: ${passed} passed, ${failed + lost} failed, ${skipped} skipped`);
 process.exit(failed + lost > 0 ? 1 : 0);

@@ -11,7 +11,7 @@ const key = (d) => `${d.file ?? "?"}\u0000${d.nesting}\u0000${d.name}\u0000${d.l
 export class TestCompleteness {
   #open = new Map(); // key -> queued tests not yet reported
   #testsPerFile = new Map(); // file -> tests it reported (suites included)
-  #counts = new Map(); // file -> { passed, failed } tests (suites and the runner's file entries left out)
+  #counts = new Map(); // file -> { passed, failed, skipped } tests (suites and the runner's file entries left out)
 
   /** Follows a node:test TestsStream (what run() returns). */
   observe(stream) {
@@ -32,6 +32,7 @@ export class TestCompleteness {
       this.#testsPerFile.set(file, (this.#testsPerFile.get(file) ?? 0) + 1);
       if (d.details?.type === "suite") return;
       if (failed) this.#count(file).failed++;
+      else if (d.skip !== undefined && d.skip !== false) this.#count(file).skipped++;
       else this.#count(file).passed++;
     };
     stream.on("test:pass", (d) => done(d, false));
@@ -41,7 +42,7 @@ export class TestCompleteness {
 
   #count(file) {
     let c = this.#counts.get(file);
-    if (!c) this.#counts.set(file, (c = { passed: 0, failed: 0 }));
+    if (!c) this.#counts.set(file, (c = { passed: 0, failed: 0, skipped: 0 }));
     return c;
   }
 
@@ -66,15 +67,17 @@ export class TestCompleteness {
     return merged;
   }
 
-  /** Tests passed and failed (suites not counted), and tests lost or files that reported none. */
+  /** Tests passed, failed and skipped (suites not counted), and tests lost or files that reported none. */
   totals() {
     let passed = 0;
     let failed = 0;
+    let skipped = 0;
     for (const c of this.#counts.values()) {
       passed += c.passed;
       failed += c.failed;
+      skipped += c.skipped;
     }
-    return { passed, failed, lost: this.problems().length };
+    return { passed, failed, skipped, lost: this.problems().length };
   }
 
   /** One line per lost test or empty file; none when the run was complete. */

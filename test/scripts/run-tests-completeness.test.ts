@@ -54,7 +54,7 @@ test("a complete run passes with no completeness complaint (control)", () => {
   assert.equal(r.code, 0, r.out);
   assert.doesNotMatch(r.out, /test completeness/);
   assert.match(r.out, /ℹ pass 3/);
-  assert.match(r.out, /^tests: 3 passed, 0 failed$/m);
+  assert.match(r.out, /^tests: 3 passed, 0 failed, 0 skipped$/m);
 });
 
 test("a file cut short once is run again on its own, and the run passes when all its tests then pass", () => {
@@ -62,7 +62,7 @@ test("a file cut short once is run again on its own, and the run passes when all
   assert.equal(r.code, 0, r.out);
   assert.match(r.out, /test completeness: 1 file\(s\) did not report every test; running them again on their own/);
   assert.match(r.out, /test completeness: on the second run every test of those files was reported/);
-  assert.match(r.out, /^tests: 6 passed, 0 failed$/m);
+  assert.match(r.out, /^tests: 6 passed, 0 failed, 0 skipped$/m);
 });
 
 test("tests lost to an early exit with code 0 fail the run and are named", () => {
@@ -74,5 +74,5 @@ test("tests lost to an early exit with code 0 fail the run and are named", () =>
   assert.match(r.out, /test completeness: .*empty\.test\.js reported no test at all/);
   assert.doesNotMatch(r.out, /complete\.test\.js.*never reported/);
   assert.match(r.out, /test completeness: \d+ lost again/);
-  assert.match(r.out, /^tests: \d+ passed, [1-9]\d* failed$/m);
+  assert.match(r.out, /^tests: \d+ passed, [1-9]\d* failed, 0 skipped$/m);
 });
