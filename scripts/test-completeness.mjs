@@ -11,7 +11,7 @@ const key = (d) => `${d.file ?? "?"}\u0000${d.nesting}\u0000${d.name}\u0000${d.l
 export class TestCompleteness {
   #open = new Map(); // key -> queued tests not yet reported
   #testsPerFile = new Map(); // file -> tests it reported (suites included)
-  #counts = new Map(); // file -> { passed, failed, skipped } tests (suites and the runner's file entries left out)
+  #counts = new Map(); // file -> { passed, failed, skipped } tests (suites and file entries only when they fail themselves)
 
   /** Follows a node:test TestsStream (what run() returns). */
   observe(stream) {
@@ -30,7 +30,12 @@ export class TestCompleteness {
       if (n <= 1) this.#open.delete(k);
       else this.#open.set(k, n - 1);
       this.#testsPerFile.set(file, (this.#testsPerFile.get(file) ?? 0) + 1);
-      if (d.details?.type === "suite") return;
+      if (d.details?.type === "suite") {
+        // A suite that failed for its own reason (a hook) is a failure; one that failed because a test in
+        // it did is already counted with that test.
+        if (failed && d.details.error?.failureType !== "subtestsFailed") this.#count(file).failed++;
+        return;
+      }
       if (failed) this.#count(file).failed++;
       else if (d.skip !== undefined && d.skip !== false) this.#count(file).skipped++;
       else this.#count(file).passed++;

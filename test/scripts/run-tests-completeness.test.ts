@@ -57,6 +57,15 @@ test("a complete run passes with no completeness complaint (control)", () => {
   assert.match(r.out, /^tests: 3 passed, 0 failed, 0 skipped$/m);
 });
 
+test("a suite whose hook fails fails the run, though all its tests passed", () => {
+  const hookFails = `import { test, describe, after } from "node:test";
+describe("hook fails", () => { after(() => { throw new Error("after boom"); }); test("fine", () => {}); });
+`;
+  const r = runWith({ "complete.test.js": COMPLETE, "hook.test.js": hookFails });
+  assert.equal(r.code, 1, r.out);
+  assert.match(r.out, /^tests: 4 passed, 1 failed, 0 skipped$/m);
+});
+
 test("a file cut short once is run again on its own, and the run passes when all its tests then pass", () => {
   const r = runWith({ "complete.test.js": COMPLETE, "once.test.js": CUT_SHORT_ONCE });
   assert.equal(r.code, 0, r.out);
