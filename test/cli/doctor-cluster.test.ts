@@ -3,7 +3,7 @@
 // replicas), not hang on a consumer placed on the dead server.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
+import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,20 +15,10 @@ import { ensureTopology } from "../../streams/topology.js";
 import { HealthBoard } from "../../streams/index.js";
 import { Health } from "../../actors/runtime/heartbeat.js";
 
-function doctor(...args: string[]): Promise<{ code: number | null; out: string; err: string; ms: number }> {
+function doctor(...args: string[]): { code: number | null; out: string; err: string; ms: number } {
   const t0 = Date.now();
-  return new Promise((resolve) => {
-    const p = spawn(process.execPath, [cliMain, "doctor", ...args], { stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    let err = "";
-    p.stdout.on("data", (d) => (out += d));
-    p.stderr.on("data", (d) => (err += d));
-    const killer = setTimeout(() => p.kill("SIGKILL"), 60_000);
-    p.on("close", (code) => {
-      clearTimeout(killer);
-      resolve({ code, out, err, ms: Date.now() - t0 });
-    });
-  });
+  const r = spawnSync(process.execPath, [cliMain, "doctor", ...args], { encoding: "utf8", timeout: 60_000 });
+  return { code: r.status, out: r.stdout, err: r.stderr, ms: Date.now() - t0 };
 }
 
 test("doctor answers within seconds on a cluster that has just lost the health stream's leader", { timeout: 180_000 }, async () => {
@@ -48,7 +38,7 @@ test("doctor answers within seconds on a cluster that has just lost the health s
     health = undefined;
 
     // Control: on the whole cluster, doctor names the learner.
-    const before = await doctor("--run", "dc", "--nats", cluster.url, "--json");
+    const before = doctor("--run", "dc", "--nats", cluster.url, "--json");
     assert.ok(
       JSON.parse(before.out).instances.some((i: { actor: string }) => i.actor === "learner"),
       before.out + before.err,
@@ -65,7 +55,7 @@ test("doctor answers within seconds on a cluster that has just lost the health s
       .filter((_, i) => i !== victim)
       .join(",");
 
-    const after = await doctor("--run", "dc", "--nats", alive, "--json");
+    const after = doctor("--run", "dc", "--nats", alive, "--json");
     console.log(`doctor after the leader's death: exit ${after.code} in ${after.ms} ms`);
     assert.notEqual(after.code, null, `doctor was still running after 60 s: ${after.err}`);
     assert.ok(after.ms < 20_000, `doctor took ${after.ms} ms`);

@@ -107,7 +107,8 @@ static uint32_t frame_len;
 
 // Fresh namespaces per execution (rs_fs_configure; isolation.ts: freshNamespaces). Each execution's
 // process unshares user, mount and ipc namespaces, mounts its own tmpfs over these folders, drops every
-// capability its new user namespace gave it, and loads the per-execution seccomp filter (unshare refused).
+// capability its new user namespace gave it, and loads the per-execution seccomp filter (unshare and mount
+// refused).
 #define MAX_FRESH_MOUNTS 4
 #define MAX_FILTER_INSNS 64
 static struct {
@@ -158,9 +159,9 @@ static int write_file(const char *path, const char *text) {
 static int isolate_exec(int fresh) {
   if (!ns_enabled) return 0;
   const char *step = "";
-#define STEP(name, ok) \
-  do {                 \
-    step = (name);     \
+#define STEP(name, ok)  \
+  do {                    \
+    step = (name);        \
     if (!(ok)) goto fail; \
   } while (0)
   if (fresh) {
