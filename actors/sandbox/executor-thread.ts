@@ -25,6 +25,8 @@ export interface SandboxBackend {
   sessionExec(id: string, req: SandboxExecRequest): Promise<SandboxExecResult>;
   closeSession(id: string): boolean | Promise<boolean>;
   stats(): Record<string, number>;
+  /** Host pids of the live sandboxes' bwrap processes (diagnostics, tests). */
+  sandboxPids(): number[] | Promise<number[]>;
   setOutputCeiling(bytes: number): void;
   drain(ms: number): Promise<void>;
   close(): Promise<void>;

@@ -4,6 +4,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
+import { readFileSync, readlinkSync, statSync } from "node:fs";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 import type { SandboxLanguage } from "../../environments/api/sandbox.js";
 
@@ -12,7 +13,7 @@ import os, json
 ns = {n: os.readlink("/proc/self/ns/" + n) for n in ("user", "mnt", "ipc")}
 mounts = {d: sum(1 for l in open("/proc/self/mountinfo") if l.split()[4] == d) for d in ("/workspace", "/tmp", "/dev/shm")}
 devs = {d: os.stat(d).st_dev for d in ("/workspace", "/tmp", "/dev/shm")}
-print(json.dumps({"ns": ns, "mounts": mounts, "devs": devs, "uidMap": open("/proc/self/uid_map").read().split()}))
+print(json.dumps({"ns": ns, "mounts": mounts, "devs": devs, "uidMap": open("/proc/self/uid_map").read().split(), "ppid": os.getppid()}))
 `;
 
 // What an execution may try to get out of its namespaces: each line says whether it worked.
@@ -34,6 +35,22 @@ interface Where {
   mounts: Record<string, number>;
   devs: Record<string, number>;
   uidMap: string[];
+  ppid: number;
+}
+
+/** Namespaces and folder devices of every live sandbox's supervisor (pid 1 inside), read from the host. */
+async function supervisors(fx: SandboxFixture): Promise<Where[]> {
+  const out: Where[] = [];
+  for (const bwrap of await fx.service.executor.sandboxPids()) {
+    for (const pid of readFileSync(`/proc/${bwrap}/task/${bwrap}/children`, "utf8").trim().split(/\s+/)) {
+      if (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== "rs-supervisor") continue;
+      const ns = Object.fromEntries(["user", "mnt", "ipc"].map((n) => [n, readlinkSync(`/proc/${pid}/ns/${n}`)]));
+      const devs = Object.fromEntries(["/workspace", "/tmp", "/dev/shm"].map((d) => [d, statSync(`/proc/${pid}/root${d}`).dev]));
+      out.push({ ns, devs, mounts: {}, uidMap: [], ppid: 0 });
+    }
+  }
+  assert.ok(out.length > 0, "no live sandbox supervisor found");
+  return out;
 }
 
 async function whereAmI(fx: SandboxFixture): Promise<Where> {
@@ -61,15 +78,22 @@ for (const freshNamespaces of [true, false]) {
       const a = await whereAmI(fx);
       const b = await whereAmI(fx);
       assert.equal(fx.service.stats().sandboxes_started_total, s0, "both ran on the sandbox that was already warm");
-      for (const n of ["user", "mnt", "ipc"]) {
-        if (freshNamespaces) assert.notEqual(a.ns[n], b.ns[n], `${n} namespace shared: ${a.ns[n]}`);
-        else assert.equal(a.ns[n], b.ns[n], `${n} namespace`);
-      }
-      for (const d of ["/workspace", "/tmp", "/dev/shm"]) {
-        // Its own tmpfs over the sandbox's: two mounts there, and a new device number every execution.
-        assert.equal(a.mounts[d], freshNamespaces ? 2 : 1, `mounts at ${d}`);
-        if (freshNamespaces) assert.notEqual(a.devs[d], b.devs[d], `${d} is the same tmpfs twice`);
-        else assert.equal(a.devs[d], b.devs[d], `${d}`);
+      // Compared with the supervisors, which stay alive: the kernel recycles a namespace's inode number and a
+      // tmpfs's device number once they are freed, so two executions one after the other may see equal numbers.
+      // Each execution is the supervisor's own child (no long-lived middle process that could hold one set).
+      const sups = await supervisors(fx);
+      for (const w of [a, b]) {
+        assert.equal(w.ppid, 1, "the execution is the supervisor's child");
+        for (const n of ["user", "mnt", "ipc"]) {
+          const shared = sups.some((s) => s.ns[n] === w.ns[n]);
+          assert.equal(shared, !freshNamespaces, `${n} namespace ${w.ns[n]} ${shared ? "is" : "is not"} a supervisor's`);
+        }
+        for (const d of ["/workspace", "/tmp", "/dev/shm"]) {
+          // Its own tmpfs over the sandbox's: two mounts there, and not the supervisor's device.
+          assert.equal(w.mounts[d], freshNamespaces ? 2 : 1, `mounts at ${d}`);
+          const shared = sups.some((s) => s.devs[d] === w.devs[d]);
+          assert.equal(shared, !freshNamespaces, `${d} ${shared ? "is" : "is not"} a supervisor's folder`);
+        }
       }
       // The execution's user namespace is a child of the sandbox's, where the program is uid 65534.
       if (freshNamespaces) assert.deepEqual(a.uidMap, ["65534", "65534", "1"]);
