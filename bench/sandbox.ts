@@ -32,7 +32,7 @@ import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
 import { loadEnvironment as loadCodeEnvironment } from "../environments/code/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
 import { machineCpuDuring } from "./machine-cpu.js";
-import { pageFaultMicros } from "./page-fault-cost.js";
+import { forkExitCpuMs, pageFaultMicros } from "./machine-calibration.js";
 import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
 import { descendants, procStat } from "./proc-stat.js";
 
@@ -266,9 +266,12 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     `sandbox bench on ${availableParallelism()} cores; isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces}`,
   );
 
-  // Faults are most of an execution's CPU and of a bare start's: their cost explains swings of the ratios.
+  // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.
   out.page_fault_us = r2(pageFaultMicros());
-  print(`machine           a page fault costs ${out.page_fault_us} us (first touch of fresh memory, minus a second touch)`);
+  out.fork_exit_cpu_ms = r2(forkExitCpuMs(python));
+  print(
+    `machine           a page fault ${out.page_fault_us} us (first touch of fresh memory); python3 -S forking a child that exits at once ${out.fork_exit_cpu_ms} ms CPU`,
+  );
 
   try {
     // Warm-up both paths (page cache, JIT).
