@@ -33,6 +33,8 @@ import { loadEnvironment as loadCodeEnvironment } from "../environments/code/ind
 import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
 import { machineCpuDuring } from "./machine-cpu.js";
 import { forkExitCpuMs, pageFaultMicros } from "./machine-calibration.js";
+import { spawnHold } from "./spawn-hold.js";
+import { nativeSpawnAddon } from "../actors/sandbox/native-spawn.js";
 import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
 import { descendants, procStat } from "./proc-stat.js";
 
@@ -395,6 +397,21 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       print(`cold start        p50 ${out.cold_p50_ms} ms  p99 ${out.cold_p99_ms} ms   (${out.cold_vs_bare_p50}x a bare python3 -c, which has no isolation)`);
     } finally {
       await cold.close();
+    }
+
+    // 3a. What one start holds the caller's loop: node's spawn (a fork) vs posix_spawn, small and large caller.
+    if (nativeSpawnAddon()) {
+      for (const extraMb of [0, 1024]) {
+        const h = await spawnHold(extraMb);
+        const key = extraMb === 0 ? "spawn_hold" : "spawn_hold_big";
+        out[`${key}_rss_mb`] = h.rssMb;
+        out[`${key}_node_ms`] = r2(h.nodeMs);
+        out[`${key}_native_ms`] = r2(h.nativeMs);
+        out[`${key}_ratio`] = r2(h.nodeMs / Math.max(0.01, h.nativeMs));
+        print(
+          `start call        at ${h.rssMb} MB RSS one start holds the loop p50 ${out[`${key}_native_ms`]} ms with posix_spawn vs ${out[`${key}_node_ms`]} ms with node's spawn (${out[`${key}_ratio`]}x)`,
+        );
+      }
     }
 
     // 3b. A burst of sandbox starts: how long the loop that answers requests is held up, executor on its

@@ -35,6 +35,7 @@ import { buildSeccompFilter } from "./seccomp.js";
 import { QueueFullError, Semaphore } from "./semaphore.js";
 import { SessionManager, type SessionOptions } from "./sessions.js";
 import { parseSandboxSettings, type SandboxSettings, type SandboxSettingsInput } from "./settings.js";
+import { nativeSpawnAddon } from "./native-spawn.js";
 import { forkLoopLibrary } from "./supervisor-source.js";
 
 export interface IsolationReport {
@@ -112,6 +113,9 @@ export class SandboxExecutor {
     const forkLoop = settings.nativeForkLoop ? forkLoopLibrary() : null;
     if (settings.nativeForkLoop && !forkLoop)
       log.warn("sandbox: the C fork loop is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); sandboxes run the Python loop");
+    const nativeSpawn = settings.nativeSpawn && nativeSpawnAddon() !== null;
+    if (settings.nativeSpawn && !nativeSpawn)
+      log.warn("sandbox: the rs_spawn addon is not built (npm ci builds it: actors/sandbox/spawn); sandboxes start with node's spawn, a fork of this process");
     const runtime = new RuntimeFolder(settings.workRoot, forkLoop);
     if (settings.isolation.freshNamespaces && !forkLoop)
       log.warn("sandbox: isolation.freshNamespaces needs the C fork loop; executions share their sandbox's namespaces");
@@ -136,6 +140,9 @@ export class SandboxExecutor {
           runtime.nativeForkLoop
             ? "per-execution loop: C (forkserver.so): fork, wait, kill, reset and report without running Python in pid 1"
             : "per-execution loop: Python (forkserver.so not built or nativeForkLoop: false)",
+          nativeSpawn
+            ? "starts: posix_spawn (rs_spawn): a sandbox start holds this process's event loop the same whatever its size"
+            : "starts: node's spawn, a fork of this process (rs_spawn not built or nativeSpawn: false)",
           ...(settings.cpus ? [`CPUs: ${settings.cpus} (settings.cpus)`] : []),
         ],
         bwrap: bwrapVersion(bwrap),
@@ -370,6 +377,7 @@ export class SandboxExecutor {
       isolation_fresh_namespaces: f.freshNamespaces ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
       native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
+      native_spawn: this.layout.settings.nativeSpawn && nativeSpawnAddon() !== null ? 1 : 0,
     };
   }
 
