@@ -203,7 +203,7 @@ async function codeRlStep(
  * A burst of sandbox starts (`sessions` sessions opened at once, each taking a sandbox the pool must
  * replace) while a probe asks the service for its STATS over and over: STATS is answered by the loop that
  * takes every request, so its latency shows how long that loop is held up by the starts. Run once with the
- * executor on its worker thread (the default) and once in the service's own loop (executorThread: false).
+ * executor on its worker thread (executorThread: true) and once in the service's own loop (the default).
  */
 async function startBurst(
   natsUrl: string,
