@@ -28,11 +28,11 @@ export interface SpawnHold {
 /** p50 of `n` starts each way, alternating, at this process's size plus `extraMb` of touched memory. */
 export async function spawnHold(extraMb: number, n = 30): Promise<SpawnHold> {
   const ballast = Buffer.alloc(extraMb * 1024 * 1024, 1);
-  const node = [await holdMs(false, n), 0];
-  const native = [await holdMs(true, n), 0];
-  node[1] = await holdMs(false, n);
-  native[1] = await holdMs(true, n);
+  const node1 = await holdMs(false, n);
+  const native1 = await holdMs(true, n);
+  const node2 = await holdMs(false, n);
+  const native2 = await holdMs(true, n);
   const rssMb = Math.round(process.memoryUsage().rss / 1048576);
   ballast.fill(0); // keeps it alive (and touched) to here
-  return { rssMb, nodeMs: Math.min(node[0]!, node[1]!), nativeMs: Math.min(native[0]!, native[1]!) };
+  return { rssMb, nodeMs: Math.min(node1, node2), nativeMs: Math.min(native1, native2) };
 }

@@ -35,7 +35,7 @@ import { buildSeccompFilter } from "./seccomp.js";
 import { QueueFullError, Semaphore } from "./semaphore.js";
 import { SessionManager, type SessionOptions } from "./sessions.js";
 import { parseSandboxSettings, type SandboxSettings, type SandboxSettingsInput } from "./settings.js";
-import { nativeSpawnAddon } from "./native-spawn.js";
+import { useNativeSpawn } from "./native-spawn.js";
 import { forkLoopLibrary } from "./supervisor-source.js";
 
 export interface IsolationReport {
@@ -113,15 +113,17 @@ export class SandboxExecutor {
     const forkLoop = settings.nativeForkLoop ? forkLoopLibrary() : null;
     if (settings.nativeForkLoop && !forkLoop)
       log.warn("sandbox: the C fork loop is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); sandboxes run the Python loop");
-    const nativeSpawn = settings.nativeSpawn && nativeSpawnAddon() !== null;
-    if (settings.nativeSpawn && !nativeSpawn)
-      log.warn("sandbox: the rs_spawn addon is not built (npm ci builds it: actors/sandbox/spawn); sandboxes start with node's spawn, a fork of this process");
     const runtime = new RuntimeFolder(settings.workRoot, forkLoop);
     if (settings.isolation.freshNamespaces && !forkLoop)
       log.warn("sandbox: isolation.freshNamespaces needs the C fork loop; executions share their sandbox's namespaces");
     const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
     try {
       const canSetUid = process.getuid?.() === 0;
+      const nativeSpawn = useNativeSpawn(settings.nativeSpawn, canSetUid);
+      if (settings.nativeSpawn && !nativeSpawn)
+        log.warn(
+          "sandbox: no rs_spawn addon (npm ci builds it: actors/sandbox/spawn) or, as root, no setpriv; sandboxes start with node's spawn, a fork of this process",
+        );
       if (canSetUid) for (const p of extraBinds) assertReachableByOthers(p);
       const iso = settings.isolation;
       const uidPool = canSetUid ? new HostUidPool(iso.hostUidBase, iso.hostUidCount) : null;
@@ -142,7 +144,7 @@ export class SandboxExecutor {
             : "per-execution loop: Python (forkserver.so not built or nativeForkLoop: false)",
           nativeSpawn
             ? "starts: posix_spawn (rs_spawn): a sandbox start holds this process's event loop the same whatever its size"
-            : "starts: node's spawn, a fork of this process (rs_spawn not built or nativeSpawn: false)",
+            : "starts: node's spawn, a fork of this process (rs_spawn not built, no setpriv as root, or nativeSpawn: false)",
           ...(settings.cpus ? [`CPUs: ${settings.cpus} (settings.cpus)`] : []),
         ],
         bwrap: bwrapVersion(bwrap),
@@ -377,7 +379,7 @@ export class SandboxExecutor {
       isolation_fresh_namespaces: f.freshNamespaces ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
       native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
-      native_spawn: this.layout.settings.nativeSpawn && nativeSpawnAddon() !== null ? 1 : 0,
+      native_spawn: useNativeSpawn(this.layout.settings.nativeSpawn, this.layout.features.perSandboxHostUid) ? 1 : 0,
     };
   }
 

@@ -32,9 +32,16 @@ export function nativeSpawnAddon(): SpawnAddon | null {
   return addon;
 }
 
-/** Whether a start under another host uid can go through posix_spawn (it execs setpriv, then bwrap). */
-export function canSpawnAs(): boolean {
-  return existsSync(SETPRIV);
+let setprivThere: boolean | undefined;
+
+/**
+ * Whether sandboxes start through posix_spawn: asked for (settings.nativeSpawn), the addon built, and, for a
+ * start under another host uid, setpriv there (posix_spawn cannot change uids; setpriv does, then execs bwrap).
+ */
+export function useNativeSpawn(wanted: boolean, asOtherUid: boolean): boolean {
+  if (!wanted || nativeSpawnAddon() === null) return false;
+  setprivThere ??= existsSync(SETPRIV);
+  return !asOtherUid || setprivThere;
 }
 
 // Every live NativeChild, reaped when a SIGCHLD arrives (libuv reaps only the children it spawned itself).

@@ -9,7 +9,7 @@ import type { SandboxExecResult, SandboxLanguage } from "../../environments/api/
 import { bwrapArgs, type HostUidPool, type SandboxLayout } from "./isolation.js";
 import type { EffectiveLimits, RlimitSpec } from "./limits.js";
 import { OutputCollector } from "./output-collector.js";
-import { canSpawnAs, NativeChild, nativeSpawnAddon } from "./native-spawn.js";
+import { NativeChild, useNativeSpawn } from "./native-spawn.js";
 import { encodeFrame, FrameReader } from "./control-frames.js";
 
 export type PrestartKind = "python" | "node" | "";
@@ -126,16 +126,15 @@ export class SandboxProcess {
       const filter = layout.features.freshNamespaces ? layout.runtime.seccompFreshPath : layout.runtime.seccompPath;
       if (layout.features.seccomp && filter) seccompFd = openSync(filter, "r");
       // posix_spawn when built (a start then costs the same whatever this process's size), else node's fork.
-      this.child =
-        layout.settings.nativeSpawn && nativeSpawnAddon() && (this.hostUid === undefined || canSpawnAs())
-          ? new NativeChild(layout.bwrap, bwrapArgs(layout, kind), { fds: 5, extraFd: seccompFd, ...(this.hostUid !== undefined ? { uid: this.hostUid } : {}) })
-          : spawn(layout.bwrap, bwrapArgs(layout, kind), {
-              stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore"],
-              uid: this.hostUid,
-              gid: this.hostUid,
-              detached: true,
-              env: {},
-            });
+      this.child = useNativeSpawn(layout.settings.nativeSpawn, this.hostUid !== undefined)
+        ? new NativeChild(layout.bwrap, bwrapArgs(layout, kind), { fds: 5, extraFd: seccompFd, ...(this.hostUid !== undefined ? { uid: this.hostUid } : {}) })
+        : spawn(layout.bwrap, bwrapArgs(layout, kind), {
+            stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore"],
+            uid: this.hostUid,
+            gid: this.hostUid,
+            detached: true,
+            env: {},
+          });
     } catch (e) {
       if (this.hostUid !== undefined) uidPool?.release(this.hostUid);
       throw new SandboxFailure(`could not spawn bwrap: ${(e as Error).message}`);

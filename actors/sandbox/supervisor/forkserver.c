@@ -159,9 +159,9 @@ static int write_file(const char *path, const char *text) {
 static int isolate_exec(int fresh) {
   if (!ns_enabled) return 0;
   const char *step = "";
-#define STEP(name, ok)  \
-  do {                    \
-    step = (name);        \
+#define STEP(name, ok) \
+  do {                 \
+    step = (name);     \
     if (!(ok)) goto fail; \
   } while (0)
   if (fresh) {
