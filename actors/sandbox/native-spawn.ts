@@ -4,7 +4,7 @@
 // rs_spawn addon, spawn/spawn.cc) shares the address space until the exec instead, so a start costs the same
 // whatever the caller's size. NativeChild is the part of ChildProcess that SandboxProcess uses.
 import { EventEmitter } from "node:events";
-import { closeSync, existsSync } from "node:fs";
+import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Socket } from "node:net";
 import { constants } from "node:os";
@@ -15,6 +15,7 @@ interface SpawnAddon {
   socketPair(): [number, number];
   spawn(file: string, argv: string[], fds: number[]): number;
   reap(pid: number): [number, number] | null;
+  close(fd: number): void;
 }
 
 const SETPRIV = "/usr/bin/setpriv";
@@ -180,9 +181,10 @@ export class NativeChild extends EventEmitter {
   }
 }
 
+// Through the addon: in a worker thread (executorThread) fs.closeSync warns about fds fs did not open.
 function closeFd(fd: number): void {
   try {
-    closeSync(fd);
+    nativeSpawnAddon()?.close(fd);
   } catch {
     /* already closed */
   }
