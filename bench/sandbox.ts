@@ -269,7 +269,14 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   // SANDBOX_FRESH_NAMESPACES=1: each execution in namespaces of its own (isolation.freshNamespaces), for
   // measuring what they cost.
   const freshNamespaces = process.env["SANDBOX_FRESH_NAMESPACES"] === "1";
-  const service = await startServiceProcess(nats.url, { poolSize, maxSessions: sessionsTarget + 16, executorThread, isolation: { freshNamespaces } });
+  // With them, as root, each execution also gets a host uid of its own unless SANDBOX_PER_EXECUTION_UID=0.
+  const perExecutionUid = process.env["SANDBOX_PER_EXECUTION_UID"] !== "0";
+  const service = await startServiceProcess(nats.url, {
+    poolSize,
+    maxSessions: sessionsTarget + 16,
+    executorThread,
+    isolation: { freshNamespaces, perExecutionUid },
+  });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
   const exec = async () => {
     const r = await client.exec({ language: "python", code: PROGRAM });
@@ -277,7 +284,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   };
   const st0 = await serviceStats(nc);
   print(
-    `sandbox bench on ${availableParallelism()} cores; isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces}`,
+    `sandbox bench on ${availableParallelism()} cores; isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}`,
   );
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.

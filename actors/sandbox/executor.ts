@@ -19,6 +19,7 @@ import {
   bwrapVersion,
   describeFeatures,
   findBwrap,
+  assertExecUidRanges,
   HostUidPool,
   assertReachableByOthers,
   assertCpusExist,
@@ -132,7 +133,9 @@ export class SandboxExecutor {
         seccompMode: iso.seccomp,
         canSetUid,
         freshNamespaces: iso.freshNamespaces && runtime.nativeForkLoop && runtime.executionFilterHex !== null,
+        perExecutionUid: iso.perExecutionUid,
       });
+      if (iso.freshNamespaces && iso.perExecutionUid && canSetUid) assertExecUidRanges(settings);
       const outcome = await probeIsolation({ bwrap, runtime, runtimes, extraBinds, settings }, candidates, uidPool, log);
       const layout: SandboxLayout = { bwrap, runtime, runtimes, extraBinds, features: outcome.features, settings };
       const report: IsolationReport = {
@@ -377,6 +380,7 @@ export class SandboxExecutor {
       isolation_seccomp: f.seccomp ? 1 : 0,
       isolation_disable_userns: f.disableUserns ? 1 : 0,
       isolation_fresh_namespaces: f.freshNamespaces ? 1 : 0,
+      isolation_per_execution_uid: f.perExecutionUid ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
       native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
       native_spawn: useNativeSpawn(this.layout.settings.nativeSpawn, this.layout.features.perSandboxHostUid) ? 1 : 0,

@@ -27,6 +27,12 @@ export interface IsolationFeatures {
    * unshare(2) and mount(2) for the supervisor, and each execution's own filter refuses them).
    */
   freshNamespaces: boolean;
+  /**
+   * With freshNamespaces, as root: each one-shot execution runs under a host uid of its own (the service maps
+   * a range of them into the sandbox's user namespace; the supervisor switches each execution's process to
+   * the next one before it unshares).
+   */
+  perExecutionUid: boolean;
 }
 
 export function describeFeatures(f: IsolationFeatures, uidRange?: [number, number]): string[] {
@@ -41,6 +47,11 @@ export function describeFeatures(f: IsolationFeatures, uidRange?: [number, numbe
     f.freshNamespaces
       ? "per execution: fresh user, mount and ipc namespaces, a fresh tmpfs /workspace, /tmp and /dev/shm, capabilities dropped, unshare and mount refused"
       : "per execution: a fresh process in the sandbox's namespaces; /workspace, /tmp and /dev/shm emptied after it",
+    ...(f.perExecutionUid
+      ? [
+          "per execution: a host uid of its own, not the sandbox's (switched by the supervisor, which keeps CAP_SETUID, CAP_SETGID and CAP_KILL in the sandbox's user namespace only; every execution drops them)",
+        ]
+      : []),
     f.perSandboxHostUid && uidRange
       ? `host uid: one unprivileged uid per live sandbox from ${uidRange[0]}..${uidRange[1] - 1} (RLIMIT_NPROC per sandbox, no cross-sandbox signals or files)`
       : `host uid: the service's own unprivileged uid ${process.getuid?.() ?? "?"} (per-sandbox uids need root; RLIMIT_NPROC then counts the service's processes too)`,
@@ -134,6 +145,47 @@ export interface SandboxLayout {
 
 /** First stdio slot after stdin/out/err and the two control channels (3: host->sandbox, 4: sandbox->host). */
 export const SECCOMP_FD = 5;
+/** perExecutionUid: bwrap writes its sandbox's pid here (--info-fd), then waits on the next for the uid maps. */
+export const INFO_FD = 6;
+export const USERNS_BLOCK_FD = 7;
+
+/** Inside the sandbox's user namespace, the per-execution uids (and gids) start here; each maps to a host uid of its own. */
+export const EXEC_ID_BASE = 100_000;
+const MAX_EXEC_IDS = 4096;
+
+/** How many per-execution uids a sandbox has: one per execution of its life, up to 4096 (then reused in turn). */
+export function execIdsPerSandbox(settings: SandboxSettings): number {
+  return Math.min(settings.maxExecsPerSandbox, MAX_EXEC_IDS);
+}
+
+/** The host uids (and gids) the executions of the sandbox running under `sandboxHostUid` get: [first, first + count). */
+export function execUidRange(settings: SandboxSettings, sandboxHostUid: number): { first: number; count: number } {
+  const count = execIdsPerSandbox(settings);
+  const iso = settings.isolation;
+  return { first: iso.execUidBase + (sandboxHostUid - iso.hostUidBase) * count, count };
+}
+
+/**
+ * The sandbox's uid_map (and gid_map), written by this process (root) while bwrap waits: the program's
+ * usual uid is the sandbox's host uid, as without perExecutionUid, and the per-execution ones follow.
+ */
+export function sandboxIdMap(settings: SandboxSettings, sandboxHostUid: number): string {
+  const { first, count } = execUidRange(settings, sandboxHostUid);
+  return `${SANDBOX_UID} ${sandboxHostUid} 1\n${EXEC_ID_BASE} ${first} ${count}\n`;
+}
+
+/** Refuses, in one line, per-execution uid ranges that leave the uid space or overlap the sandboxes' own uids. */
+export function assertExecUidRanges(settings: SandboxSettings): void {
+  const iso = settings.isolation;
+  const lo = iso.execUidBase;
+  const hi = lo + iso.hostUidCount * execIdsPerSandbox(settings);
+  if (hi > 4_294_967_294)
+    throw new Error(`sandbox settings.isolation: per-execution uids [${lo}, ${hi}) pass the last uid 4294967294; lower execUidBase or hostUidCount`);
+  if (lo < iso.hostUidBase + iso.hostUidCount && iso.hostUidBase < hi)
+    throw new Error(
+      `sandbox settings.isolation: per-execution uids [${lo}, ${hi}) overlap the sandboxes' uids [${iso.hostUidBase}, ${iso.hostUidBase + iso.hostUidCount}); move execUidBase`,
+    );
+}
 
 /**
  * bwrap runs under an unprivileged uid and must reach what it binds by path: every folder above an
@@ -191,6 +243,8 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     "--as-pid-1",
     "--cap-drop",
     "ALL",
+    // perExecutionUid: the supervisor switches each execution to its uid and kills what runs under it.
+    ...(features.perExecutionUid ? ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"] : []),
     "--uid",
     String(SANDBOX_UID),
     "--gid",
@@ -220,6 +274,17 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     "PYTHONDONTWRITEBYTECODE",
     "1",
     ...freshNamespaceEnv(layout),
+    ...(features.perExecutionUid
+      ? [
+          "--setenv",
+          "RS_EXEC_IDS",
+          `${EXEC_ID_BASE}:${execIdsPerSandbox(settings)}`,
+          "--info-fd",
+          String(INFO_FD),
+          "--userns-block-fd",
+          String(USERNS_BLOCK_FD),
+        ]
+      : []),
     "--ro-bind",
     "/usr",
     "/usr",
@@ -234,7 +299,9 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     if (st.isSymbolicLink()) a.push("--symlink", readlinkSync(top), top);
     else if (st.isDirectory()) a.push("--ro-bind", top, top);
   }
-  // Only what the dynamic loader and libc need from /etc; passwd/group/hosts are our own stubs.
+  // Only what the dynamic loader and libc need from /etc; passwd/group/hosts are our own stubs. /etc itself
+  // readable by all: bwrap would make it 0700, closed to the per-execution uids (perExecutionUid).
+  a.push("--perms", "0755", "--dir", "/etc");
   for (const f of ["/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime"]) {
     a.push("--ro-bind-try", f, f);
   }

@@ -78,6 +78,8 @@ export interface NativeSpawnOptions {
   fds: number;
   /** An fd of this process to hand over as the child's next fd (after the pairs), or null. */
   extraFd: number | null;
+  /** Socket pairs for the fds after that one (perExecutionUid: bwrap's info and userns-block fds); default 0. */
+  socketsAfter?: number;
   /** Host uid and gid to run under (needs root; through setpriv). */
   uid?: number;
 }
@@ -100,22 +102,35 @@ export class NativeChild extends EventEmitter {
     if (!a) throw new Error("the rs_spawn addon is not built");
     const ours: number[] = [];
     const theirs: number[] = [-1];
+    // The child's ends of the socket pairs: its copies after the spawn, so ours are closed either way.
+    const childEnds: number[] = [];
     try {
       for (let i = 1; i < opts.fds; i++) {
         const [mine, child] = a.socketPair();
         ours.push(mine);
         theirs.push(child);
+        childEnds.push(child);
       }
       if (opts.extraFd !== null) theirs.push(opts.extraFd);
+      for (let i = 0; i < (opts.socketsAfter ?? 0); i++) {
+        const [mine, child] = a.socketPair();
+        ours.push(mine);
+        theirs.push(child);
+        childEnds.push(child);
+      }
       const argv = opts.uid !== undefined ? [SETPRIV, `--reuid=${opts.uid}`, `--regid=${opts.uid}`, "--clear-groups", "--", file, ...args] : [file, ...args];
       this.pid = a.spawn(argv[0]!, argv, theirs);
     } catch (e) {
       for (const fd of ours) closeFd(fd);
       throw e;
     } finally {
-      for (const fd of theirs.slice(1, opts.fds)) closeFd(fd);
+      for (const fd of childEnds) closeFd(fd);
     }
-    this.stdio = [null, ...ours.map((fd) => new Socket({ fd, readable: true, writable: true }))];
+    // stdio[i] is the socket to the child's fd i: null for fd 0 and the handed-over fd.
+    const sockets = ours.map((fd) => new Socket({ fd, readable: true, writable: true }));
+    this.stdio = [null, ...sockets.slice(0, opts.fds - 1)];
+    if (opts.extraFd !== null) this.stdio.push(null);
+    this.stdio.push(...sockets.slice(opts.fds - 1));
     this.openSockets = ours.length;
     for (const s of this.stdio) s?.once("close", () => this.socketClosed());
     track(this);

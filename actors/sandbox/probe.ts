@@ -3,7 +3,7 @@
 // one at a time, strongest combination first; the namespaces themselves are never optional: if
 // they cannot be had, the service refuses to start rather than run code unsandboxed.
 import type { Logger } from "pino";
-import { SANDBOX_UID, type HostUidPool, type IsolationFeatures, type SandboxLayout } from "./isolation.js";
+import { EXEC_ID_BASE, SANDBOX_UID, type HostUidPool, type IsolationFeatures, type SandboxLayout } from "./isolation.js";
 import { resolveLimits, toRlimits } from "./limits.js";
 import { SandboxProcess } from "./sandbox-process.js";
 
@@ -18,6 +18,8 @@ for line in open("/proc/self/status").read().splitlines():
     k, _, v = line.partition(":")
     st[k] = v.strip()
 f["capEff"] = int(st.get("CapEff", "ff"), 16)
+f["capPrm"] = int(st.get("CapPrm", "ff"), 16)
+f["capAmb"] = int(st.get("CapAmb", "ff"), 16)
 f["capBnd"] = int(st.get("CapBnd", "ff"), 16)
 f["noNewPrivs"] = st.get("NoNewPrivs")
 f["seccomp"] = st.get("Seccomp")
@@ -51,6 +53,8 @@ export interface ProbeFacts {
   procPids: number[];
   pid1: string;
   capEff: number;
+  capPrm: number;
+  capAmb: number;
   capBnd: number;
   noNewPrivs: string;
   seccomp: string;
@@ -73,7 +77,7 @@ export function checkFacts(f: ProbeFacts, features: IsolationFeatures): string[]
   if (f.uid !== SANDBOX_UID) bad.push(`program uid is ${f.uid}, expected ${SANDBOX_UID}`);
   if (f.pid1 !== "rs-supervisor") bad.push(`pid 1 is ${JSON.stringify(f.pid1)}, not the supervisor (no pid namespace?)`);
   if (f.procPids.length > 3) bad.push(`program sees ${f.procPids.length} processes`);
-  if (f.capEff !== 0 || f.capBnd !== 0) bad.push("program has capabilities");
+  if (f.capEff !== 0 || f.capPrm !== 0 || f.capAmb !== 0 || f.capBnd !== 0) bad.push("program has capabilities");
   if (f.noNewPrivs !== "1") bad.push("no_new_privs is not set");
   if (f.netDevs.length !== 1 || f.netDevs[0] !== "lo") bad.push(`network devices visible: ${f.netDevs.join(",")}`);
   if (f.outbound === "connected") bad.push("outbound connection succeeded");
@@ -83,8 +87,12 @@ export function checkFacts(f: ProbeFacts, features: IsolationFeatures): string[]
   if (f.rootWritable || f.usrWritable) bad.push("system folders are writable");
   if (!f.workWritable) bad.push("/workspace is not writable");
   if (features.freshNamespaces) {
-    // The execution's user namespace is a child of the sandbox's, where the program's uid is SANDBOX_UID.
-    if (f.uidMap[1] !== String(SANDBOX_UID)) bad.push(`execution has no user namespace of its own (uid_map ${f.uidMap.join(" ")})`);
+    // The execution's user namespace is a child of the sandbox's, where the program's uid is SANDBOX_UID, or
+    // with perExecutionUid one of the per-execution ones; inside its own it is SANDBOX_UID either way.
+    const outer = Number(f.uidMap[1]);
+    const ownNs = f.uidMap[0] === String(SANDBOX_UID) && f.uidMap[2] === "1";
+    if (!ownNs || (features.perExecutionUid ? outer < EXEC_ID_BASE : outer !== SANDBOX_UID))
+      bad.push(`execution has no user namespace ${features.perExecutionUid ? "and uid " : ""}of its own (uid_map ${f.uidMap.join(" ")})`);
     if (f.workspaceMounts !== 2) bad.push(`execution has no /workspace of its own (${f.workspaceMounts} mounts there)`);
   }
   return bad;
@@ -171,6 +179,8 @@ export function featureCandidates(opts: {
   canSetUid: boolean;
   /** Asked for, and possible: the C loop is built and seccomp is not off. */
   freshNamespaces?: boolean;
+  /** Asked for (with freshNamespaces, as root). */
+  perExecutionUid?: boolean;
 }): IsolationFeatures[] {
   // As root, bwrap must not run as root: the program would be host uid 0 without capabilities, for
   // which the kernel does not enforce RLIMIT_NPROC (a fork bomb would be bounded only by the wall
@@ -180,11 +190,15 @@ export function featureCandidates(opts: {
   const out: IsolationFeatures[] = [];
   // Fresh namespaces per execution first: the supervisor must be able to unshare, so bwrap does not disable
   // user namespaces, and the program is kept from them by its own seccomp filter.
+  // A host uid per execution, strongest of all, needs root (it maps a range of host uids for the sandbox).
+  if (opts.freshNamespaces && seccompOptions.includes(true) && opts.perExecutionUid && opts.canSetUid)
+    out.push({ seccomp: true, disableUserns: false, perSandboxHostUid: true, freshNamespaces: true, perExecutionUid: true });
   if (opts.freshNamespaces && seccompOptions.includes(true))
-    for (const perSandboxHostUid of uidOptions) out.push({ seccomp: true, disableUserns: false, perSandboxHostUid, freshNamespaces: true });
+    for (const perSandboxHostUid of uidOptions)
+      out.push({ seccomp: true, disableUserns: false, perSandboxHostUid, freshNamespaces: true, perExecutionUid: false });
   // Then drop --disable-userns (seccomp refuses namespace creation anyway), then seccomp.
   for (const perSandboxHostUid of uidOptions)
     for (const seccomp of seccompOptions)
-      for (const disableUserns of [true, false]) out.push({ seccomp, disableUserns, perSandboxHostUid, freshNamespaces: false });
+      for (const disableUserns of [true, false]) out.push({ seccomp, disableUserns, perSandboxHostUid, freshNamespaces: false, perExecutionUid: false });
   return out;
 }

@@ -3,10 +3,10 @@
 // supervisor does not report in time, the whole sandbox is killed (bwrap --die-with-parent takes
 // the supervisor with it, and the kernel kills everything else in the pid namespace).
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync } from "node:fs";
+import { closeSync, openSync, writeFileSync } from "node:fs";
 import type { Readable, Writable } from "node:stream";
 import type { SandboxExecResult, SandboxLanguage } from "../../environments/api/sandbox.js";
-import { bwrapArgs, type HostUidPool, type SandboxLayout } from "./isolation.js";
+import { bwrapArgs, INFO_FD, sandboxIdMap, USERNS_BLOCK_FD, type HostUidPool, type SandboxLayout } from "./isolation.js";
 import type { EffectiveLimits, RlimitSpec } from "./limits.js";
 import { OutputCollector } from "./output-collector.js";
 import { NativeChild, useNativeSpawn } from "./native-spawn.js";
@@ -126,10 +126,17 @@ export class SandboxProcess {
       const filter = layout.features.freshNamespaces ? layout.runtime.seccompFreshPath : layout.runtime.seccompPath;
       if (layout.features.seccomp && filter) seccompFd = openSync(filter, "r");
       // posix_spawn when built (a start then costs the same whatever this process's size), else node's fork.
+      // perExecutionUid: two more fds, bwrap's --info-fd and --userns-block-fd (see mapExecutionUids).
+      const mapsIds = layout.features.perExecutionUid && this.hostUid !== undefined;
       this.child = useNativeSpawn(layout.settings.nativeSpawn, this.hostUid !== undefined)
-        ? new NativeChild(layout.bwrap, bwrapArgs(layout, kind), { fds: 5, extraFd: seccompFd, ...(this.hostUid !== undefined ? { uid: this.hostUid } : {}) })
+        ? new NativeChild(layout.bwrap, bwrapArgs(layout, kind), {
+            fds: 5,
+            extraFd: seccompFd,
+            socketsAfter: mapsIds ? 2 : 0,
+            ...(this.hostUid !== undefined ? { uid: this.hostUid } : {}),
+          })
         : spawn(layout.bwrap, bwrapArgs(layout, kind), {
-            stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore"],
+            stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore", ...(mapsIds ? (["pipe", "pipe"] as const) : [])],
             uid: this.hostUid,
             gid: this.hostUid,
             detached: true,
@@ -171,6 +178,36 @@ export class SandboxProcess {
       };
     });
     this.readyPromise.catch(() => undefined);
+    if (layout.features.perExecutionUid && this.hostUid !== undefined) this.mapExecutionUids(layout, this.hostUid);
+  }
+
+  /**
+   * perExecutionUid: bwrap has made the sandbox's user namespace and waits (--userns-block-fd) for its uid and
+   * gid maps, which only this process, as root, can write with more than one uid in them: the sandbox's own
+   * uid, as bwrap would map it, and the range its executions run under (isolation.ts: sandboxIdMap).
+   */
+  private mapExecutionUids(layout: SandboxLayout, hostUid: number): void {
+    const info = this.child.stdio[INFO_FD] as Readable;
+    const unblock = this.child.stdio[USERNS_BLOCK_FD] as Writable;
+    for (const s of [info, unblock]) s.on("error", () => undefined);
+    let text = "";
+    const onData = (d: Buffer) => {
+      text += d.toString("utf8");
+      const pid = /"child-pid"\s*:\s*(\d+)/.exec(text)?.[1];
+      if (!pid) return;
+      info.off("data", onData);
+      info.resume();
+      try {
+        const map = sandboxIdMap(layout.settings, hostUid);
+        writeFileSync(`/proc/${pid}/uid_map`, map);
+        writeFileSync(`/proc/${pid}/gid_map`, map);
+        unblock.end("1");
+      } catch (e) {
+        this.earlyStderr += `could not map the per-execution uids: ${(e as Error).message}\n`;
+        this.kill();
+      }
+    };
+    info.on("data", onData);
   }
 
   private readonly readyPromise: Promise<void>;

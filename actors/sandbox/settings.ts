@@ -67,6 +67,17 @@ export const IsolationSettingsSchema = z.object({
     .describe(
       "give each one-shot execution its own user, mount and ipc namespaces and a fresh tmpfs /workspace, /tmp and /dev/shm, on top of the reset between executions (needs the C fork loop and seccomp). Costs ~1 ms of CPU an execution (setting up and tearing down its namespaces): about 10-20% fewer executions/s at concurrency 64 and +2-3 ms warm latency back to back on 2 cores, so off by default. Sessions keep one set: their files persist",
     ),
+  perExecutionUid: z
+    .boolean()
+    .default(true)
+    .describe(
+      "with freshNamespaces, as root: each one-shot execution (and batch case) of a sandbox runs under a host uid of its own, not the sandbox's, from [execUidBase, ...): RLIMIT_NPROC, signals and file ownership are then per execution. The supervisor keeps CAP_SETUID, CAP_SETGID and CAP_KILL in the sandbox's user namespace to switch and reap; every execution drops them (default true)",
+    ),
+  execUidBase: nonneg()
+    .default(1_600_000_000)
+    .describe(
+      "first host uid of the per-execution uids: the sandbox with host uid hostUidBase + n gets [execUidBase + n x k, + k), k = min(maxExecsPerSandbox, 4096), one per execution, reused in turn after k (default 1600000000)",
+    ),
   addressSpaceHeadroomMb: pos()
     .default(1024)
     .describe(

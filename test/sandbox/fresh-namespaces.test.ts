@@ -95,9 +95,15 @@ for (const freshNamespaces of [true, false]) {
           assert.equal(shared, !freshNamespaces, `${d} ${shared ? "is" : "is not"} a supervisor's folder`);
         }
       }
-      // The execution's user namespace is a child of the sandbox's, where the program is uid 65534.
-      if (freshNamespaces) assert.deepEqual(a.uidMap, ["65534", "65534", "1"]);
-      else assert.notEqual(a.uidMap[1], "65534");
+      // The execution's user namespace is a child of the sandbox's, where the program is uid 65534, or, with
+      // perExecutionUid (the default as root; per-execution-uid.test.ts), a uid of its own.
+      if (freshNamespaces) {
+        for (const w of [a, b]) assert.deepEqual([w.uidMap[0], w.uidMap[2]], ["65534", "1"]);
+        if (fx.service.stats().isolation_per_execution_uid) {
+          assert.ok(Number(a.uidMap[1]) >= 100_000, `uid_map ${a.uidMap.join(" ")}`);
+          assert.notEqual(a.uidMap[1], b.uidMap[1]);
+        } else assert.deepEqual([a.uidMap[1], b.uidMap[1]], ["65534", "65534"]);
+      } else assert.notEqual(a.uidMap[1], "65534");
     });
 
     it("an execution can neither create namespaces nor mount, and has no capabilities", async () => {

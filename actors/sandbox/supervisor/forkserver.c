@@ -24,7 +24,9 @@
 #include <linux/seccomp.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
@@ -119,6 +121,12 @@ static int n_fresh_mounts;
 static int ns_enabled;
 static struct sock_filter exec_filter[MAX_FILTER_INSNS];
 static unsigned short exec_filter_len;
+// Per-execution uids (rs_fs_exec_ids; isolation.ts: perExecutionUid): the service mapped [base, base + count)
+// of this user namespace to host uids of their own, and each execution's process switches to the next one
+// before it unshares. "Next" is counted by a fork handler, so every fork of this process, by this loop or by
+// the Python one, takes a different one (in turn, after count of them).
+static unsigned exec_id_base, exec_id_count;
+static unsigned long exec_id_seq;
 // Whether the warm interpreter has fresh namespaces; a session's sandbox keeps one set (its files persist).
 static int warm_fresh;
 static int session_mode;
@@ -165,16 +173,27 @@ static int isolate_exec(int fresh) {
     if (!(ok)) goto fail; \
   } while (0)
   if (fresh) {
-    uid_t uid = getuid();
-    gid_t gid = getgid();
-    // Dumpable first: /proc/self's files belong to root, not to this process, while it is not (pid 1 never is).
+    // Inside its own user namespace the program keeps the sandbox's uid and gid; outside, in the sandbox's,
+    // it is the sandbox's or, with per-execution uids, one of its own.
+    uid_t uid = getuid(), outer_uid = uid;
+    gid_t gid = getgid(), outer_gid = gid;
+    if (exec_id_count) {
+      unsigned id = exec_id_base + (unsigned)(exec_id_seq % exec_id_count);
+      STEP("setgroups(0)", setgroups(0, NULL) == 0);
+      STEP("setresgid", setresgid(id, id, id) == 0);
+      STEP("setresuid", setresuid(id, id, id) == 0);
+      outer_uid = id;
+      outer_gid = id;
+    }
+    // Dumpable first (after any uid switch, which clears it): /proc/self's files belong to root, not to this
+    // process, while it is not (pid 1 never is).
     STEP("dumpable", prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0);
     STEP("unshare", unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC) == 0);
     char map[64];
     STEP("setgroups", write_file("/proc/self/setgroups", "deny") == 0);
-    snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)uid);
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)outer_uid);
     STEP("uid_map", write_file("/proc/self/uid_map", map) == 0);
-    snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)gid);
+    snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)outer_gid);
     STEP("gid_map", write_file("/proc/self/gid_map", map) == 0);
     for (int i = 0; i < n_fresh_mounts; i++) STEP(fresh_mounts[i].path, mount("tmpfs", fresh_mounts[i].path, "tmpfs", MS_NOSUID | MS_NODEV, fresh_mounts[i].opts) == 0);
     STEP("chdir", chdir("/workspace") == 0);
@@ -830,6 +849,29 @@ long rs_fs_configure(const char *mounts, const char *filter, long filter_len) {
   memcpy(exec_filter, filter, (size_t)filter_len);
   exec_filter_len = (unsigned short)(filter_len / (long)sizeof(struct sock_filter));
   ns_enabled = 1;
+  return 0;
+}
+
+static void take_next_exec_id(void) { exec_id_seq++; }
+
+// Turns per-execution uids on (after rs_fs_configure): each execution's process switches to one of
+// [base, base + count) before it unshares (isolate_exec). This process keeps CAP_SETUID and CAP_SETGID for
+// that and CAP_KILL to kill and reap what runs under those uids, but no longer as ambient or inheritable
+// capabilities: a program it runs without isolate_exec (none should) would lose them at its exec.
+// Returns 0, or -errno (-EPERM when those capabilities are missing).
+long rs_fs_exec_ids(long base, long count) {
+  if (!ns_enabled || base <= 0 || count <= 0 || base + count > 0x7fffffffL) return -EINVAL;
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) != 0) return -errno;
+  const unsigned need = (1u << CAP_SETUID) | (1u << CAP_SETGID) | (1u << CAP_KILL);
+  if ((data[0].effective & need) != need) return -EPERM;
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return -errno;
+  data[0].inheritable = data[1].inheritable = 0;
+  if (syscall(SYS_capset, &hdr, data) != 0) return -errno;
+  if (!exec_id_count && pthread_atfork(take_next_exec_id, NULL, NULL) != 0) return -ENOMEM;
+  exec_id_base = (unsigned)base;
+  exec_id_count = (unsigned)count;
   return 0;
 }
 

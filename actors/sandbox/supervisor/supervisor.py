@@ -38,6 +38,9 @@ FORK_LOOP_SO = "/.rs/forkserver.so"
 # and its seccomp filter. Out of the environment before any program can read it.
 FRESH_MOUNTS = os.environ.pop("RS_FRESH_MOUNTS", "")
 EXEC_FILTER = bytes.fromhex(os.environ.pop("RS_EXEC_SECCOMP", ""))
+# Per-execution uids (isolation.ts: perExecutionUid): "first:count" of this user namespace's uids, each
+# mapped to a host uid of its own; forkserver.c switches each execution's process to the next one.
+EXEC_IDS = os.environ.pop("RS_EXEC_IDS", "")
 ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
 LOOP = None  # the C loop (load_fork_loop), when built
 SESSION = False  # this sandbox serves a session: its commands share one set of namespaces and files
@@ -725,6 +728,12 @@ def load_fork_loop():
             os._exit(1)
         global ISOLATE
         ISOLATE = fn("rs_fs_isolate", Long)
+        if EXEC_IDS:
+            first, count = (int(x) for x in EXEC_IDS.split(":"))
+            r = fn("rs_fs_exec_ids", Long)(first, count)
+            if r != 0:
+                print("rollstream sandbox: per-execution uids need CAP_SETUID, CAP_SETGID and CAP_KILL (error %d)" % -r, file=sys.stderr)
+                os._exit(1)
     return loop
 
 def serve_in_c(loop, fork_first):
