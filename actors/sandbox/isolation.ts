@@ -49,7 +49,7 @@ export function describeFeatures(f: IsolationFeatures, uidRange?: [number, numbe
       : "per execution: a fresh process in the sandbox's namespaces; /workspace, /tmp and /dev/shm emptied after it",
     ...(f.perExecutionUid
       ? [
-          "per execution: a host uid of its own, not the sandbox's (switched by the supervisor, which keeps CAP_SETUID, CAP_SETGID and CAP_KILL in the sandbox's user namespace only; every execution drops them)",
+          "per execution: a host uid of its own, not the sandbox's (switched by the supervisor, which keeps CAP_SETUID, CAP_SETGID, CAP_KILL and CAP_SYS_RESOURCE in the sandbox's user namespace only; every execution drops them)",
         ]
       : []),
     f.perSandboxHostUid && uidRange
@@ -243,8 +243,9 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     "--as-pid-1",
     "--cap-drop",
     "ALL",
-    // perExecutionUid: the supervisor switches each execution to its uid and kills what runs under it.
-    ...(features.perExecutionUid ? ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL"] : []),
+    // perExecutionUid: the supervisor switches each execution to its uid, sets its rlimits (prlimit) and kills
+    // what runs under it.
+    ...(features.perExecutionUid ? ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_RESOURCE"] : []),
     "--uid",
     String(SANDBOX_UID),
     "--gid",

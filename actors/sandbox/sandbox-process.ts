@@ -3,7 +3,7 @@
 // supervisor does not report in time, the whole sandbox is killed (bwrap --die-with-parent takes
 // the supervisor with it, and the kernel kills everything else in the pid namespace).
 import { spawn, type ChildProcess } from "node:child_process";
-import { closeSync, openSync, writeFileSync } from "node:fs";
+import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import type { Readable, Writable } from "node:stream";
 import type { SandboxExecResult, SandboxLanguage } from "../../environments/api/sandbox.js";
 import { bwrapArgs, INFO_FD, sandboxIdMap, USERNS_BLOCK_FD, type HostUidPool, type SandboxLayout } from "./isolation.js";
@@ -198,6 +198,10 @@ export class SandboxProcess {
       info.off("data", onData);
       info.resume();
       try {
+        // Root writes these maps: only into bwrap's own child, the sandbox it is setting up.
+        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+        const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
+        if (ppid !== this.child.pid) throw new Error(`pid ${pid} is not bwrap's child`);
         const map = sandboxIdMap(layout.settings, hostUid);
         writeFileSync(`/proc/${pid}/uid_map`, map);
         writeFileSync(`/proc/${pid}/gid_map`, map);

@@ -71,7 +71,7 @@ export const IsolationSettingsSchema = z.object({
     .boolean()
     .default(true)
     .describe(
-      "with freshNamespaces, as root: each one-shot execution (and batch case) of a sandbox runs under a host uid of its own, not the sandbox's, from [execUidBase, ...): RLIMIT_NPROC, signals and file ownership are then per execution. The supervisor keeps CAP_SETUID, CAP_SETGID and CAP_KILL in the sandbox's user namespace to switch and reap; every execution drops them (default true)",
+      "with freshNamespaces, as root: each one-shot execution (and batch case) of a sandbox runs under a host uid of its own, not the sandbox's, from [execUidBase, ...): RLIMIT_NPROC, signals and file ownership are then per execution. The supervisor keeps CAP_SETUID, CAP_SETGID, CAP_KILL and CAP_SYS_RESOURCE in the sandbox's user namespace to switch, limit (prlimit) and reap; every execution drops them (default true)",
     ),
   execUidBase: nonneg()
     .default(1_600_000_000)

@@ -856,7 +856,9 @@ static void take_next_exec_id(void) { exec_id_seq++; }
 
 // Turns per-execution uids on (after rs_fs_configure): each execution's process switches to one of
 // [base, base + count) before it unshares (isolate_exec). This process keeps CAP_SETUID and CAP_SETGID for
-// that and CAP_KILL to kill and reap what runs under those uids, but no longer as ambient or inheritable
+// that, CAP_SYS_RESOURCE to set an execution's rlimits (prlimit on another uid's process; in a user
+// namespace it raises no limit) and CAP_KILL to kill and reap what runs under those uids, but no longer as
+// ambient or inheritable
 // capabilities: a program it runs without isolate_exec (none should) would lose them at its exec.
 // Returns 0, or -errno (-EPERM when those capabilities are missing).
 long rs_fs_exec_ids(long base, long count) {
@@ -864,7 +866,7 @@ long rs_fs_exec_ids(long base, long count) {
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2];
   if (syscall(SYS_capget, &hdr, data) != 0) return -errno;
-  const unsigned need = (1u << CAP_SETUID) | (1u << CAP_SETGID) | (1u << CAP_KILL);
+  const unsigned need = (1u << CAP_SETUID) | (1u << CAP_SETGID) | (1u << CAP_KILL) | (1u << CAP_SYS_RESOURCE);
   if ((data[0].effective & need) != need) return -EPERM;
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) return -errno;
   data[0].inheritable = data[1].inheritable = 0;

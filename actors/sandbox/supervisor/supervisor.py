@@ -732,7 +732,7 @@ def load_fork_loop():
             first, count = (int(x) for x in EXEC_IDS.split(":"))
             r = fn("rs_fs_exec_ids", Long)(first, count)
             if r != 0:
-                print("rollstream sandbox: per-execution uids need CAP_SETUID, CAP_SETGID and CAP_KILL (error %d)" % -r, file=sys.stderr)
+                print("rollstream sandbox: per-execution uids need CAP_SETUID, CAP_SETGID, CAP_KILL and CAP_SYS_RESOURCE (error %d)" % -r, file=sys.stderr)
                 os._exit(1)
     return loop
 
