@@ -193,7 +193,8 @@ export class SandboxProcess {
     let text = "";
     const onData = (d: Buffer) => {
       text += d.toString("utf8");
-      const pid = /"child-pid"\s*:\s*(\d+)/.exec(text)?.[1];
+      // Up to a character after the number: a read may end inside it.
+      const pid = /"child-pid"\s*:\s*(\d+)\D/.exec(text)?.[1];
       if (!pid) return;
       info.off("data", onData);
       info.resume();

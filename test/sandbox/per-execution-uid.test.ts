@@ -34,12 +34,17 @@ function comm(pid: number): string {
 
 const hostUid = (pid: number | string) => Number(status(pid)["Uid"]!.split(/\s+/)[0]);
 
-/** The live sandbox's supervisor (pid 1 inside), by its host pid. */
+/**
+ * The supervisor (pid 1 inside), by its host pid, of the python pool's sandbox: argv[6] is what it prestarts
+ * (the node pool's sandbox is live too).
+ */
 async function supervisor(fx: SandboxFixture): Promise<number> {
   for (const bwrap of await fx.service.executor.sandboxPids())
-    for (const pid of readFileSync(`/proc/${bwrap}/task/${bwrap}/children`, "utf8").trim().split(/\s+/))
-      if (pid && readFileSync(`/proc/${pid}/comm`, "utf8").trim() === "rs-supervisor") return Number(pid);
-  throw new Error("no live sandbox supervisor found");
+    for (const pid of readFileSync(`/proc/${bwrap}/task/${bwrap}/children`, "utf8").trim().split(/\s+/)) {
+      if (!pid || comm(Number(pid)) !== "rs-supervisor") continue;
+      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[6] === "python") return Number(pid);
+    }
+  throw new Error("no live python sandbox supervisor found");
 }
 
 /** Host pids of every process whose real uid is `uid`. */
