@@ -12,6 +12,7 @@ import {
   SandboxSubjects,
 } from "../../streams/sandbox-protocol.js";
 import { parseSandboxSettings } from "../../actors/sandbox/settings.js";
+import { assertExecUidRanges, execUidRange, sandboxIdMap } from "../../actors/sandbox/isolation.js";
 import { resolveLimits, toRlimits } from "../../actors/sandbox/limits.js";
 import { encodeFrame, FrameReader } from "../../actors/sandbox/control-frames.js";
 import { OutputCollector } from "../../actors/sandbox/output-collector.js";
@@ -136,5 +137,26 @@ describe("sandbox plumbing", () => {
     assert.throws(() => pool.acquire(), /hostUidCount/);
     pool.release(1001);
     assert.equal(pool.acquire(), 1001);
+  });
+});
+
+describe("per-execution uid ranges (isolation.perExecutionUid)", () => {
+  it("each sandbox's range follows from its host uid, and the maps name both", () => {
+    const s = parseSandboxSettings({ maxExecsPerSandbox: 1000 });
+    const base = s.isolation.hostUidBase;
+    assert.deepEqual(execUidRange(s, base), { first: s.isolation.execUidBase, count: 1000 });
+    assert.deepEqual(execUidRange(s, base + 3), { first: s.isolation.execUidBase + 3000, count: 1000 });
+    assert.equal(sandboxIdMap(s, base + 3), `65534 ${base + 3} 1\n100000 ${s.isolation.execUidBase + 3000} 1000\n`);
+    // Capped: more executions than 4096 take the uids in turn.
+    assert.equal(execUidRange(parseSandboxSettings({ maxExecsPerSandbox: 1_000_000 }), base).count, 4096);
+  });
+
+  it("ranges that leave the uid space or overlap the sandboxes' uids are refused in one line; the defaults pass", () => {
+    assert.doesNotThrow(() => assertExecUidRanges(parseSandboxSettings({})));
+    assert.throws(
+      () => assertExecUidRanges(parseSandboxSettings({ isolation: { execUidBase: 4_250_000_000 } })),
+      /^Error: sandbox settings\.isolation: per-execution uids \[4250000000, \d+\) pass the last uid/,
+    );
+    assert.throws(() => assertExecUidRanges(parseSandboxSettings({ isolation: { execUidBase: 1_499_000_000 } })), /overlap the sandboxes' uids/);
   });
 });
