@@ -122,12 +122,12 @@ export class SandboxProcess {
     const t0 = performance.now();
     this.hostUid = layout.features.perSandboxHostUid && uidPool ? uidPool.acquire() : undefined;
     let seccompFd: number | null = null;
+    // perExecutionUid: two more fds, bwrap's --info-fd and --userns-block-fd (see mapExecutionUids).
+    const mapsIds = layout.features.perExecutionUid && this.hostUid !== undefined;
     try {
       const filter = layout.features.freshNamespaces ? layout.runtime.seccompFreshPath : layout.runtime.seccompPath;
       if (layout.features.seccomp && filter) seccompFd = openSync(filter, "r");
       // posix_spawn when built (a start then costs the same whatever this process's size), else node's fork.
-      // perExecutionUid: two more fds, bwrap's --info-fd and --userns-block-fd (see mapExecutionUids).
-      const mapsIds = layout.features.perExecutionUid && this.hostUid !== undefined;
       this.child = useNativeSpawn(layout.settings.nativeSpawn, this.hostUid !== undefined)
         ? new NativeChild(layout.bwrap, bwrapArgs(layout, kind), {
             fds: 5,
@@ -178,7 +178,7 @@ export class SandboxProcess {
       };
     });
     this.readyPromise.catch(() => undefined);
-    if (layout.features.perExecutionUid && this.hostUid !== undefined) this.mapExecutionUids(layout, this.hostUid);
+    if (mapsIds) this.mapExecutionUids(layout, this.hostUid!);
   }
 
   /**

@@ -4,8 +4,9 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readFileSync, readlinkSync, statSync } from "node:fs";
+import { readlinkSync, statSync } from "node:fs";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+import { sandboxSupervisors } from "./proc.js";
 import type { SandboxLanguage } from "../../environments/api/sandbox.js";
 
 const WHERE_AM_I = `
@@ -41,13 +42,10 @@ interface Where {
 /** Namespaces and folder devices of every live sandbox's supervisor (pid 1 inside), read from the host. */
 async function supervisors(fx: SandboxFixture): Promise<Where[]> {
   const out: Where[] = [];
-  for (const bwrap of await fx.service.executor.sandboxPids()) {
-    for (const pid of readFileSync(`/proc/${bwrap}/task/${bwrap}/children`, "utf8").trim().split(/\s+/)) {
-      if (readFileSync(`/proc/${pid}/comm`, "utf8").trim() !== "rs-supervisor") continue;
-      const ns = Object.fromEntries(["user", "mnt", "ipc"].map((n) => [n, readlinkSync(`/proc/${pid}/ns/${n}`)]));
-      const devs = Object.fromEntries(["/workspace", "/tmp", "/dev/shm"].map((d) => [d, statSync(`/proc/${pid}/root${d}`).dev]));
-      out.push({ ns, devs, mounts: {}, uidMap: [], ppid: 0 });
-    }
+  for (const { pid } of await sandboxSupervisors(fx)) {
+    const ns = Object.fromEntries(["user", "mnt", "ipc"].map((n) => [n, readlinkSync(`/proc/${pid}/ns/${n}`)]));
+    const devs = Object.fromEntries(["/workspace", "/tmp", "/dev/shm"].map((d) => [d, statSync(`/proc/${pid}/root${d}`).dev]));
+    out.push({ ns, devs, mounts: {}, uidMap: [], ppid: 0 });
   }
   assert.ok(out.length > 0, "no live sandbox supervisor found");
   return out;

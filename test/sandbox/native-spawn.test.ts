@@ -8,6 +8,7 @@ import { once } from "node:events";
 import { Worker } from "node:worker_threads";
 import { NativeChild, nativeSpawnAddon } from "../../actors/sandbox/native-spawn.js";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+import { hostUid, procStat, statField } from "./proc.js";
 
 async function run(script: string, input?: string): Promise<{ out: string; err: string; code: number | null; signal: string | null; child: NativeChild }> {
   const child = new NativeChild("/bin/sh", ["-c", script], { fds: 5, extraFd: null });
@@ -42,7 +43,7 @@ describe("NativeChild (posix_spawn)", () => {
     const r = await run("cat /proc/$$/stat; grep -E '^Sig(Ign|Blk)' /proc/self/status");
     const stat = r.out.split("\n")[0]!;
     const pid = Number(stat.split(" ")[0]);
-    assert.equal(Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]), pid, "its own session");
+    assert.equal(statField(stat, 3), pid, "its own session");
     // Signals 1-31; glibc keeps its two internal real-time signals as they were, as node's own spawn does.
     const standard = (line: string) => BigInt(`0x${new RegExp(`^${line}:\\s+([0-9a-f]+)`, "m").exec(r.out)![1]}`) & 0x7fffffffn;
     assert.equal(standard("SigIgn"), 0n);
@@ -131,11 +132,9 @@ for (const nativeSpawn of [true, false]) {
       const pids = await fx.service.executor.sandboxPids();
       assert.ok(pids.length > 0, "no live sandbox");
       for (const pid of pids) {
-        const status = readFileSync(`/proc/${pid}/status`, "utf8");
-        const uid = Number(/^Uid:\s+(\d+)/m.exec(status)![1]);
+        const uid = hostUid(pid);
         assert.ok(uid >= 1_000_000, `bwrap ${pid} runs as uid ${uid}`);
-        const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-        assert.equal(Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]), pid, "its own session");
+        assert.equal(procStat(pid, 3), pid, "its own session");
       }
     });
   });

@@ -6,80 +6,45 @@
 // control is the same sandbox with perExecutionUid off, where every execution runs under the sandbox's uid.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import { setTimeout as sleep } from "node:timers/promises";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+import { childPids, comm, hostUid, procStat, processStatus, sandboxSupervisors } from "./proc.js";
 
 const asRoot = process.getuid?.() === 0;
 const EXEC_UID_BASE = 1_700_000_000;
 const SUPERVISOR_CAPS = (1n << 5n) | (1n << 6n) | (1n << 7n) | (1n << 24n); // KILL, SETGID, SETUID, SYS_RESOURCE
 
-function status(pid: number | string): Record<string, string> {
-  return Object.fromEntries(
-    readFileSync(`/proc/${pid}/status`, "utf8")
-      .split("\n")
-      .map((l) => l.split(":\t"))
-      .filter((kv) => kv.length === 2)
-      .map(([k, v]) => [k!, v!.trim()]),
-  );
-}
-
-function comm(pid: number): string {
-  try {
-    return readFileSync(`/proc/${pid}/comm`, "utf8").trim();
-  } catch {
-    return "";
-  }
-}
-
-const hostUid = (pid: number | string) => Number(status(pid)["Uid"]!.split(/\s+/)[0]);
-
-/**
- * The supervisor (pid 1 inside), by its host pid, of the python pool's sandbox: argv[6] is what it prestarts
- * (the node pool's sandbox is live too).
- */
+/** The supervisor (pid 1 inside) of the python pool's sandbox, by its host pid (the node pool's is live too). */
 async function supervisor(fx: SandboxFixture): Promise<number> {
-  for (const bwrap of await fx.service.executor.sandboxPids())
-    for (const pid of readFileSync(`/proc/${bwrap}/task/${bwrap}/children`, "utf8").trim().split(/\s+/)) {
-      if (!pid || comm(Number(pid)) !== "rs-supervisor") continue;
-      if (readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0")[6] === "python") return Number(pid);
-    }
-  throw new Error("no live python sandbox supervisor found");
+  const sup = (await sandboxSupervisors(fx)).find((s) => s.prestart === "python");
+  if (!sup) throw new Error("no live python sandbox supervisor found");
+  return sup.pid;
 }
 
-/** Host pids of every process whose real uid is `uid`. */
-function processesOf(uid: number): number[] {
+/** Host pids of every process whose host uid (and pid) pass `keep`. */
+function processesWhere(keep: (uid: number, pid: number) => boolean): number[] {
   return readdirSync("/proc")
     .filter((p) => /^\d+$/.test(p))
-    .filter((p) => {
-      try {
-        return hostUid(p) === uid;
-      } catch {
-        return false; // gone meanwhile
-      }
-    })
-    .map(Number);
-}
-
-/** Host pids of the "sleep" processes of any sandbox (host uids from hostUidBase, 1500000000, up). */
-function sandboxSleepers(): number[] {
-  return readdirSync("/proc")
-    .filter((p) => /^\d+$/.test(p) && comm(Number(p)) === "sleep")
     .map(Number)
     .filter((p) => {
       try {
-        return hostUid(p) >= 1_500_000_000;
+        return keep(hostUid(p), p);
       } catch {
-        return false;
+        return false; // gone meanwhile
       }
     });
 }
+
+const processesOf = (uid: number) => processesWhere((u) => u === uid);
+/** The "sleep" processes of any sandbox (host uids from hostUidBase, 1500000000, up). */
+const sandboxSleepers = () => processesWhere((u, p) => u >= 1_500_000_000 && comm(p) === "sleep");
 
 /** Runs a program that sleeps, and reads the host uid of the supervisor's child (the execution) meanwhile. */
 async function uidOfAnExecution(fx: SandboxFixture, sup: number): Promise<{ host: number; inside: string }> {
   const running = fx.client.exec({ language: "python", code: "import os, time\nprint(os.getuid())\ntime.sleep(1.2)" });
   await sleep(600);
-  const kids = readFileSync(`/proc/${sup}/task/${sup}/children`, "utf8").trim().split(/\s+/).filter(Boolean);
+  const kids = childPids(sup);
   assert.equal(kids.length, 1, `the supervisor's children while one execution runs: ${kids.join(" ")}`);
   const host = hostUid(kids[0]!);
   const r = await running;
@@ -140,10 +105,7 @@ for (const { perExecutionUid, nativeSpawn, name } of MODES) {
       // The Python loop, where a launch the C loop cannot do falls back to, costs pid 1 ~130 faults an execution
       // (its objects are shared with the forked child); the C loop ~20. A per-execution uid must not force it there.
       const sup = await supervisor(fx);
-      const minflt = () => {
-        const st = readFileSync(`/proc/${sup}/stat`, "utf8");
-        return Number(st.slice(st.lastIndexOf(")") + 2).split(" ")[7]);
-      };
+      const minflt = () => procStat(sup, 7);
       await fx.client.exec({ language: "python", code: "print(1)" });
       const f0 = minflt();
       for (let i = 0; i < 10; i++) await fx.client.exec({ language: "python", code: "print(1)" });
@@ -168,7 +130,7 @@ for (const { perExecutionUid, nativeSpawn, name } of MODES) {
     });
 
     it("the supervisor holds only what switching uids needs; executions, session commands and exec'd programs hold nothing", async () => {
-      const sup = status(await supervisor(fx));
+      const sup = processStatus(await supervisor(fx));
       // The control for the readings below: on the supervisor, the host does see capabilities.
       assert.equal(BigInt(`0x${sup["CapEff"]}`), perExecutionUid ? SUPERVISOR_CAPS : 0n, `supervisor CapEff ${sup["CapEff"]}`);
       assert.equal(BigInt(`0x${sup["CapAmb"]}`), 0n, "no ambient capabilities in the supervisor");

@@ -167,9 +167,9 @@ static int write_file(const char *path, const char *text) {
 static int isolate_exec(int fresh) {
   if (!ns_enabled) return 0;
   const char *step = "";
-#define STEP(name, ok) \
-  do {                 \
-    step = (name);     \
+#define STEP(name, ok)  \
+  do {                    \
+    step = (name);        \
     if (!(ok)) goto fail; \
   } while (0)
   if (fresh) {
@@ -858,8 +858,8 @@ static void take_next_exec_id(void) { exec_id_seq++; }
 // [base, base + count) before it unshares (isolate_exec). This process keeps CAP_SETUID and CAP_SETGID for
 // that, CAP_SYS_RESOURCE to set an execution's rlimits (prlimit on another uid's process; in a user
 // namespace it raises no limit) and CAP_KILL to kill and reap what runs under those uids, but no longer as
-// ambient or inheritable
-// capabilities: a program it runs without isolate_exec (none should) would lose them at its exec.
+// ambient or inheritable capabilities: a program it runs without isolate_exec (none should) would lose them
+// at its exec.
 // Returns 0, or -errno (-EPERM when those capabilities are missing).
 long rs_fs_exec_ids(long base, long count) {
   if (!ns_enabled || base <= 0 || count <= 0 || base + count > 0x7fffffffL) return -EINVAL;
