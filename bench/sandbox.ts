@@ -357,6 +357,61 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       }
     }
 
+    // 2a. Node executions at concurrency 8: forks of the sandbox's warm node (nodeForkServer, the default)
+    // vs a node started ahead per execution (a second service with nodeForkServer: false) vs bare `node -e`.
+    {
+      const total = quick ? 100 : 300;
+      const nodeCode = "console.log(1)";
+      const nodeExec = (cl: NatsSandboxClient) => async () => {
+        const r = await cl.exec({ language: "node", code: nodeCode });
+        if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
+      };
+      const bareNode = () =>
+        new Promise<void>((resolve, reject) => {
+          const c = spawn(process.execPath, ["-e", nodeCode], { stdio: ["ignore", "pipe", "pipe"] });
+          let o = "";
+          c.stdout.on("data", (d: Buffer) => (o += d.toString()));
+          c.on("error", reject);
+          c.on("close", (code) => (code === 0 && o === "1\n" ? resolve() : reject(new Error(`node -e failed: ${code} ${o}`))));
+        });
+      for (let i = 0; i < 5; i++) await nodeExec(client)();
+      const { value: f, busySeconds: fBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(client)));
+      // The other service gets a server of its own: services of one name on one server share a queue group.
+      const storeDir2 = mkdtempSync(join(tmpdir(), "rs-bench-sandbox-node-"));
+      const nats2 = await startNatsServer({ storeDir: storeDir2 });
+      const nc2 = await connect({ servers: nats2.url });
+      let o: { perSec: number; lat: number[] };
+      let oBusy: number;
+      try {
+        const svcOld = await startServiceProcess(nats2.url, { poolSize, nodeForkServer: false, isolation: { freshNamespaces, perExecutionUid } });
+        try {
+          const oldClient = new NatsSandboxClient(nc2, { timeoutMs: 60_000 });
+          for (let i = 0; i < 5; i++) await nodeExec(oldClient)();
+          ({ value: o, busySeconds: oBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(oldClient))));
+        } finally {
+          await svcOld.stop();
+        }
+      } finally {
+        await nc2.close();
+        await nats2.stop();
+        rmSync(storeDir2, { recursive: true, force: true });
+      }
+      await sleep(300);
+      const { value: b, busySeconds: bBusy } = await machineCpuDuring(() => closedLoop(8, total, bareNode));
+      out.node_c8_exec_per_s = r2(f.perSec);
+      out.node_c8_p50_ms = r2(pct(f.lat, 0.5));
+      out.node_c8_cpu_ms_per_exec = r2((fBusy * 1000) / total);
+      out.node_c8_started_per_s = r2(o.perSec);
+      out.node_c8_started_cpu_ms_per_exec = r2((oBusy * 1000) / total);
+      out.node_c8_bare_per_s = r2(b.perSec);
+      out.node_c8_bare_cpu_ms_per_exec = r2((bBusy * 1000) / total);
+      out.node_c8_ratio_vs_started = r2(f.perSec / o.perSec);
+      out.node_c8_ratio_vs_bare = r2(f.perSec / b.perSec);
+      print(
+        `node c8           ${out.node_c8_exec_per_s} exec/s p50 ${out.node_c8_p50_ms} ms, ${out.node_c8_cpu_ms_per_exec} ms CPU an execution (fork server) | a node started per execution ${out.node_c8_started_per_s} /s, ${out.node_c8_started_cpu_ms_per_exec} ms (${out.node_c8_ratio_vs_started}x) | bare node -e ${out.node_c8_bare_per_s} /s, ${out.node_c8_bare_cpu_ms_per_exec} ms (${out.node_c8_ratio_vs_bare}x)`,
+      );
+    }
+
     // 2b. A code-RL scoring step through the code environment's rubric.
     {
       const samples = quick ? 32 : 128;

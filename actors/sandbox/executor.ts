@@ -37,7 +37,7 @@ import { QueueFullError, Semaphore } from "./semaphore.js";
 import { SessionManager, type SessionOptions } from "./sessions.js";
 import { parseSandboxSettings, type SandboxSettings, type SandboxSettingsInput } from "./settings.js";
 import { useNativeSpawn } from "./native-spawn.js";
-import { forkLoopLibrary } from "./supervisor-source.js";
+import { forkLoopLibrary, nodeForkLibrary } from "./supervisor-source.js";
 
 export interface IsolationReport {
   features: IsolationFeatures;
@@ -114,7 +114,10 @@ export class SandboxExecutor {
     const forkLoop = settings.nativeForkLoop ? forkLoopLibrary() : null;
     if (settings.nativeForkLoop && !forkLoop)
       log.warn("sandbox: the C fork loop is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); sandboxes run the Python loop");
-    const runtime = new RuntimeFolder(settings.workRoot, forkLoop);
+    const nodeFork = settings.nodeForkServer ? nodeForkLibrary() : null;
+    if (settings.nodeForkServer && !nodeFork)
+      log.warn("sandbox: the node fork server is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); each node execution starts a node");
+    const runtime = new RuntimeFolder(settings.workRoot, forkLoop, nodeFork);
     if (settings.isolation.freshNamespaces && !forkLoop)
       log.warn("sandbox: isolation.freshNamespaces needs the C fork loop; executions share their sandbox's namespaces");
     const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
@@ -145,6 +148,9 @@ export class SandboxExecutor {
           runtime.nativeForkLoop
             ? "per-execution loop: C (forkserver.so): fork, wait, kill, reset and report without running Python in pid 1"
             : "per-execution loop: Python (forkserver.so not built or nativeForkLoop: false)",
+          runtime.nodeForkServer && !outcome.features.freshNamespaces
+            ? "node executions: forks of a warm node per sandbox (nodefork.node, node --single-threaded)"
+            : "node executions: a node started ahead per execution (nodefork.node not built, nodeForkServer: false, or fresh namespaces)",
           nativeSpawn
             ? "starts: posix_spawn (rs_spawn): a sandbox start holds this process's event loop the same whatever its size"
             : "starts: node's spawn, a fork of this process (rs_spawn not built, no setpriv as root, or nativeSpawn: false)",
@@ -383,6 +389,7 @@ export class SandboxExecutor {
       isolation_per_execution_uid: f.perExecutionUid ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
       native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
+      node_fork_server: this.layout.runtime.nodeForkServer && !f.freshNamespaces ? 1 : 0,
       native_spawn: useNativeSpawn(this.layout.settings.nativeSpawn, this.layout.features.perSandboxHostUid) ? 1 : 0,
     };
   }

@@ -72,7 +72,10 @@ export class RuntimeFolder {
   /** Whether sandboxes get the C per-execution loop (/.rs/forkserver.so). */
   readonly nativeForkLoop: boolean;
 
-  constructor(workRoot: string, forkLoopSo: string | null = null) {
+  /** Whether node executions are forks of a zygote (/.rs/nodefork.node). */
+  readonly nodeForkServer: boolean;
+
+  constructor(workRoot: string, forkLoopSo: string | null = null, nodeForkSo: string | null = null) {
     mkdirSync(workRoot, { recursive: true, mode: 0o711 });
     RuntimeFolder.removeStale(workRoot);
     this.base = mkdtempSync(join(workRoot, `svc-${process.pid}-`));
@@ -84,6 +87,8 @@ export class RuntimeFolder {
     writeFileSync(join(this.dir, "boot.js"), NODE_BOOT_JS, { mode: 0o644 });
     this.nativeForkLoop = forkLoopSo !== null;
     if (forkLoopSo) copyFileSync(forkLoopSo, join(this.dir, "forkserver.so"));
+    this.nodeForkServer = nodeForkSo !== null;
+    if (nodeForkSo) copyFileSync(nodeForkSo, join(this.dir, "nodefork.node"));
     const etc = (name: string, text: string) => writeFileSync(join(this.dir, "etc", name), text, { mode: 0o644 });
     etc("passwd", `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:${SANDBOX_UID}:${SANDBOX_UID}:sandbox:${WORK_DIR}:/bin/sh\n`);
     etc("group", `root:x:0:\nsandbox:x:${SANDBOX_UID}:\n`);

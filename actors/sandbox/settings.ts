@@ -143,6 +143,12 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "each sandbox's per-execution loop (fork, wait, reset, report) runs in C (actors/sandbox/supervisor/forkserver.c, built by npm ci) when it is built: a Python loop's copy-on-write faults cost about a third of an execution's CPU; false, or not built: the same loop in Python",
     ),
+  nodeForkServer: z
+    .boolean()
+    .default(true)
+    .describe(
+      "node executions are forks of one node per sandbox started ahead (the zygote: actors/sandbox/supervisor/nodefork.c, built by npm ci) instead of a node started for each: ~3 ms instead of ~40 ms of CPU an execution. Node then runs with --single-threaded (no concurrent GC or compiler threads). Not with isolation.freshNamespaces. false, or not built: a node started ahead per execution",
+    ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });
 

@@ -4,6 +4,7 @@
 //   supervisor/supervisor.py  pid 1 of the sandbox (see its header for the control protocol)
 //   supervisor/boot.cjs       node's warm-start entry, mounted as /.rs/boot.js
 //   supervisor/build/forkserver.so  the supervisor's per-execution loop in C (forkserver.c), when built
+//   supervisor/build/nodefork.node  the node fork server's addon (nodefork.c), when built
 // tsc copies no non-TS files into dist/ or dist-*/, so they are read from the source tree, found by
 // walking up from this file to the package root (as kernels/native.ts finds kernels/build).
 import { existsSync, readFileSync } from "node:fs";
@@ -26,6 +27,12 @@ export function supervisorDir(): string {
 const DIR = supervisorDir();
 export const SUPERVISOR_PY = readFileSync(join(DIR, "supervisor.py"), "utf8");
 export const NODE_BOOT_JS = readFileSync(join(DIR, "boot.cjs"), "utf8");
+
+/** The node fork server's addon (supervisor/build.sh, run by npm ci), or null when it was not built. */
+export function nodeForkLibrary(): string | null {
+  const path = join(DIR, "build", "nodefork.node");
+  return existsSync(path) ? path : null;
+}
 
 /** The C per-execution loop (supervisor/build.sh, run by npm ci), or null when it was not built. */
 export function forkLoopLibrary(): string | null {

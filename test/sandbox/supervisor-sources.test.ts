@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { extname, join, relative, sep } from "node:path";
+import { extname, join, relative, resolve, sep } from "node:path";
 import { NODE_BOOT_JS, SUPERVISOR_PY, supervisorDir } from "../../actors/sandbox/supervisor-source.js";
 
 let tmp = "";
@@ -20,7 +20,14 @@ function check(file: string): { ok: boolean; stderr: string } {
       : [".js", ".cjs", ".mjs"].includes(ext)
         ? spawnSync(process.execPath, ["--check", file], { encoding: "utf8" })
         : ext === ".c"
-          ? spawnSync(process.env["CC"] ?? "cc", ["-fsyntax-only", "-Wall", "-Wextra", "-Werror", file], { encoding: "utf8" })
+          ? // nodefork.c includes node's N-API and libuv headers, from the running node's install (as build.sh).
+            spawnSync(
+              process.env["CC"] ?? "cc",
+              ["-fsyntax-only", "-Wall", "-Wextra", "-Werror", `-I${resolve(process.execPath, "../../include/node")}`, file],
+              {
+                encoding: "utf8",
+              },
+            )
           : ext === ".sh"
             ? spawnSync("bash", ["-n", file], { encoding: "utf8" })
             : null;

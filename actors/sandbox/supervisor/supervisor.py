@@ -34,6 +34,8 @@ PRESTART = sys.argv[2] if len(sys.argv) > 2 else ""
 CPUS = sys.argv[3] if len(sys.argv) > 3 else ""
 BOOT_JS = "/.rs/boot.js"
 FORK_LOOP_SO = "/.rs/forkserver.so"
+# The node fork server's native half (nodefork.c), present when built and settings.nodeForkServer is on.
+NODE_FORK_SO = "/.rs/nodefork.node"
 # Fresh namespaces per execution (isolation.ts: freshNamespaces): the tmpfs folders each execution gets
 # and its seccomp filter. Out of the environment before any program can read it.
 FRESH_MOUNTS = os.environ.pop("RS_FRESH_MOUNTS", "")
@@ -276,9 +278,11 @@ def reap(block=False):
             return True
         exited[pid] = status
 
-def kill_all():
+def kill_all(spare=None):
     # As namespace init, kill(-1) reaches every other process of this sandbox and never us; all of
     # them are our descendants (or were reparented to us), so reaping until ECHILD proves they are gone.
+    if spare is not None:
+        return kill_all_but(spare)
     while True:
         try:
             os.kill(-1, _signal.SIGKILL)
@@ -286,6 +290,36 @@ def kill_all():
             pass
         if not reap(block=True):
             return
+
+def kill_all_but(spare):
+    # With the node fork server alive, kill(-1) would take it too: kill every other process by pid until
+    # none is left alive. A process being killed cannot finish a fork, so each pass leaves fewer; what a
+    # pass missed (forked after the listing) the next one finds. Zombies are their parents' to reap: ours
+    # (orphans) here, the server's child by the server, which reports it.
+    for _ in range(100000):
+        alive = False
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            pid = int(name)
+            if pid == 1 or pid == spare:
+                continue
+            try:
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state in (b"Z", b"X"):
+                continue
+            alive = True
+            try:
+                os.kill(pid, _signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        reap()
+        if not alive:
+            return
+        time.sleep(0.0002)
 
 def place_fds(mapping):
     # Move sources out of the way first so that targets never clobber each other.
@@ -566,6 +600,118 @@ class Warm:
             pass
         exited.pop(self.pid, None)
 
+class Zygote:
+    """The node fork server: one node started with the sandbox (boot.js --zygote, nodefork.c), which forks
+    a child per node execution instead of a node being started for each. Not with fresh namespaces: an
+    execution's process is then set up by the C loop in pid 1 (forkserver.c)."""
+    def __init__(self):
+        import _socket
+        self._socket = _socket
+        a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        null = os.open("/dev/null", os.O_RDONLY)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                child_common(null, {3: b.fileno()})
+                exec_reset()
+                # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
+                os.execv(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"])
+            finally:
+                os._exit(127)
+        os.close(null)
+        b.close()
+        self.sock, self.pid = a, pid
+        if self._recv(1) != b"r":
+            self.discard()
+            raise OSError("the node fork server failed to start")
+
+    def _recv(self, n):
+        buf = b""
+        while len(buf) < n:
+            try:
+                chunk = self.sock.recv(n - len(buf))
+            except InterruptedError:
+                continue
+            if not chunk:
+                return None
+            buf += chunk
+        return buf
+
+    def launch(self, code, lim):
+        """Forks an execution blocked on its program; returns (pid, stdin writer, its start-up CPU ms)."""
+        in_r, in_w = os.pipe()
+        code_r, code_w = os.pipe()
+        for fd in (in_w, code_w):
+            os.set_inheritable(fd, False)
+        try:
+            self.sock.sendmsg([b"x"], [(self._socket.SOL_SOCKET, self._socket.SCM_RIGHTS, _struct.pack("ii", in_r, code_r))])
+        except OSError:
+            for fd in (in_r, in_w, code_r, code_w):
+                os.close(fd)
+            raise
+        os.close(in_r)
+        os.close(code_r)
+        m = self._recv(5)
+        pid = _struct.unpack("=i", m[1:])[0] if m is not None and m[:1] == b"p" else -1
+        if pid <= 0:
+            os.close(in_w)
+            os.close(code_w)
+            raise OSError("the node fork server could not fork")
+        try:
+            startup = proc_cpu_ms(pid)
+            if "cpu" in lim:
+                extra = int(-(-startup // 1000))
+                lim = dict(lim)
+                lim["cpu"] = (lim["cpu"][0] + extra, lim["cpu"][1] + extra)
+            apply_rlimits(lim, pid)
+            write_all(code_w, code)
+        except OSError:
+            os.close(in_w)
+            raise
+        finally:
+            os.close(code_w)
+        return pid, in_w, startup
+
+    def result(self):
+        """The execution's wait status and CPU ms, once the server has reaped it; None if the server died."""
+        m = self._recv(21)
+        if m is None or m[:1] != b"s":
+            return None
+        status, ut, st = _struct.unpack("=iqq", m[1:])
+        return status, (ut + st) / 1000.0
+
+    def alive(self):
+        return self.pid not in exited and self.sock is not None
+
+    def discard(self):
+        try:
+            os.kill(self.pid, _signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+        exited.pop(self.pid, None)
+
+ZYGOTE = None  # the node fork server, once started
+
+def zygote():
+    """The node fork server, started if need be; None where it cannot serve."""
+    global ZYGOTE
+    if ZYGOTE is not None and not ZYGOTE.alive():
+        ZYGOTE.discard()
+        ZYGOTE = None
+    if ZYGOTE is None and NODE and ISOLATE is None and os.path.exists(NODE_FORK_SO):
+        try:
+            ZYGOTE = Zygote()
+        except OSError as e:
+            print("rollstream sandbox: could not start the node fork server: %s" % (e,), file=sys.stderr)
+    return ZYGOTE
+
 def write_files(pairs):
     for i in range(0, len(pairs) - 1, 2):
         rel = pairs[i].decode("utf-8", "replace")
@@ -584,7 +730,7 @@ def run_command(req, warm):
     lim = parse_rlimits(req[5].decode())
     deadline = t0 + int(req[4]) / 1000.0
     once = req[0] == b"once"
-    global SESSION
+    global SESSION, ZYGOTE
     if not once and ISOLATE is not None and not SESSION:
         SESSION = True
         LOOP["set_session"]()
@@ -605,7 +751,20 @@ def run_command(req, warm):
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     startup_cpu = 0.0
     pid = None
-    if warm is not None and warm.lang == lang and (ISOLATE is None or warm.fresh == fresh):
+    zyg = zygote() if lang == "node" and not fresh and (warm is None or warm.lang != "node") else None
+    if zyg is not None:
+        try:
+            pid, in_w, startup_cpu = zyg.launch(code, lim)
+        except OSError as e:
+            print("rollstream sandbox: the node fork server failed: %s" % (e,), file=sys.stderr)
+            zyg.discard()
+            zyg = None
+            ZYGOTE = None
+    spare = zyg.pid if zyg is not None else None
+    zres = None
+    if pid is not None:
+        pass
+    elif warm is not None and warm.lang == lang and (ISOLATE is None or warm.fresh == fresh):
         try:
             pid, in_w, startup_cpu = warm.launch(code, lim)
         except OSError:
@@ -632,16 +791,29 @@ def run_command(req, warm):
     poller = select.poll()
     poller.register(wake_r, select.POLLIN)
     poller.register(CTL_IN, select.POLLIN)
+    zfd = -1
+    if zyg is not None:
+        zfd = zyg.sock.fileno()
+        poller.register(zfd, select.POLLIN)
     if in_w >= 0:
         poller.register(in_w, select.POLLOUT)
     reap()
-    while pid not in exited:
+    while (pid not in exited) if zyg is None else zres is None:
         remaining = deadline - time.monotonic()
         if remaining <= 0 and not timed_out and not killed:
             timed_out = True
-            kill_all()
+            kill_all(spare)
             continue
         for fd, ev in poller.poll(max(0, int(remaining * 1000)) + 1):
+            if fd == zfd:
+                r = zyg.result()
+                # The server gone mid-execution (it cannot be signalled from inside): count it as killed.
+                zres = r if r is not None else (_signal.SIGKILL, 0.0)
+                if r is None:
+                    killed = True
+                    zyg.discard()
+                    ZYGOTE = None
+                break
             if fd == wake_r:
                 try:
                     while os.read(wake_r, 512):
@@ -655,7 +827,7 @@ def run_command(req, warm):
                     os._exit(0)
                 if msg[0] == b"kill":
                     killed = True
-                    kill_all()
+                    kill_all(spare)
             elif fd == in_w:
                 try:
                     n = os.write(in_w, stdin[:65536])
@@ -672,11 +844,19 @@ def run_command(req, warm):
     wall_ms = (time.monotonic() - t_start) * 1000.0
     if in_w >= 0:
         os.close(in_w)
-    kill_all()
+    kill_all(spare if ZYGOTE is not None and zyg is ZYGOTE else None)
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_ms = max(0.0, (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) * 1000.0 - startup_cpu)
-    status = exited.pop(pid)
+    cpu_ms = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) * 1000.0
+    if zres is not None:
+        status, zcpu = zres
+        cpu_ms += zcpu
+    else:
+        status = exited.pop(pid)
+    cpu_ms = max(0.0, cpu_ms - startup_cpu)
+    zombie = exited.pop(spare, None) if spare is not None else None
     exited.clear()
+    if zombie is not None and ZYGOTE is not None and ZYGOTE.pid == spare:
+        exited[spare] = zombie  # the server died: zygote() replaces it
     clean = int(reset_after_command()) if once else 0
     nonce = os.urandom(12).hex()
     marker = ("\0rs-end:" + nonce + "\0").encode()
@@ -692,6 +872,8 @@ def run_command(req, warm):
 def prestart(lang):
     if lang not in ("python", "node") or (lang == "node" and not NODE):
         return None
+    if lang == "node" and zygote() is not None:
+        return None  # the fork server forks each execution when its request comes
     try:
         return Warm(lang, ISOLATE is not None and not SESSION)
     except OSError as e:

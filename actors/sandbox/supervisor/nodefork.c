@@ -1,0 +1,365 @@
+// nodefork.node: the node fork server's native half (boot.cjs --zygote loads it inside a sandbox).
+//
+// A node process started once per sandbox (the zygote) loads its modules, warms the code paths most
+// programs run, then sits in serve(): per execution the supervisor (pid 1) sends it two fds (the program's
+// stdin and the pipe its code arrives on) and it forks. The child returns to JavaScript and runs the
+// program as boot.cjs always has; the zygote reports the child's pid, waits for it, reports its status and
+// CPU time, and waits for the next. A fork of a warm node costs ~1 ms where starting node costs ~40.
+//
+// Forking node needs three things V8 and libuv do not do for us:
+//   - V8 marks its heap MADV_DONTFORK, so a child would have no heap: every mapping is marked DOFORK again
+//     right before each fork;
+//   - the child has only the forking thread, so V8 must never hand work to its worker threads: the zygote
+//     runs with --single-threaded, and the child leaves through _exit (exit_now), never through node's
+//     teardown, which joins threads that are not there;
+//   - libuv's epoll and async fds are the zygote's: uv_loop_fork gives the child its own.
+//
+// The zygote runs under the same uid as the program, so the kernel alone would let a program signal it,
+// change its priority or limits, or open a pidfd on it. Each child loads a seccomp filter (EPERM) for those
+// calls aimed at any of the zygote's threads, its process group, or everyone (kill(-1)); the zygote is not
+// dumpable (its /proc files belong to root: no /proc/<pid>/mem, fd or oom_score_adj), has a session of its
+// own, ignores SIGUSR1 (node would open its inspector), and keeps no fd a child could reach.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <node_api.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <dirent.h>
+#include <unistd.h>
+#include <uv.h>
+
+#if defined(__x86_64__)
+#define RS_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define RS_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "nodefork: no seccomp arch for this machine"
+#endif
+
+#define MAX_TIDS 64
+#define MAX_INSNS 1024
+
+static uv_loop_t *loop;
+static int sock_fd = -1;
+static pid_t zygote_pid;
+static pid_t tids[MAX_TIDS];
+static int n_tids;
+static struct sock_filter filter[MAX_INSNS];
+static unsigned filter_len;
+
+static napi_value throw_errno(napi_env env, const char *what) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "nodefork: %s: %s", what, strerror(errno));
+  napi_throw_error(env, NULL, msg);
+  return NULL;
+}
+
+// ---- the children's filter -------------------------------------------------------------------------
+
+static void emit(unsigned short code, unsigned char jt, unsigned char jf, uint32_t k) {
+  if (filter_len < MAX_INSNS) filter[filter_len++] = (struct sock_filter)BPF_JUMP(code, k, jt, jf);
+  else filter_len = MAX_INSNS + 1;
+}
+
+#define LOAD(off) emit(BPF_LD | BPF_W | BPF_ABS, 0, 0, (off))
+#define ARG_LO(i) (offsetof(struct seccomp_data, args) + 8 * (i))
+#define DENY() emit(BPF_RET | BPF_K, 0, 0, SECCOMP_RET_ERRNO | EPERM)
+// Every rule ends in its own EPERM return, so no jump is longer than one rule (classic BPF jumps are
+// 8-bit).
+
+// "syscall nr with arg i (its low word: pids are ints) equal to one of vals" -> EPERM.
+static void rule_values(int nr, int arg, const uint32_t *vals, int n) {
+  LOAD(offsetof(struct seccomp_data, nr));
+  emit(BPF_JMP | BPF_JEQ | BPF_K, 0, (unsigned char)(2 * n + 2), (uint32_t)nr);
+  int ret = filter_len + 2 * n + 1;
+  for (int i = 0; i < n; i++) {
+    LOAD(ARG_LO(arg));
+    emit(BPF_JMP | BPF_JEQ | BPF_K, (unsigned char)(ret - (int)filter_len - 1), 0, vals[i]);
+  }
+  emit(BPF_JMP | BPF_JA | BPF_K, 0, 0, 1);
+  DENY();
+}
+
+static void rule_always(int nr) {
+  LOAD(offsetof(struct seccomp_data, nr));
+  emit(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, (uint32_t)nr);
+  DENY();
+}
+
+// "syscall nr with arg i other than allowed" -> EPERM (setpriority/ioprio_set aimed at a group or a uid).
+static void rule_not(int nr, int arg, uint32_t allowed) {
+  LOAD(offsetof(struct seccomp_data, nr));
+  emit(BPF_JMP | BPF_JEQ | BPF_K, 0, 3, (uint32_t)nr);
+  LOAD(ARG_LO(arg));
+  emit(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, allowed);
+  DENY();
+}
+
+static int build_filter(void) {
+  if (n_tids > 100) return -1;  // 2 instructions a value must fit an 8-bit jump
+  uint32_t ids[MAX_TIDS];
+  for (int i = 0; i < n_tids; i++) ids[i] = (uint32_t)tids[i];
+  uint32_t kill_targets[MAX_TIDS + 2];
+  int nk = 0;
+  for (int i = 0; i < n_tids; i++) kill_targets[nk++] = (uint32_t)tids[i];
+  kill_targets[nk++] = (uint32_t)(-zygote_pid);  // its process group (it leads its own session)
+  kill_targets[nk++] = (uint32_t)-1;              // everyone this uid may signal
+  filter_len = 0;
+  // Another ABI (i386 through int 0x80, x32) numbers its calls otherwise: refuse it outright.
+  LOAD(offsetof(struct seccomp_data, arch));
+  emit(BPF_JMP | BPF_JEQ | BPF_K, 1, 0, RS_AUDIT_ARCH);
+  DENY();
+#ifdef __x86_64__
+  LOAD(offsetof(struct seccomp_data, nr));
+  emit(BPF_JMP | BPF_JGE | BPF_K, 0, 1, 0x40000000u);
+  DENY();
+#endif
+  rule_values(SYS_kill, 0, kill_targets, nk);
+  rule_values(SYS_tkill, 0, ids, n_tids);
+  rule_values(SYS_tgkill, 0, ids, n_tids);
+  rule_values(SYS_rt_sigqueueinfo, 0, ids, n_tids);
+  rule_values(SYS_rt_tgsigqueueinfo, 0, ids, n_tids);
+  rule_values(SYS_pidfd_open, 0, ids, n_tids);
+  rule_always(SYS_pidfd_send_signal);  // a pidfd can also be an open /proc/<pid> folder
+  rule_values(SYS_prlimit64, 0, ids, n_tids);
+  rule_values(SYS_sched_setaffinity, 0, ids, n_tids);
+  rule_values(SYS_sched_setscheduler, 0, ids, n_tids);
+  rule_values(SYS_sched_setparam, 0, ids, n_tids);
+  rule_values(SYS_sched_setattr, 0, ids, n_tids);
+  rule_not(SYS_setpriority, 0, 0 /* PRIO_PROCESS */);
+  rule_values(SYS_setpriority, 1, ids, n_tids);
+  rule_not(SYS_ioprio_set, 0, 1 /* IOPRIO_WHO_PROCESS */);
+  rule_values(SYS_ioprio_set, 1, ids, n_tids);
+  emit(BPF_RET | BPF_K, 0, 0, SECCOMP_RET_ALLOW);
+  return filter_len >= MAX_INSNS ? -1 : 0;
+}
+
+// ---- zygote set-up -----------------------------------------------------------------------------------
+
+static int read_tids(void) {
+  DIR *d = opendir("/proc/self/task");
+  if (d == NULL) return -1;
+  n_tids = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    if (n_tids == MAX_TIDS) {
+      closedir(d);
+      errno = E2BIG;
+      return -1;
+    }
+    tids[n_tids++] = (pid_t)atoi(e->d_name);
+  }
+  closedir(d);
+  return 0;
+}
+
+// init(sockFd): called once, after the zygote's warm-up and before serve().
+static napi_value init(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int32_t fd = -1;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_int32(env, argv[0], &fd) != napi_ok) {
+    napi_throw_type_error(env, NULL, "nodefork.init(sockFd)");
+    return NULL;
+  }
+  if (napi_get_uv_event_loop(env, &loop) != napi_ok) {
+    napi_throw_error(env, NULL, "nodefork: no uv loop");
+    return NULL;
+  }
+  // Out of the way of fds 0-3, which each child takes over for its program.
+  sock_fd = fcntl(fd, F_DUPFD_CLOEXEC, 64);
+  if (sock_fd < 0) return throw_errno(env, "socket fd");
+  close(fd);
+  if (setsid() < 0 && getsid(0) != getpid()) return throw_errno(env, "setsid");
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) return throw_errno(env, "dumpable");
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = SIG_IGN;
+  if (sigaction(SIGUSR1, &sa, NULL) != 0) return throw_errno(env, "SIGUSR1");
+  zygote_pid = getpid();
+  if (read_tids() != 0) return throw_errno(env, "threads");
+  if (build_filter() != 0) {
+    napi_throw_error(env, NULL, "nodefork: filter too large");
+    return NULL;
+  }
+  napi_value n;
+  napi_create_int32(env, n_tids, &n);
+  return n;
+}
+
+// V8 allocates its heap with MADV_DONTFORK; a child must get those pages (copy-on-write).
+static void mark_all_dofork(void) {
+  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  static char buf[1 << 16];
+  size_t have = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + have, sizeof buf - 1 - have);
+    if (r <= 0) break;
+    have += (size_t)r;
+    buf[have] = 0;
+    char *line = buf, *nl;
+    while ((nl = strchr(line, '\n')) != NULL) {
+      *nl = 0;
+      unsigned long lo, hi;
+      char perms[8];
+      if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && perms[3] == 'p' && strstr(line, "[vvar") == NULL && strstr(line, "[vdso]") == NULL &&
+          strstr(line, "[vsyscall]") == NULL)
+        madvise((void *)lo, hi - lo, MADV_DOFORK);
+      line = nl + 1;
+    }
+    have = strlen(line);
+    memmove(buf, line, have);
+  }
+  close(fd);
+}
+
+static int send_all(const void *p, size_t n) {
+  const char *c = p;
+  while (n > 0) {
+    ssize_t w = send(sock_fd, c, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return -1;
+    c += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+// In the child, before any program code: its fds, its own session, default signals, libuv's own kernel
+// state, the filter. Any failure ends the child (127) with one line on stderr.
+static void child_setup(int in_fd, int code_fd) {
+  const char *step = "dup2";
+  if (dup2(in_fd, 0) < 0 || dup2(code_fd, 3) < 0) goto fail;
+  if (in_fd != 0 && in_fd != 3) close(in_fd);
+  if (code_fd != 0 && code_fd != 3) close(code_fd);
+  close(sock_fd);
+  step = "setsid";
+  if (setsid() < 0) goto fail;
+  signal(SIGUSR1, SIG_DFL);
+  step = "dumpable";
+  if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) goto fail;
+  step = "uv_loop_fork";
+  int r = uv_loop_fork(loop);
+  if (r != 0) {
+    errno = -r;
+    goto fail;
+  }
+  step = "seccomp";
+  struct sock_fprog prog = {(unsigned short)filter_len, filter};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) goto fail;
+  return;
+fail:
+  dprintf(2, "rollstream sandbox: could not start the node program (%s): %s\n", step, strerror(errno));
+  _exit(127);
+}
+
+// serve(): the zygote's loop. Returns only in a child (0), ready to read its program from fd 3.
+// Protocol on the socket: pid 1 sends one byte "x" with SCM_RIGHTS [stdin, code]; the zygote answers
+// "p" + pid (int32), then, when that child is gone, "s" + wait status (int32) + user and system CPU (int64 µs).
+static napi_value serve(napi_env env, napi_callback_info info) {
+  (void)info;
+  for (;;) {
+    char byte;
+    struct iovec iov = {&byte, 1};
+    union {
+      char buf[CMSG_SPACE(2 * sizeof(int))];
+      struct cmsghdr align;
+    } u;
+    struct msghdr mh;
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    ssize_t r = recvmsg(sock_fd, &mh, MSG_CMSG_CLOEXEC);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) _exit(0);  // pid 1 is gone or closed us: nothing to serve
+    int fds[2] = {-1, -1}, nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int n = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+        for (int i = 0; i < n; i++) {
+          int fd;
+          memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+          if (nfds < 2)
+            fds[nfds++] = fd;
+          else
+            close(fd);
+        }
+      }
+    }
+    if (byte != 'x' || nfds != 2 || (mh.msg_flags & MSG_CTRUNC)) {
+      for (int i = 0; i < nfds; i++) close(fds[i]);
+      _exit(2);  // not our supervisor speaking: stop rather than guess
+    }
+    mark_all_dofork();
+    pid_t pid = fork();
+    if (pid == 0) {
+      child_setup(fds[0], fds[1]);
+      napi_value zero;
+      napi_create_int32(env, 0, &zero);
+      return zero;
+    }
+    int err = pid < 0 ? errno : 0;
+    close(fds[0]);
+    close(fds[1]);
+    unsigned char msg[1 + 4 + 16];
+    msg[0] = 'p';
+    int32_t p32 = pid < 0 ? -err : pid;
+    memcpy(msg + 1, &p32, 4);
+    if (send_all(msg, 5) != 0) _exit(0);
+    if (pid < 0) continue;
+    int status = 0;
+    struct rusage ru;
+    while (wait4(pid, &status, 0, &ru) < 0) {
+      if (errno != EINTR) {
+        memset(&ru, 0, sizeof ru);
+        status = 0x7f00;  // cannot happen: it is our child
+        break;
+      }
+    }
+    msg[0] = 's';
+    int32_t s32 = status;
+    int64_t ut = (int64_t)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec;
+    int64_t st = (int64_t)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
+    memcpy(msg + 1, &s32, 4);
+    memcpy(msg + 5, &ut, 8);
+    memcpy(msg + 13, &st, 8);
+    if (send_all(msg, sizeof msg) != 0) _exit(0);
+  }
+}
+
+// exit_now(code): the child's way out (node's own exit would join the zygote's threads, absent here).
+static napi_value exit_now(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int32_t code = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc >= 1) napi_get_value_int32(env, argv[0], &code);
+  _exit(code & 0xff);
+}
+
+NAPI_MODULE_INIT() {
+  napi_property_descriptor props[] = {
+      {"init", NULL, init, NULL, NULL, NULL, napi_default, NULL},
+      {"serve", NULL, serve, NULL, NULL, NULL, napi_default, NULL},
+      {"exitNow", NULL, exit_now, NULL, NULL, NULL, napi_default, NULL},
+  };
+  napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
+  return exports;
+}

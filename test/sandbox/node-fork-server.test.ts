@@ -1,0 +1,220 @@
+// The node fork server (nodefork.c, boot.cjs --zygote): each node execution of a sandbox is a fork of one
+// warm node started with it. These tests show (1) executions really are forks of one server (its pid is
+// every execution's parent), and with nodeForkServer: false (the control) they are not; (2) nothing one
+// execution plants reaches the next fork of the same server, each probe with a positive control; (3) an
+// execution cannot signal, limit, renice or open the server, while the same calls aimed at a process of
+// its own succeed (the control); (4) a fork bomb or memory bomb in one node execution leaves a concurrent
+// one alone.
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { assertHealthy, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+
+const WHO =
+  "{ const fs = require('fs'); console.log('PARENT', process.ppid, fs.readFileSync('/proc/' + process.ppid + '/cmdline', 'utf8').split('\\0').join(' ').trim()); }";
+
+describe("node fork server", { timeout: 120_000 }, () => {
+  let fx: SandboxFixture;
+  before(async () => {
+    fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, runtimes: { node: { poolSize: 1 } } });
+  });
+  after(async () => {
+    await fx?.stop();
+  });
+
+  async function node(code: string, limits?: Record<string, number>) {
+    const r = await fx.client.exec({ language: "node", code, ...(limits ? { limits } : {}) });
+    assert.equal(r.exitCode, 0, describeResult(r));
+    return r.stdout;
+  }
+
+  it("is in force (built by npm ci) and every execution is a fork of the same warm node", async () => {
+    assert.equal(fx.service.stats().node_fork_server, 1);
+    const s0 = fx.service.stats();
+    const a = await node(WHO);
+    const b = await node(WHO);
+    assert.match(a, /^PARENT (\d+) .*node --single-threaded \/\.rs\/boot\.js --zygote\n$/);
+    assert.equal(b, a, "the same server forked both");
+    assert.notEqual(a.split(" ")[1], "1");
+    assert.equal(fx.service.stats().sandboxes_started_total, s0.sandboxes_started_total, "on the same sandbox");
+  });
+
+  it("nothing crosses forks: globals, builtin and prototype monkey-patches, env, files, processes", async () => {
+    const plant = `
+globalThis.leaked = 1;
+require('fs').readFileSync = () => 'patched';
+Array.prototype.leak = 1;
+require('module').prototype.leak = 1;
+process.env.RS_LEAK = '1';
+process.chdir('/tmp');
+require('fs').writeFileSync('/workspace/leak.txt', 'x');
+require('fs').writeFileSync('/tmp/leak.txt', 'x');
+require('child_process').spawn('sleep', ['300'], { detached: true, stdio: 'ignore' }).unref();
+`;
+    const probe = `
+const fs = require('fs');
+// readlink, not readFileSync: the plant patches that one (and the control runs after the plant).
+const others = fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).map((p) => { try { return fs.readlinkSync('/proc/' + p + '/exe'); } catch { return ''; } }).filter((c) => c.endsWith('/sleep'));
+console.log(JSON.stringify({
+  global: typeof globalThis.leaked,
+  patched: String(fs.readFileSync).includes('patched'),
+  proto: [].leak ?? null,
+  module: require('module').prototype.leak ?? null,
+  env: process.env.RS_LEAK ?? null,
+  cwd: process.cwd(),
+  files: fs.readdirSync('/workspace').concat(fs.readdirSync('/tmp')),
+  sleepers: others,
+}));
+${WHO}
+`;
+    // Positive control: the probe, run after the plant in one program, sees every plant.
+    const control = JSON.parse((await node(`${plant}\nsetTimeout(() => {}, 50);\n${probe}`)).split("\n")[0]!);
+    assert.deepEqual(control, {
+      global: "number",
+      patched: true,
+      proto: 1,
+      module: 1,
+      env: "1",
+      cwd: "/tmp",
+      files: ["leak.txt", "leak.txt"],
+      sleepers: control.sleepers,
+    });
+    assert.equal(control.sleepers.length, 1, JSON.stringify(control));
+    const planter = (await node(`${plant}\n${WHO}`)).trim().split("\n").pop();
+    const [line, parent] = (await node(probe)).trim().split("\n");
+    assert.deepEqual(JSON.parse(line!), {
+      global: "undefined",
+      patched: false,
+      proto: null,
+      module: null,
+      env: null,
+      cwd: "/workspace",
+      files: [],
+      sleepers: [],
+    });
+    // (The plant's own line names the server 'patched': it patched readFileSync. The pid is what counts.)
+    assert.equal(parent!.split(" ")[1], planter!.split(" ")[1], "the probe was forked by the server that forked the plant");
+  });
+
+  it("an execution cannot signal, limit, renice, pin or open the server; the same calls on its own process succeed", async () => {
+    // Run from python started by the node execution: the filter is inherited by everything it starts.
+    const script = `
+import os, resource, signal, subprocess, sys
+server = int(sys.argv[1])
+own = subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+def attempts(pid, tids, group):
+    tries = [("prlimit", lambda: resource.prlimit(pid, resource.RLIMIT_NOFILE, (64, 64))),
+             ("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, pid, 19)),
+             ("affinity", lambda: os.sched_setaffinity(pid, {0})),
+             ("pidfd", lambda: os.close(os.pidfd_open(pid)))]
+    for t in tids:
+        tries.append(("kill-thread", lambda t=t: os.kill(t, signal.SIGCONT)))
+    tries.append(("kill-group", lambda: os.kill(-group, signal.SIGCONT)))
+    out = []
+    for name, f in tries:
+        try:
+            f()
+            out.append(name + ":ok")
+        except PermissionError:
+            out.append(name + ":EPERM")
+        except ProcessLookupError:
+            out.append(name + ":ESRCH")
+    return sorted(set(out))
+print("OWN", attempts(own.pid, [own.pid], own.pid))
+tids = [int(t) for t in os.listdir("/proc/%d/task" % server)]
+print("SERVER", attempts(server, tids, server), len(tids) > 1)
+for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM, signal.SIGUSR1):
+    for target in (server, -server, -1):
+        try:
+            os.kill(target, sig)
+            print("SIGNALLED", target, sig)
+        except PermissionError:
+            pass
+fd = os.open("/proc/%d" % server, os.O_RDONLY | os.O_DIRECTORY)
+try:
+    signal.pidfd_send_signal(fd, signal.SIGKILL)
+    print("SIGNALLED through /proc")
+except PermissionError:
+    pass
+for path, mode in (("mem", "rb"), ("environ", "rb"), ("oom_score_adj", "w"), ("fd/0", "rb")):
+    try:
+        open("/proc/%d/%s" % (server, path), mode)
+        print("OPENED", path)
+    except OSError:
+        pass
+try:
+    os.listdir("/proc/%d/fd" % server)
+    print("LISTED fds")
+except OSError:
+    pass
+for name, f in (("user", lambda: os.setpriority(os.PRIO_USER, 0, 19)), ("pgrp", lambda: os.setpriority(os.PRIO_PGRP, server, 19))):
+    try:
+        f()
+        print("RENICED", name)
+    except PermissionError:
+        pass
+own.kill()
+print("state", open("/proc/%d/stat" % server).read().rsplit(")", 1)[1].split()[0])
+`;
+    const before = await node(WHO);
+    const out = await node(
+      `const r = require('child_process').spawnSync('python3', ['-c', ${JSON.stringify(script)}, String(process.ppid)], { encoding: 'utf8' }); process.stdout.write(r.stdout + r.stderr);`,
+    );
+    assert.match(out, /^OWN \['affinity:ok', 'kill-group:ok', 'kill-thread:ok', 'pidfd:ok', 'prlimit:ok', 'setpriority:ok'\]$/m, out);
+    assert.match(out, /^SERVER \['affinity:EPERM', 'kill-group:EPERM', 'kill-thread:EPERM', 'pidfd:EPERM', 'prlimit:EPERM', 'setpriority:EPERM'\] True$/m, out);
+    assert.doesNotMatch(out, /SIGNALLED|OPENED|LISTED|RENICED|Traceback/, out);
+    assert.match(out, /^state S$/m, out);
+    assert.equal(await node(WHO), before, "the same server still forks the next execution");
+    await assertHealthy(fx.client);
+  });
+});
+
+describe("node fork server off (the control)", { timeout: 60_000 }, () => {
+  let fx: SandboxFixture;
+  before(async () => {
+    fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, nodeForkServer: false, runtimes: { node: { poolSize: 1 } } });
+  });
+  after(async () => {
+    await fx?.stop();
+  });
+
+  it("each node execution is its own node, a child of the supervisor", async () => {
+    assert.equal(fx.service.stats().node_fork_server, 0);
+    const r = await fx.client.exec({ language: "node", code: WHO });
+    assert.match(r.stdout, /^PARENT 1 /, describeResult(r));
+  });
+});
+
+describe("node fork server: concurrent executions", { timeout: 120_000 }, () => {
+  let fx: SandboxFixture;
+  before(async () => {
+    fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 4, runtimes: { node: { poolSize: 3 } } });
+  });
+  after(async () => {
+    await fx?.stop();
+  });
+
+  it("a fork bomb or a memory bomb in one node execution does not affect a concurrent one", async () => {
+    const fork = fx.client.exec({
+      language: "node",
+      code: "const { spawn } = require('child_process'); for (;;) { try { spawn('sleep', ['30'], { stdio: 'ignore' }); } catch {} }",
+      limits: { wallMs: 3000, maxProcesses: 128 },
+    });
+    const mem = fx.client.exec({
+      language: "node",
+      code: "const a = []; for (;;) a.push(Buffer.alloc(16 << 20, 1));",
+      limits: { memoryMb: 128, wallMs: 10_000 },
+    });
+    await new Promise((r) => setTimeout(r, 300));
+    const victim = await fx.client.exec({
+      language: "node",
+      code: "const { execFileSync } = require('child_process'); const outs = []; for (let i = 0; i < 10; i++) outs.push(execFileSync('echo', [String(i)]).toString()); const b = Buffer.alloc(50 << 20, 1); console.log(outs.length, b.length >> 20);",
+      limits: { wallMs: 10_000 },
+    });
+    assert.equal(victim.stdout, "10 50\n", describeResult(victim));
+    const [f, m] = await Promise.all([fork, mem]);
+    assert.equal(f.timedOut, true, describeResult(f));
+    assert.equal(m.outOfMemory, true, describeResult(m));
+    const again = await fx.client.exec({ language: "node", code: "console.log(2)" });
+    assert.equal(again.stdout, "2\n", describeResult(again));
+  });
+});
