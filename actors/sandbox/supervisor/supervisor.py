@@ -845,6 +845,10 @@ def run_command(req, warm):
     if in_w >= 0:
         os.close(in_w)
     kill_all(spare if ZYGOTE is not None and zyg is ZYGOTE else None)
+    if spare is None and ZYGOTE is not None:
+        # A python or bash command of this sandbox (a session's): kill(-1) took the node fork server too.
+        ZYGOTE.discard()
+        ZYGOTE = None
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu_ms = (ru1.ru_utime + ru1.ru_stime - ru0.ru_utime - ru0.ru_stime) * 1000.0
     if zres is not None:
