@@ -148,9 +148,9 @@ export class SandboxExecutor {
           runtime.nativeForkLoop
             ? "per-execution loop: C (forkserver.so): fork, wait, kill, reset and report without running Python in pid 1"
             : "per-execution loop: Python (forkserver.so not built or nativeForkLoop: false)",
-          runtime.nodeForkServer && !outcome.features.freshNamespaces
+          runtime.nodeForkServer
             ? "node executions: forks of a warm node per sandbox (nodefork.node, node --single-threaded)"
-            : "node executions: a node started ahead per execution (nodefork.node not built, nodeForkServer: false, or fresh namespaces)",
+            : "node executions: a node started ahead per execution (nodefork.node not built, or nodeForkServer: false)",
           nativeSpawn
             ? "starts: posix_spawn (rs_spawn): a sandbox start holds this process's event loop the same whatever its size"
             : "starts: node's spawn, a fork of this process (rs_spawn not built, no setpriv as root, or nativeSpawn: false)",
@@ -389,7 +389,7 @@ export class SandboxExecutor {
       isolation_per_execution_uid: f.perExecutionUid ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
       native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
-      node_fork_server: this.layout.runtime.nodeForkServer && !f.freshNamespaces ? 1 : 0,
+      node_fork_server: this.layout.runtime.nodeForkServer ? 1 : 0,
       native_spawn: useNativeSpawn(this.layout.settings.nativeSpawn, this.layout.features.perSandboxHostUid) ? 1 : 0,
     };
   }

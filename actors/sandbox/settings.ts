@@ -147,7 +147,7 @@ export const SandboxSettingsSchema = z.object({
     .boolean()
     .default(true)
     .describe(
-      "node executions are forks of one node per sandbox started ahead (the zygote: actors/sandbox/supervisor/nodefork.c, built by npm ci) instead of a node started for each: ~3 ms instead of ~40 ms of CPU an execution. Node then runs with --single-threaded (no concurrent GC or compiler threads). Not with isolation.freshNamespaces. false, or not built: a node started ahead per execution",
+      "node executions are forks of one node per sandbox started ahead (the zygote: actors/sandbox/supervisor/nodefork.c, built by npm ci) instead of a node started for each: ~3 ms instead of ~40 ms of CPU an execution. Node then runs with --single-threaded (no concurrent GC or compiler threads). With isolation.freshNamespaces each fork isolates itself as the C loop's executions do (one with request files is a node started for it). false, or not built: a node started ahead per execution",
     ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });

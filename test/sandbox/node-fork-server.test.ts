@@ -7,39 +7,46 @@
 // one alone.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { readdirSync, readFileSync, readlinkSync, statSync } from "node:fs";
 import { assertHealthy, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+
+const NS = ["user", "mnt", "ipc"];
 
 const WHO =
   "{ const fs = require('fs'); console.log('PARENT', process.ppid, fs.readFileSync('/proc/' + process.ppid + '/cmdline', 'utf8').split('\\0').join(' ').trim()); }";
 
-describe("node fork server", { timeout: 120_000 }, () => {
-  let fx: SandboxFixture;
-  before(async () => {
-    fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, runtimes: { node: { poolSize: 1 } } });
-  });
-  after(async () => {
-    await fx?.stop();
-  });
+// With the reset alone keeping executions apart (the default), and with fresh namespaces per execution on
+// top (each fork then isolates itself as the C loop's executions do: its own namespaces and tmpfs folders,
+// and as root a host uid of its own).
+for (const freshNamespaces of [false, true]) {
+  describe(`node fork server (${freshNamespaces ? "fresh namespaces" : "reset only"})`, { timeout: 120_000 }, () => {
+    let fx: SandboxFixture;
+    before(async () => {
+      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, isolation: { freshNamespaces }, runtimes: { node: { poolSize: 1 } } });
+    });
+    after(async () => {
+      await fx?.stop();
+    });
 
-  async function node(code: string, limits?: Record<string, number>) {
-    const r = await fx.client.exec({ language: "node", code, ...(limits ? { limits } : {}) });
-    assert.equal(r.exitCode, 0, describeResult(r));
-    return r.stdout;
-  }
+    async function node(code: string, limits?: Record<string, number>) {
+      const r = await fx.client.exec({ language: "node", code, ...(limits ? { limits } : {}) });
+      assert.equal(r.exitCode, 0, describeResult(r));
+      return r.stdout;
+    }
 
-  it("is in force (built by npm ci) and every execution is a fork of the same warm node", async () => {
-    assert.equal(fx.service.stats().node_fork_server, 1);
-    const s0 = fx.service.stats();
-    const a = await node(WHO);
-    const b = await node(WHO);
-    assert.match(a, /^PARENT (\d+) .*node --single-threaded \/\.rs\/boot\.js --zygote\n$/);
-    assert.equal(b, a, "the same server forked both");
-    assert.notEqual(a.split(" ")[1], "1");
-    assert.equal(fx.service.stats().sandboxes_started_total, s0.sandboxes_started_total, "on the same sandbox");
-  });
+    it("is in force (built by npm ci) and every execution is a fork of the same warm node", async () => {
+      assert.equal(fx.service.stats().node_fork_server, 1);
+      const s0 = fx.service.stats();
+      const a = await node(WHO);
+      const b = await node(WHO);
+      assert.match(a, /^PARENT (\d+) .*node --single-threaded \/\.rs\/boot\.js --zygote\n$/);
+      assert.equal(b, a, "the same server forked both");
+      assert.notEqual(a.split(" ")[1], "1");
+      assert.equal(fx.service.stats().sandboxes_started_total, s0.sandboxes_started_total, "on the same sandbox");
+    });
 
-  it("nothing crosses forks: globals, builtin and prototype monkey-patches, env, files, processes", async () => {
-    const plant = `
+    it("nothing crosses forks: globals, builtin and prototype monkey-patches, env, files, processes", async () => {
+      const plant = `
 globalThis.leaked = 1;
 require('fs').readFileSync = () => 'patched';
 Array.prototype.leak = 1;
@@ -50,7 +57,7 @@ require('fs').writeFileSync('/workspace/leak.txt', 'x');
 require('fs').writeFileSync('/tmp/leak.txt', 'x');
 require('child_process').spawn('sleep', ['300'], { detached: true, stdio: 'ignore' }).unref();
 `;
-    const probe = `
+      const probe = `
 const fs = require('fs');
 // readlink, not readFileSync: the plant patches that one (and the control runs after the plant).
 const others = fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p)).map((p) => { try { return fs.readlinkSync('/proc/' + p + '/exe'); } catch { return ''; } }).filter((c) => c.endsWith('/sleep'));
@@ -66,38 +73,38 @@ console.log(JSON.stringify({
 }));
 ${WHO}
 `;
-    // Positive control: the probe, run after the plant in one program, sees every plant.
-    const control = JSON.parse((await node(`${plant}\nsetTimeout(() => {}, 50);\n${probe}`)).split("\n")[0]!);
-    assert.deepEqual(control, {
-      global: "number",
-      patched: true,
-      proto: 1,
-      module: 1,
-      env: "1",
-      cwd: "/tmp",
-      files: ["leak.txt", "leak.txt"],
-      sleepers: control.sleepers,
+      // Positive control: the probe, run after the plant in one program, sees every plant.
+      const control = JSON.parse((await node(`${plant}\nsetTimeout(() => {}, 50);\n${probe}`)).split("\n")[0]!);
+      assert.deepEqual(control, {
+        global: "number",
+        patched: true,
+        proto: 1,
+        module: 1,
+        env: "1",
+        cwd: "/tmp",
+        files: ["leak.txt", "leak.txt"],
+        sleepers: control.sleepers,
+      });
+      assert.equal(control.sleepers.length, 1, JSON.stringify(control));
+      const planter = (await node(`${plant}\n${WHO}`)).trim().split("\n").pop();
+      const [line, parent] = (await node(probe)).trim().split("\n");
+      assert.deepEqual(JSON.parse(line!), {
+        global: "undefined",
+        patched: false,
+        proto: null,
+        module: null,
+        env: null,
+        cwd: "/workspace",
+        files: [],
+        sleepers: [],
+      });
+      // (The plant's own line names the server 'patched': it patched readFileSync. The pid is what counts.)
+      assert.equal(parent!.split(" ")[1], planter!.split(" ")[1], "the probe was forked by the server that forked the plant");
     });
-    assert.equal(control.sleepers.length, 1, JSON.stringify(control));
-    const planter = (await node(`${plant}\n${WHO}`)).trim().split("\n").pop();
-    const [line, parent] = (await node(probe)).trim().split("\n");
-    assert.deepEqual(JSON.parse(line!), {
-      global: "undefined",
-      patched: false,
-      proto: null,
-      module: null,
-      env: null,
-      cwd: "/workspace",
-      files: [],
-      sleepers: [],
-    });
-    // (The plant's own line names the server 'patched': it patched readFileSync. The pid is what counts.)
-    assert.equal(parent!.split(" ")[1], planter!.split(" ")[1], "the probe was forked by the server that forked the plant");
-  });
 
-  it("an execution cannot signal, limit, renice, pin or open the server; the same calls on its own process succeed", async () => {
-    // Run from python started by the node execution: the filter is inherited by everything it starts.
-    const script = `
+    it("an execution cannot signal, limit, renice, pin or open the server; the same calls on its own process succeed", async () => {
+      // Run from python started by the node execution: the filter is inherited by everything it starts.
+      const script = `
 import os, resource, signal, subprocess, sys
 server = int(sys.argv[1])
 own = subprocess.Popen(["sleep", "30"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -155,18 +162,78 @@ for name, f in (("user", lambda: os.setpriority(os.PRIO_USER, 0, 19)), ("pgrp", 
 own.kill()
 print("state", open("/proc/%d/stat" % server).read().rsplit(")", 1)[1].split()[0])
 `;
-    const before = await node(WHO);
-    const out = await node(
-      `const r = require('child_process').spawnSync('python3', ['-c', ${JSON.stringify(script)}, String(process.ppid)], { encoding: 'utf8' }); process.stdout.write(r.stdout + r.stderr);`,
-    );
-    assert.match(out, /^OWN \['affinity:ok', 'kill-group:ok', 'kill-thread:ok', 'pidfd:ok', 'prlimit:ok', 'setpriority:ok'\]$/m, out);
-    assert.match(out, /^SERVER \['affinity:EPERM', 'kill-group:EPERM', 'kill-thread:EPERM', 'pidfd:EPERM', 'prlimit:EPERM', 'setpriority:EPERM'\] True$/m, out);
-    assert.doesNotMatch(out, /SIGNALLED|OPENED|LISTED|RENICED|Traceback/, out);
-    assert.match(out, /^state S$/m, out);
-    assert.equal(await node(WHO), before, "the same server still forks the next execution");
-    await assertHealthy(fx.client);
+      const before = await node(WHO);
+      const out = await node(
+        `const r = require('child_process').spawnSync('python3', ['-c', ${JSON.stringify(script)}, String(process.ppid)], { encoding: 'utf8' }); process.stdout.write(r.stdout + r.stderr);`,
+      );
+      assert.match(out, /^OWN \['affinity:ok', 'kill-group:ok', 'kill-thread:ok', 'pidfd:ok', 'prlimit:ok', 'setpriority:ok'\]$/m, out);
+      assert.match(
+        out,
+        /^SERVER \['affinity:EPERM', 'kill-group:EPERM', 'kill-thread:EPERM', 'pidfd:EPERM', 'prlimit:EPERM', 'setpriority:EPERM'\] True$/m,
+        out,
+      );
+      assert.doesNotMatch(out, /SIGNALLED|OPENED|LISTED|RENICED|Traceback/, out);
+      assert.match(out, /^state S$/m, out);
+      assert.equal(await node(WHO), before, "the same server still forks the next execution");
+      await assertHealthy(fx.client);
+    });
+
+    it("each fork has its own namespaces, tmpfs and (as root) host uid, with fresh namespaces; the server's otherwise", async () => {
+      assert.equal(fx.service.stats().isolation_fresh_namespaces, freshNamespaces ? 1 : 0);
+      // The server is not dumpable, so its namespaces are read from the host: every live zygote's.
+      const serverPids = readdirSync("/proc")
+        .filter((p) => /^\d+$/.test(p))
+        .filter((p) => {
+          try {
+            return readFileSync(`/proc/${p}/cmdline`, "utf8").includes("/.rs/boot.js\0--zygote");
+          } catch {
+            return false;
+          }
+        })
+        .map(Number);
+      const servers = serverPids.map((p) => NS.map((n) => readlinkSync(`/proc/${p}/ns/${n}`)));
+      const serverDevs = serverPids.map((p) => statSync(`/proc/${p}/root/workspace`).dev);
+      assert.ok(servers.length >= 1, "a server is running");
+      const probe = `const fs = require('fs');
+const st = (p) => fs.readFileSync(p, 'utf8');
+console.log(JSON.stringify({
+  ns: ${JSON.stringify(NS)}.map((n) => fs.readlinkSync('/proc/self/ns/' + n)),
+  tmpfs: fs.statSync('/workspace').dev,
+  uid: st('/proc/self/status').match(/^Uid:\\s+(\\d+)/m)[1],
+  map: st('/proc/self/uid_map').trim().split(/\\s+/),
+  caps: st('/proc/self/status').match(/^CapEff:\\s+(\\w+)/m)[1],
+  ppid: process.ppid,
+}));`;
+      const a = JSON.parse(await node(probe));
+      const b = JSON.parse(await node(probe));
+      assert.equal(a.ppid, b.ppid, "both forks of one server");
+      assert.equal(a.caps, "0000000000000000");
+      assert.equal(a.uid, "65534", "inside, the program is the sandbox user either way");
+      const own = (f: { ns: string[] }) => servers.every((sv) => f.ns.every((n, i) => n !== sv[i]));
+      if (!freshNamespaces) {
+        // The control: without them a fork keeps its server's namespaces.
+        assert.ok(
+          servers.some((sv) => sv.join() === a.ns.join()),
+          JSON.stringify({ a, servers }),
+        );
+        assert.deepEqual(b.ns, a.ns);
+        assert.ok(serverDevs.includes(a.tmpfs), "and its /workspace");
+        return;
+      }
+      assert.ok(own(a) && own(b), `user, mnt and ipc namespaces of their own: ${JSON.stringify({ a, b, servers })}`);
+      // (The forks are compared with the live servers, not with each other: the kernel reuses a freed
+      // namespace's inode and a freed tmpfs's device number, and the first fork is gone when the second runs.)
+      assert.ok(
+        serverDevs.every((d) => d !== a.tmpfs && d !== b.tmpfs),
+        `a /workspace tmpfs of their own: ${JSON.stringify({ a: a.tmpfs, b: b.tmpfs, serverDevs })}`,
+      );
+      if (fx.service.stats().isolation_per_execution_uid) {
+        assert.equal(a.map[0], "65534");
+        assert.notEqual(a.map[1], b.map[1], "a host uid per execution");
+      }
+    });
   });
-});
+}
 
 describe("node fork server off (the control)", { timeout: 60_000 }, () => {
   let fx: SandboxFixture;

@@ -19,7 +19,7 @@ function check(file: string): { ok: boolean; stderr: string } {
         spawnSync("python3", ["-m", "py_compile", file], { encoding: "utf8", env: { ...process.env, PYTHONPYCACHEPREFIX: join(tmp, "pycache") } })
       : [".js", ".cjs", ".mjs"].includes(ext)
         ? spawnSync(process.execPath, ["--check", file], { encoding: "utf8" })
-        : ext === ".c"
+        : ext === ".c" || ext === ".h"
           ? // nodefork.c includes node's N-API and libuv headers, from the running node's install (as build.sh).
             spawnSync(
               process.env["CC"] ?? "cc",
@@ -71,6 +71,7 @@ describe("sandbox supervisor sources", () => {
       ["broken.js", "function (\n"],
       ["broken.mjs", "export const = 1;\n"],
       ["broken.c", "int f(void) { return 1 }\n"],
+      ["broken.h", "static int f(void) { return 1 }\n"],
       ["broken.sh", "if then fi\n"],
     ];
     for (const [name, text] of cases) {

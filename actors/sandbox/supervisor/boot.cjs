@@ -64,8 +64,14 @@ function zygote() {
   const nf = require(path.join(__dirname, "nodefork.node"));
   warmUp();
   process.argv = [process.argv[0]];
-  fs.writeSync(3, "r");
-  nf.init(3);
+  // Fresh namespaces per execution (supervisor.py passes pid 1's settings): out of the environment before
+  // any child can see it.
+  const mounts = process.env.RS_NF_MOUNTS ?? "";
+  const filter = process.env.RS_NF_FILTER ?? "";
+  delete process.env.RS_NF_MOUNTS;
+  delete process.env.RS_NF_FILTER;
+  nf.init(3, mounts, filter);
+  fs.writeSync(nf.socketFd(), "r");
   // Returns only in a child: the zygote itself stays in serve() until pid 1 goes away.
   nf.serve();
   // node's own exit would join the zygote's worker threads, which a fork does not have: leave through

@@ -50,6 +50,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "exec-isolation.h"
+
 typedef struct _object PyObject;
 extern void PyOS_BeforeFork(void);
 extern void PyOS_AfterFork_Parent(void);
@@ -111,16 +113,7 @@ static uint32_t frame_len;
 // process unshares user, mount and ipc namespaces, mounts its own tmpfs over these folders, drops every
 // capability its new user namespace gave it, and loads the per-execution seccomp filter (unshare and mount
 // refused).
-#define MAX_FRESH_MOUNTS 4
-#define MAX_FILTER_INSNS 64
-static struct {
-  char path[64];
-  char opts[64];
-} fresh_mounts[MAX_FRESH_MOUNTS];
-static int n_fresh_mounts;
-static int ns_enabled;
-static struct sock_filter exec_filter[MAX_FILTER_INSNS];
-static unsigned short exec_filter_len;
+static struct rs_exec_isolation iso;
 // Per-execution uids (rs_fs_exec_ids; isolation.ts: perExecutionUid): the service mapped [base, base + count)
 // of this user namespace to host uids of their own, and each execution's process switches to the next one
 // before it unshares. "Next" is counted by a fork handler, so every fork of this process, by this loop or by
@@ -153,69 +146,11 @@ static int write_all(int fd, const void *data, size_t n) {
   return 0;
 }
 
-static int write_file(const char *path, const char *text) {
-  int fd = open(path, O_WRONLY | O_CLOEXEC);
-  if (fd < 0) return -1;
-  int r = write_all(fd, text, strlen(text));
-  close(fd);
-  return r;
-}
-
-// In an execution's process, before any program code: with fresh = 1 its own user, mount and ipc
-// namespaces and tmpfs folders, then (fresh or not) no capabilities and the per-execution filter.
-// Returns 0, or -1 with errno set: the caller must then exit without running the program.
+// In an execution's process, before any program code (exec-isolation.h), with this loop's settings and,
+// with fresh namespaces and per-execution uids, the next of its uids.
 static int isolate_exec(int fresh) {
-  if (!ns_enabled) return 0;
-  const char *step = "";
-#define STEP(name, ok)  \
-  do {                    \
-    step = (name);        \
-    if (!(ok)) goto fail; \
-  } while (0)
-  if (fresh) {
-    // Inside its own user namespace the program keeps the sandbox's uid and gid; outside, in the sandbox's,
-    // it is the sandbox's or, with per-execution uids, one of its own.
-    uid_t uid = getuid(), outer_uid = uid;
-    gid_t gid = getgid(), outer_gid = gid;
-    if (exec_id_count) {
-      unsigned id = exec_id_base + (unsigned)(exec_id_seq % exec_id_count);
-      STEP("setgroups(0)", setgroups(0, NULL) == 0);
-      STEP("setresgid", setresgid(id, id, id) == 0);
-      STEP("setresuid", setresuid(id, id, id) == 0);
-      outer_uid = id;
-      outer_gid = id;
-    }
-    // Dumpable first (after any uid switch, which clears it): /proc/self's files belong to root, not to this
-    // process, while it is not (pid 1 never is).
-    STEP("dumpable", prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) == 0);
-    STEP("unshare", unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC) == 0);
-    char map[64];
-    STEP("setgroups", write_file("/proc/self/setgroups", "deny") == 0);
-    snprintf(map, sizeof map, "%u %u 1", (unsigned)uid, (unsigned)outer_uid);
-    STEP("uid_map", write_file("/proc/self/uid_map", map) == 0);
-    snprintf(map, sizeof map, "%u %u 1", (unsigned)gid, (unsigned)outer_gid);
-    STEP("gid_map", write_file("/proc/self/gid_map", map) == 0);
-    for (int i = 0; i < n_fresh_mounts; i++) STEP(fresh_mounts[i].path, mount("tmpfs", fresh_mounts[i].path, "tmpfs", MS_NOSUID | MS_NODEV, fresh_mounts[i].opts) == 0);
-    STEP("chdir", chdir("/workspace") == 0);
-  }
-  // The new user namespace gave this process every capability in it: drop them all, bounding set included.
-  STEP("ambient", prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) == 0 || errno == EINVAL);
-  for (int c = 0; c <= 63; c++)
-    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) != 0 && errno == EINVAL) break;
-  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-  struct __user_cap_data_struct data[2];
-  memset(data, 0, sizeof data);
-  STEP("capset", syscall(SYS_capset, &hdr, data) == 0);
-  STEP("no_new_privs", prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0);
-  struct sock_fprog prog = {exec_filter_len, exec_filter};
-  STEP("seccomp", prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0);
-  return 0;
-#undef STEP
-fail:;
-  int e = errno;
-  dprintf(2, "rollstream sandbox: could not isolate the execution (%s): %s\n", step, strerror(e));
-  errno = e;
-  return -1;
+  unsigned id = fresh && exec_id_count ? exec_id_base + (unsigned)(exec_id_seq % exec_id_count) : 0;
+  return rs_isolate_exec(&iso, fresh, id);
 }
 
 static int read_exact(int fd, void *buf, size_t n) {
@@ -583,7 +518,7 @@ static int fork_warm(void) {
   warm_pid = pid;
   warm_code_w = code[1];
   warm_in_w = in[1];
-  warm_fresh = ns_enabled && !session_mode;
+  warm_fresh = iso.enabled && !session_mode;
   return 0;
 }
 
@@ -785,7 +720,7 @@ PyObject *rs_fs_serve(int fork_first) {
     struct field req[MAX_FIELDS];
     int n = split_frame(req, MAX_FIELDS);
     if (n >= 1 && !field_is(&req[0], "run") && !field_is(&req[0], "once")) continue;  // a late "kill": nothing runs
-    int hot = n == 7 && field_is(&req[0], "once") && field_is(&req[1], "python") && warm_pid > 0 && warm_fresh == ns_enabled;
+    int hot = n == 7 && field_is(&req[0], "once") && field_is(&req[1], "python") && warm_pid > 0 && warm_fresh == iso.enabled;
     if (!hot || run_once(req) != 0) return PyBytes_FromStringAndSize(frame_buf, frame_len);
     if (field_is(&req[6], "python")) {
       int r = fork_warm();
@@ -825,31 +760,7 @@ long rs_fs_discard(void) {
 // Turns fresh namespaces per execution on: mounts is "path:mode:bytes;..." (the tmpfs folders to make),
 // filter the per-execution seccomp program (struct sock_filter[]). Returns 0, or -1 when they do not parse.
 long rs_fs_configure(const char *mounts, const char *filter, long filter_len) {
-  n_fresh_mounts = 0;
-  const char *p = mounts;
-  while (*p && n_fresh_mounts < MAX_FRESH_MOUNTS) {
-    const char *end = strchr(p, ';');
-    size_t len = end ? (size_t)(end - p) : strlen(p);
-    char item[160];
-    if (len == 0 || len >= sizeof item) return -1;
-    memcpy(item, p, len);
-    item[len] = 0;
-    char *c1 = strchr(item, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-    if (!c2) return -1;
-    *c1 = *c2 = 0;
-    if (strlen(item) >= sizeof fresh_mounts[0].path) return -1;
-    snprintf(fresh_mounts[n_fresh_mounts].path, sizeof fresh_mounts[0].path, "%s", item);
-    if (snprintf(fresh_mounts[n_fresh_mounts].opts, sizeof fresh_mounts[0].opts, "size=%s,mode=%s", c2 + 1, c1 + 1) >= (int)sizeof fresh_mounts[0].opts)
-      return -1;
-    n_fresh_mounts++;
-    p += len + (end ? 1 : 0);
-  }
-  if (*p) return -1;  // more folders than this loop has room for
-  if (filter_len <= 0 || filter_len % (long)sizeof(struct sock_filter) != 0 || filter_len / (long)sizeof(struct sock_filter) > MAX_FILTER_INSNS) return -1;
-  memcpy(exec_filter, filter, (size_t)filter_len);
-  exec_filter_len = (unsigned short)(filter_len / (long)sizeof(struct sock_filter));
-  ns_enabled = 1;
-  return 0;
+  return rs_exec_isolation_parse(&iso, mounts, filter, filter_len);
 }
 
 static void take_next_exec_id(void) { exec_id_seq++; }
@@ -862,7 +773,7 @@ static void take_next_exec_id(void) { exec_id_seq++; }
 // at its exec.
 // Returns 0, or -errno (-EPERM when those capabilities are missing).
 long rs_fs_exec_ids(long base, long count) {
-  if (!ns_enabled || base <= 0 || count <= 0 || base + count > 0x7fffffffL) return -EINVAL;
+  if (!iso.enabled || base <= 0 || count <= 0 || base + count > 0x7fffffffL) return -EINVAL;
   struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
   struct __user_cap_data_struct data[2];
   if (syscall(SYS_capget, &hdr, data) != 0) return -errno;
@@ -874,6 +785,31 @@ long rs_fs_exec_ids(long base, long count) {
   if (!exec_id_count && pthread_atfork(take_next_exec_id, NULL, NULL) != 0) return -ENOMEM;
   exec_id_base = (unsigned)base;
   exec_id_count = (unsigned)count;
+  return 0;
+}
+
+// The next per-execution uid, for an execution this loop does not fork (the node fork server's: it switches
+// its child to this uid); 0 without per-execution uids.
+long rs_fs_take_exec_id(void) {
+  if (!exec_id_count) return 0;
+  unsigned id = exec_id_base + (unsigned)(exec_id_seq % exec_id_count);
+  exec_id_seq++;
+  return (long)id;
+}
+
+// In the process the Python loop forked to exec the node fork server: CAP_SETUID and CAP_SETGID survive
+// that exec (inheritable and ambient), so the server can switch each child to its execution's uid. The
+// server runs no program code; each child drops every capability before it does (exec-isolation.h).
+// Returns 0, or -errno.
+long rs_fs_keep_setid_caps_across_exec(void) {
+  struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct data[2];
+  if (syscall(SYS_capget, &hdr, data) != 0) return -errno;
+  data[0].inheritable = (1u << CAP_SETUID) | (1u << CAP_SETGID);
+  data[1].inheritable = 0;
+  if (syscall(SYS_capset, &hdr, data) != 0) return -errno;
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETUID, 0, 0) != 0) return -errno;
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, CAP_SETGID, 0, 0) != 0) return -errno;
   return 0;
 }
 

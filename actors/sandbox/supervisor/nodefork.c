@@ -42,6 +42,8 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "exec-isolation.h"
+
 #if defined(__x86_64__)
 #define RS_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
@@ -59,6 +61,8 @@ static pid_t zygote_pid;
 static pid_t tids[MAX_TIDS];
 static int n_tids;
 static struct sock_filter filter[MAX_INSNS];
+// With fresh namespaces per execution: what each child sets up before its program (exec-isolation.h).
+static struct rs_exec_isolation iso;
 static unsigned filter_len;
 
 static napi_value throw_errno(napi_env env, const char *what) {
@@ -168,14 +172,37 @@ static int read_tids(void) {
   return 0;
 }
 
-// init(sockFd): called once, after the zygote's warm-up and before serve().
+static int hex_value(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+// init(sockFd, freshMounts, execFilterHex): called once, after the zygote's warm-up and before serve().
+// freshMounts "" leaves fresh namespaces off; else both are what pid 1's C loop was configured with.
 static napi_value init(napi_env env, napi_callback_info info) {
-  size_t argc = 1;
-  napi_value argv[1];
+  size_t argc = 3;
+  napi_value argv[3];
   int32_t fd = -1;
-  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_int32(env, argv[0], &fd) != napi_ok) {
-    napi_throw_type_error(env, NULL, "nodefork.init(sockFd)");
+  char mounts[512], hex[2 * RS_MAX_FILTER_INSNS * sizeof(struct sock_filter) + 2];
+  size_t mounts_len = 0, hex_len = 0;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 || napi_get_value_int32(env, argv[0], &fd) != napi_ok ||
+      napi_get_value_string_utf8(env, argv[1], mounts, sizeof mounts, &mounts_len) != napi_ok ||
+      napi_get_value_string_utf8(env, argv[2], hex, sizeof hex, &hex_len) != napi_ok) {
+    napi_throw_type_error(env, NULL, "nodefork.init(sockFd, freshMounts, execFilterHex)");
     return NULL;
+  }
+  if (mounts_len > 0) {
+    unsigned char bytes[RS_MAX_FILTER_INSNS * sizeof(struct sock_filter)];
+    size_t n = hex_len / 2;
+    int ok = hex_len % 2 == 0 && n <= sizeof bytes && mounts_len < sizeof mounts - 1 && hex_len < sizeof hex - 1;
+    for (size_t i = 0; ok && i < n; i++) {
+      int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+      ok = hi >= 0 && lo >= 0;
+      bytes[i] = (unsigned char)(hi << 4 | lo);
+    }
+    if (!ok || rs_exec_isolation_parse(&iso, mounts, (const char *)bytes, (long)n) != 0) {
+      napi_throw_error(env, NULL, "nodefork: bad fresh-namespace settings");
+      return NULL;
+    }
   }
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) {
     napi_throw_error(env, NULL, "nodefork: no uv loop");
@@ -243,7 +270,7 @@ static int send_all(const void *p, size_t n) {
 
 // In the child, before any program code: its fds, its own session, default signals, libuv's own kernel
 // state, the filter. Any failure ends the child (127) with one line on stderr.
-static void child_setup(int in_fd, int code_fd) {
+static void child_setup(int in_fd, int code_fd, int fresh, unsigned exec_uid) {
   const char *step = "dup2";
   if (dup2(in_fd, 0) < 0 || dup2(code_fd, 3) < 0) goto fail;
   if (in_fd != 0 && in_fd != 3) close(in_fd);
@@ -252,6 +279,7 @@ static void child_setup(int in_fd, int code_fd) {
   step = "setsid";
   if (setsid() < 0) goto fail;
   signal(SIGUSR1, SIG_DFL);
+  if (rs_isolate_exec(&iso, fresh, exec_uid) != 0) _exit(127);  // it said why, on stderr
   step = "dumpable";
   if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) goto fail;
   step = "uv_loop_fork";
@@ -270,13 +298,14 @@ fail:
 }
 
 // serve(): the zygote's loop. Returns only in a child (0), ready to read its program from fd 3.
-// Protocol on the socket: pid 1 sends one byte "x" with SCM_RIGHTS [stdin, code]; the zygote answers
+// Protocol on the socket: pid 1 sends "x", fresh (one byte, 0/1) and the execution's uid (uint32, 0: none)
+// with SCM_RIGHTS [stdin, code]; the zygote answers
 // "p" + pid (int32), then, when that child is gone, "s" + wait status (int32) + user and system CPU (int64 µs).
 static napi_value serve(napi_env env, napi_callback_info info) {
   (void)info;
   for (;;) {
-    char byte;
-    struct iovec iov = {&byte, 1};
+    unsigned char req[6];
+    struct iovec iov = {req, sizeof req};
     union {
       char buf[CMSG_SPACE(2 * sizeof(int))];
       struct cmsghdr align;
@@ -304,14 +333,23 @@ static napi_value serve(napi_env env, napi_callback_info info) {
         }
       }
     }
-    if (byte != 'x' || nfds != 2 || (mh.msg_flags & MSG_CTRUNC)) {
+    // The rest of the request, should the stream have split it (the fds came with its first byte).
+    for (size_t got = (size_t)r; got < sizeof req;) {
+      ssize_t more = recv(sock_fd, req + got, sizeof req - got, 0);
+      if (more < 0 && errno == EINTR) continue;
+      if (more <= 0) _exit(0);
+      got += (size_t)more;
+    }
+    uint32_t exec_uid;
+    memcpy(&exec_uid, req + 2, 4);
+    if (req[0] != 'x' || req[1] > 1 || nfds != 2 || (mh.msg_flags & MSG_CTRUNC)) {
       for (int i = 0; i < nfds; i++) close(fds[i]);
       _exit(2);  // not our supervisor speaking: stop rather than guess
     }
     mark_all_dofork();
     pid_t pid = fork();
     if (pid == 0) {
-      child_setup(fds[0], fds[1]);
+      child_setup(fds[0], fds[1], req[1], exec_uid);
       napi_value zero;
       napi_create_int32(env, 0, &zero);
       return zero;
@@ -354,11 +392,20 @@ static napi_value exit_now(napi_env env, napi_callback_info info) {
   _exit(code & 0xff);
 }
 
+// socketFd(): where init() moved the socket to pid 1.
+static napi_value socket_fd(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value v;
+  napi_create_int32(env, sock_fd, &v);
+  return v;
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor props[] = {
       {"init", NULL, init, NULL, NULL, NULL, napi_default, NULL},
       {"serve", NULL, serve, NULL, NULL, NULL, napi_default, NULL},
       {"exitNow", NULL, exit_now, NULL, NULL, NULL, napi_default, NULL},
+      {"socketFd", NULL, socket_fd, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -358,14 +358,14 @@ def apply_rlimits(lim, pid=0):
         else:
             resource.setrlimit(res, (soft, hard))
 
-def child_common(stdin_fd, extra=None, fresh=False):
+def child_common(stdin_fd, extra=None, fresh=False, isolate=True):
     _signal.set_wakeup_fd(-1)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)
     mapping = {0: stdin_fd, 1: 1, 2: 2}
     mapping.update(extra or {})
     place_fds(mapping)
-    if ISOLATE is not None:
+    if ISOLATE is not None and isolate:
         if ISOLATE(int(fresh)) != 0:
             os._exit(127)  # the C side said why, on stderr
     prctl(PR_SET_DUMPABLE, 1)
@@ -602,8 +602,10 @@ class Warm:
 
 class Zygote:
     """The node fork server: one node started with the sandbox (boot.js --zygote, nodefork.c), which forks
-    a child per node execution instead of a node being started for each. Not with fresh namespaces: an
-    execution's process is then set up by the C loop in pid 1 (forkserver.c)."""
+    a child per node execution instead of a node being started for each. With fresh namespaces each child
+    isolates itself before its program as the C loop's children do (exec-isolation.h): the server gets the C
+    loop's settings and, with per-execution uids, keeps CAP_SETUID and CAP_SETGID to switch each child to the
+    uid pid 1 hands it. The server itself never runs program code."""
     def __init__(self):
         import _socket
         self._socket = _socket
@@ -612,10 +614,16 @@ class Zygote:
         pid = os.fork()
         if pid == 0:
             try:
-                child_common(null, {3: b.fileno()})
+                child_common(null, {3: b.fileno()}, isolate=False)
                 exec_reset()
+                env = dict(os.environ)
+                if ISOLATE is not None:
+                    env["RS_NF_MOUNTS"] = FRESH_MOUNTS
+                    env["RS_NF_FILTER"] = EXEC_FILTER.hex()
+                    if EXEC_IDS and LOOP["keep_setid_caps"]() != 0:
+                        os._exit(126)
                 # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
-                os.execv(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"])
+                os.execve(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"], env)
             finally:
                 os._exit(127)
         os.close(null)
@@ -637,14 +645,15 @@ class Zygote:
             buf += chunk
         return buf
 
-    def launch(self, code, lim):
+    def launch(self, code, lim, fresh):
         """Forks an execution blocked on its program; returns (pid, stdin writer, its start-up CPU ms)."""
+        uid = LOOP["take_exec_id"]() if fresh and EXEC_IDS else 0
         in_r, in_w = os.pipe()
         code_r, code_w = os.pipe()
         for fd in (in_w, code_w):
             os.set_inheritable(fd, False)
         try:
-            self.sock.sendmsg([b"x"], [(self._socket.SOL_SOCKET, self._socket.SCM_RIGHTS, _struct.pack("ii", in_r, code_r))])
+            self.sock.sendmsg([b"x" + bytes((int(fresh),)) + _struct.pack("=I", uid)], [(self._socket.SOL_SOCKET, self._socket.SCM_RIGHTS, _struct.pack("ii", in_r, code_r))])
         except OSError:
             for fd in (in_r, in_w, code_r, code_w):
                 os.close(fd)
@@ -705,7 +714,7 @@ def zygote():
     if ZYGOTE is not None and not ZYGOTE.alive():
         ZYGOTE.discard()
         ZYGOTE = None
-    if ZYGOTE is None and NODE and ISOLATE is None and os.path.exists(NODE_FORK_SO):
+    if ZYGOTE is None and NODE and os.path.exists(NODE_FORK_SO):
         try:
             ZYGOTE = Zygote()
         except OSError as e:
@@ -751,10 +760,11 @@ def run_command(req, warm):
     ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     startup_cpu = 0.0
     pid = None
-    zyg = zygote() if lang == "node" and not fresh and (warm is None or warm.lang != "node") else None
+    # Files of a fresh-namespace execution are written by its own process (child_files): not a fork's.
+    zyg = zygote() if lang == "node" and not (fresh and files) and (warm is None or warm.lang != "node") else None
     if zyg is not None:
         try:
-            pid, in_w, startup_cpu = zyg.launch(code, lim)
+            pid, in_w, startup_cpu = zyg.launch(code, lim, fresh)
         except OSError as e:
             print("rollstream sandbox: the node fork server failed: %s" % (e,), file=sys.stderr)
             zyg.discard()
@@ -907,7 +917,13 @@ def load_fork_loop():
 
     names = b"\0".join(SIGNAMES.get(i, "").encode() for i in range(65))
     fn("rs_fs_init", Long)(wake_r, names, len(names))
-    loop = {"serve": fn("rs_fs_serve", PyObj), "warm": fn("rs_fs_warm", Long), "set_session": fn("rs_fs_set_session", Long)}
+    loop = {
+        "serve": fn("rs_fs_serve", PyObj),
+        "warm": fn("rs_fs_warm", Long),
+        "set_session": fn("rs_fs_set_session", Long),
+        "take_exec_id": fn("rs_fs_take_exec_id", Long),
+        "keep_setid_caps": fn("rs_fs_keep_setid_caps_across_exec", Long),
+    }
     if FRESH_MOUNTS:
         if fn("rs_fs_configure", Long)(FRESH_MOUNTS.encode(), EXEC_FILTER, len(EXEC_FILTER)) != 0:
             print("rollstream sandbox: bad fresh-namespace settings", file=sys.stderr)
