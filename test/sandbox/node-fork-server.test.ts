@@ -235,6 +235,41 @@ console.log(JSON.stringify({
   });
 }
 
+describe("node fork server: when it dies", { timeout: 60_000 }, () => {
+  let fx: SandboxFixture;
+  before(async () => {
+    fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, runtimes: { node: { poolSize: 1 } } });
+  });
+  after(async () => {
+    await fx?.stop();
+  });
+
+  it("the execution it was running ends killed, and the next one gets a new server", async () => {
+    const before = await fx.client.exec({ language: "node", code: WHO });
+    assert.match(before.stdout, /^PARENT \d+ .*--zygote\n$/, describeResult(before));
+    const running = fx.client.exec({ language: "node", code: "setTimeout(() => console.log('done'), 3000);", limits: { wallMs: 10_000 } });
+    await new Promise((r) => setTimeout(r, 500));
+    // Nothing inside a sandbox can kill it (see above); the host can, as a crash would.
+    const servers = readdirSync("/proc").filter((p) => {
+      try {
+        return /^\d+$/.test(p) && readFileSync(`/proc/${p}/cmdline`, "utf8").includes("/.rs/boot.js\0--zygote");
+      } catch {
+        return false;
+      }
+    });
+    assert.ok(servers.length >= 1);
+    for (const p of servers) process.kill(Number(p), "SIGKILL");
+    const r = await running;
+    assert.notEqual(r.stdout, "done\n", describeResult(r));
+    assert.notEqual(r.exitCode, 0, describeResult(r));
+    assert.ok(r.wallMs < 3000, `ended when its server died, not when its timer fired: ${describeResult(r)}`);
+    const next = await fx.client.exec({ language: "node", code: WHO });
+    assert.match(next.stdout, /^PARENT \d+ .*--zygote\n$/, describeResult(next));
+    const again = await fx.client.exec({ language: "node", code: WHO });
+    assert.equal(again.stdout, next.stdout, "the new server serves on");
+  });
+});
+
 describe("node fork server off (the control)", { timeout: 60_000 }, () => {
   let fx: SandboxFixture;
   before(async () => {
