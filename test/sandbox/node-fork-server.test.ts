@@ -7,10 +7,27 @@
 // one alone.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { readdirSync, readFileSync, readlinkSync, statSync } from "node:fs";
+import { readFileSync, readlinkSync, statSync } from "node:fs";
 import { assertHealthy, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+import { childPids, sandboxSupervisors } from "./proc.js";
+
+/** Host pids of this fixture's node fork servers (children of its sandboxes' supervisors). */
+async function serverPids(fx: SandboxFixture): Promise<number[]> {
+  const out: number[] = [];
+  for (const { pid } of await sandboxSupervisors(fx))
+    for (const child of childPids(pid)) {
+      try {
+        if (readFileSync(`/proc/${child}/cmdline`, "utf8").includes("/.rs/boot.js\0--zygote")) out.push(child);
+      } catch {
+        // gone meanwhile
+      }
+    }
+  return out;
+}
 
 const NS = ["user", "mnt", "ipc"];
+const LOOP_FDS =
+  "const fs = require('fs'); console.log('eventpoll', fs.readdirSync('/proc/self/fd').filter((f) => { try { return fs.readlinkSync('/proc/self/fd/' + f) === 'anon_inode:[eventpoll]'; } catch { return false; } }).length);";
 
 const WHO =
   "{ const fs = require('fs'); console.log('PARENT', process.ppid, fs.readFileSync('/proc/' + process.ppid + '/cmdline', 'utf8').split('\\0').join(' ').trim()); }";
@@ -178,21 +195,34 @@ print("state", open("/proc/%d/stat" % server).read().rsplit(")", 1)[1].split()[0
       await assertHealthy(fx.client);
     });
 
+    it("what node cached in the server is each fork's own: pid, Math.random's seed, signals to itself", async () => {
+      const probe = `const fs = require('fs');
+process.on('SIGTERM', () => console.log('SIGTERM handled'));
+process.kill(process.pid, 'SIGTERM');
+setTimeout(() => console.log(JSON.stringify({ pid: process.pid, real: Number(fs.readlinkSync('/proc/self')), random: Math.random() })), 20);`;
+      const runs = [];
+      for (let i = 0; i < 3; i++) {
+        const [handled, line] = (await node(probe)).trim().split("\n");
+        assert.equal(handled, "SIGTERM handled");
+        runs.push(JSON.parse(line!));
+      }
+      for (const r of runs) assert.equal(r.pid, r.real, "process.pid is the fork's, not the server's");
+      assert.equal(new Set(runs.map((r) => r.pid)).size, 3);
+      // Before each fork seeded its own, every execution drew the same first Math.random() (the server's state).
+      assert.equal(new Set(runs.map((r) => r.random)).size, 3, JSON.stringify(runs));
+    });
+
+    it("a fork keeps no fd of the server's other event loops (node's platform threads run libuv loops)", async () => {
+      const out = await node(LOOP_FDS);
+      assert.equal(out, "eventpoll 1\n", "its own main loop's only");
+    });
+
     it("each fork has its own namespaces, tmpfs and (as root) host uid, with fresh namespaces; the server's otherwise", async () => {
       assert.equal(fx.service.stats().isolation_fresh_namespaces, freshNamespaces ? 1 : 0);
       // The server is not dumpable, so its namespaces are read from the host: every live zygote's.
-      const serverPids = readdirSync("/proc")
-        .filter((p) => /^\d+$/.test(p))
-        .filter((p) => {
-          try {
-            return readFileSync(`/proc/${p}/cmdline`, "utf8").includes("/.rs/boot.js\0--zygote");
-          } catch {
-            return false;
-          }
-        })
-        .map(Number);
-      const servers = serverPids.map((p) => NS.map((n) => readlinkSync(`/proc/${p}/ns/${n}`)));
-      const serverDevs = serverPids.map((p) => statSync(`/proc/${p}/root/workspace`).dev);
+      const servers0 = await serverPids(fx);
+      const servers = servers0.map((p) => NS.map((n) => readlinkSync(`/proc/${p}/ns/${n}`)));
+      const serverDevs = servers0.map((p) => statSync(`/proc/${p}/root/workspace`).dev);
       assert.ok(servers.length >= 1, "a server is running");
       const probe = `const fs = require('fs');
 const st = (p) => fs.readFileSync(p, 'utf8');
@@ -250,15 +280,9 @@ describe("node fork server: when it dies", { timeout: 60_000 }, () => {
     const running = fx.client.exec({ language: "node", code: "setTimeout(() => console.log('done'), 3000);", limits: { wallMs: 10_000 } });
     await new Promise((r) => setTimeout(r, 500));
     // Nothing inside a sandbox can kill it (see above); the host can, as a crash would.
-    const servers = readdirSync("/proc").filter((p) => {
-      try {
-        return /^\d+$/.test(p) && readFileSync(`/proc/${p}/cmdline`, "utf8").includes("/.rs/boot.js\0--zygote");
-      } catch {
-        return false;
-      }
-    });
-    assert.ok(servers.length >= 1);
-    for (const p of servers) process.kill(Number(p), "SIGKILL");
+    const servers = await serverPids(fx);
+    assert.equal(servers.length, 1, "one node sandbox, one server");
+    process.kill(servers[0]!, "SIGKILL");
     const r = await running;
     assert.notEqual(r.stdout, "done\n", describeResult(r));
     assert.notEqual(r.exitCode, 0, describeResult(r));
@@ -283,6 +307,9 @@ describe("node fork server off (the control)", { timeout: 60_000 }, () => {
     assert.equal(fx.service.stats().node_fork_server, 0);
     const r = await fx.client.exec({ language: "node", code: WHO });
     assert.match(r.stdout, /^PARENT 1 /, describeResult(r));
+    // The control of the fd probe: a node of its own has its platform's loops too.
+    const loops = await fx.client.exec({ language: "node", code: LOOP_FDS });
+    assert.match(loops.stdout, /^eventpoll [2-9]\n$/, describeResult(loops));
   });
 });
 

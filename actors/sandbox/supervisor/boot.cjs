@@ -46,7 +46,23 @@ function runProgram() {
 
 // Modules most programs load, and one pass through the code paths they run first (console formatting,
 // compiling a module): a child finds them loaded and compiled instead of paying for that itself.
-const PRELOAD = ["assert", "buffer", "child_process", "crypto", "events", "net", "os", "readline", "stream", "string_decoder", "tty", "url", "util", "zlib"];
+const PRELOAD = [
+  "assert",
+  "buffer",
+  "child_process",
+  "crypto",
+  "events",
+  "net",
+  "os",
+  "readline",
+  "stream",
+  "string_decoder",
+  "tty",
+  "url",
+  "util",
+  "v8",
+  "zlib",
+];
 
 function warmUp() {
   for (const name of PRELOAD) require(`node:${name}`);
@@ -73,7 +89,12 @@ function zygote() {
   nf.init(3, mounts, filter);
   fs.writeSync(nf.socketFd(), "r");
   // Returns only in a child: the zygote itself stays in serve() until pid 1 goes away.
-  nf.serve();
+  const pid = nf.serve();
+  // What node cached in the zygote and a child must not inherit: its pid, and the seed of Math.random. The
+  // zygote never calls Math.random, so a child's first call seeds it from --random-seed: one of its own.
+  Object.defineProperty(process, "pid", { value: pid, writable: false, enumerable: true, configurable: true });
+  const seed = require("node:crypto").getRandomValues(new Int32Array(1))[0] >>> 1;
+  require("node:v8").setFlagsFromString(`--random-seed=${seed || 1}`);
   // node's own exit would join the zygote's worker threads, which a fork does not have: leave through
   // _exit once the 'exit' listeners (the program's too) have run.
   // An uncaught error emits 'exit' before node prints it: print it here, as node would, before leaving.

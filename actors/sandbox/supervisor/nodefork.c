@@ -34,6 +34,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -61,6 +62,14 @@ static pid_t zygote_pid;
 static pid_t tids[MAX_TIDS];
 static int n_tids;
 static struct sock_filter filter[MAX_INSNS];
+// What a child must not share with the zygote: every fd of the zygote's other threads' event loops (node's
+// platform runs libuv loops of its own), closed first thing in the child; and libuv's process-wide signal
+// lock, a pipe holding one byte (read to lock, written to unlock), which the child replaces with a pipe of its
+// own. The main loop's fds are the child's own after uv_loop_fork, and fds 0-3 are the request's.
+#define MAX_FOREIGN_FDS 64
+static int foreign_fds[MAX_FOREIGN_FDS];
+static int n_foreign;
+static int lock_r = -1, lock_w = -1;
 // With fresh namespaces per execution: what each child sets up before its program (exec-isolation.h).
 static struct rs_exec_isolation iso;
 static unsigned filter_len;
@@ -172,6 +181,76 @@ static int read_tids(void) {
   return 0;
 }
 
+static int fd_link(int fd, char *out, size_t n) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+  ssize_t r = readlink(path, out, n - 1);
+  if (r < 0) return -1;
+  out[r] = 0;
+  return 0;
+}
+
+// Sorts the zygote's fds into the main loop's (kept), the signal lock pipe and the rest (foreign).
+// Returns 0, or -1 when they are not what is expected (then init fails rather than fork half-isolated).
+static int sort_fds(void) {
+  const int keep[] = {loop->backend_fd, loop->async_io_watcher.fd, loop->async_wfd, loop->signal_pipefd[0], loop->signal_pipefd[1], sock_fd};
+  struct {
+    int fd;
+    unsigned long ino;
+  } pipes[MAX_FOREIGN_FDS];
+  int n_pipes = 0;
+  n_foreign = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (d == NULL) return -1;
+  int self = dirfd(d);
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    int fd = atoi(e->d_name), kept = fd <= 2 || fd == self;
+    for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) kept |= fd == keep[i];
+    char link[128];
+    if (kept || fd_link(fd, link, sizeof link) != 0) continue;
+    unsigned long ino;
+    if (sscanf(link, "pipe:[%lu]", &ino) == 1) {
+      if (n_pipes == MAX_FOREIGN_FDS) break;
+      pipes[n_pipes].fd = fd;
+      pipes[n_pipes++].ino = ino;
+    } else if (strncmp(link, "anon_inode:", 11) == 0 || strncmp(link, "socket:", 7) == 0) {
+      if (n_foreign == MAX_FOREIGN_FDS) break;
+      foreign_fds[n_foreign++] = fd;
+    }  // files (node keeps /dev/null open as a spare fd) share nothing a child could use against us
+  }
+  closedir(d);
+  if (n_pipes == MAX_FOREIGN_FDS || n_foreign == MAX_FOREIGN_FDS) return -1;
+  // The lock: the one pipe with a byte waiting in it.
+  for (int i = 0; i < n_pipes; i++) {
+    int avail = 0;
+    if ((fcntl(pipes[i].fd, F_GETFL) & O_ACCMODE) != O_RDONLY || ioctl(pipes[i].fd, FIONREAD, &avail) != 0 || avail != 1) continue;
+    if (lock_r >= 0) return -1;  // two candidates: not the libuv we know
+    lock_r = pipes[i].fd;
+    for (int j = 0; j < n_pipes; j++)
+      if (j != i && pipes[j].ino == pipes[i].ino) lock_w = pipes[j].fd;
+  }
+  if (lock_r < 0 || lock_w < 0) return -1;
+  for (int i = 0; i < n_pipes; i++)
+    if (pipes[i].fd != lock_r && pipes[i].fd != lock_w) {
+      if (n_foreign == MAX_FOREIGN_FDS) return -1;
+      foreign_fds[n_foreign++] = pipes[i].fd;
+    }
+  return 0;
+}
+
+// In the child: the foreign fds closed, a signal lock of its own (unlocked) at the same numbers.
+static int unshare_fds(void) {
+  for (int i = 0; i < n_foreign; i++) close(foreign_fds[i]);
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return -1;
+  int ok = write(p[1], "*", 1) == 1 && dup3(p[0], lock_r, O_CLOEXEC) == lock_r && dup3(p[1], lock_w, O_CLOEXEC) == lock_w;
+  close(p[0]);
+  close(p[1]);
+  return ok ? 0 : -1;
+}
+
 static int hex_value(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
@@ -219,6 +298,10 @@ static napi_value init(napi_env env, napi_callback_info info) {
   sa.sa_handler = SIG_IGN;
   if (sigaction(SIGUSR1, &sa, NULL) != 0) return throw_errno(env, "SIGUSR1");
   zygote_pid = getpid();
+  if (sort_fds() != 0) {
+    napi_throw_error(env, NULL, "nodefork: node's fds are not the ones expected (the libuv signal lock, the main loop's)");
+    return NULL;
+  }
   if (read_tids() != 0) return throw_errno(env, "threads");
   if (build_filter() != 0) {
     napi_throw_error(env, NULL, "nodefork: filter too large");
@@ -271,7 +354,9 @@ static int send_all(const void *p, size_t n) {
 // In the child, before any program code: its fds, its own session, default signals, libuv's own kernel
 // state, the filter. Any failure ends the child (127) with one line on stderr.
 static void child_setup(int in_fd, int code_fd, int fresh, unsigned exec_uid) {
-  const char *step = "dup2";
+  const char *step = "fds shared with the zygote";
+  if (unshare_fds() != 0) goto fail;
+  step = "dup2";
   if (dup2(in_fd, 0) < 0 || dup2(code_fd, 3) < 0) goto fail;
   if (in_fd != 0 && in_fd != 3) close(in_fd);
   if (code_fd != 0 && code_fd != 3) close(code_fd);
@@ -297,7 +382,7 @@ fail:
   _exit(127);
 }
 
-// serve(): the zygote's loop. Returns only in a child (0), ready to read its program from fd 3.
+// serve(): the zygote's loop. Returns only in a child (its pid), ready to read its program from fd 3.
 // Protocol on the socket: pid 1 sends "x", fresh (one byte, 0/1) and the execution's uid (uint32, 0: none)
 // with SCM_RIGHTS [stdin, code]; the zygote answers
 // "p" + pid (int32), then, when that child is gone, "s" + wait status (int32) + user and system CPU (int64 µs).
@@ -350,9 +435,9 @@ static napi_value serve(napi_env env, napi_callback_info info) {
     pid_t pid = fork();
     if (pid == 0) {
       child_setup(fds[0], fds[1], req[1], exec_uid);
-      napi_value zero;
-      napi_create_int32(env, 0, &zero);
-      return zero;
+      napi_value self;
+      napi_create_int32(env, getpid(), &self);
+      return self;
     }
     int err = pid < 0 ? errno : 0;
     close(fds[0]);
