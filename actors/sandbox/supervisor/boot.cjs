@@ -93,8 +93,7 @@ function zygote() {
   // What node cached in the zygote and a child must not inherit: its pid, and the seed of Math.random. The
   // zygote never calls Math.random, so a child's first call seeds it from --random-seed: one of its own.
   Object.defineProperty(process, "pid", { value: pid, writable: false, enumerable: true, configurable: true });
-  const seed = require("node:crypto").getRandomValues(new Int32Array(1))[0] >>> 1;
-  require("node:v8").setFlagsFromString(`--random-seed=${seed || 1}`);
+  require("node:v8").setFlagsFromString(`--random-seed=${nf.randomSeed()}`);
   // node's own exit would join the zygote's worker threads, which a fork does not have: leave through
   // _exit once the 'exit' listeners (the program's too) have run.
   // An uncaught error emits 'exit' before node prints it: print it here, as node would, before leaving.

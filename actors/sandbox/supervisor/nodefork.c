@@ -35,6 +35,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -477,6 +478,17 @@ static napi_value exit_now(napi_env env, napi_callback_info info) {
   _exit(code & 0xff);
 }
 
+// randomSeed(): a positive int32 from the kernel's randomness (crypto's would load webcrypto: ~2 ms a fork).
+static napi_value random_seed(napi_env env, napi_callback_info info) {
+  (void)info;
+  uint32_t v = 0;
+  if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) return throw_errno(env, "getrandom");
+  v >>= 1;
+  napi_value out;
+  napi_create_int32(env, v ? (int32_t)v : 1, &out);
+  return out;
+}
+
 // socketFd(): where init() moved the socket to pid 1.
 static napi_value socket_fd(napi_env env, napi_callback_info info) {
   (void)info;
@@ -491,6 +503,7 @@ NAPI_MODULE_INIT() {
       {"serve", NULL, serve, NULL, NULL, NULL, napi_default, NULL},
       {"exitNow", NULL, exit_now, NULL, NULL, NULL, napi_default, NULL},
       {"socketFd", NULL, socket_fd, NULL, NULL, NULL, napi_default, NULL},
+      {"randomSeed", NULL, random_seed, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;
