@@ -29,6 +29,13 @@ const marker = process.env.RS_TEST_MARKER;
 describe("a suite", () => { test("one", () => {}); test("two", async () => { await new Promise((r) => setTimeout(r, 1000)); if (!existsSync(marker)) { writeFileSync(marker, "x"); process.exit(0); } }); });
 test("three", () => {});
 `;
+// Cut short on its first two runs (the marker counts them): the runner's second rerun of it is complete.
+const CUT_SHORT_TWICE = `import { test, describe } from "node:test";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+const marker = process.env.RS_TEST_MARKER;
+describe("a suite", () => { test("one", () => {}); test("two", async () => { await new Promise((r) => setTimeout(r, 1000)); const n = existsSync(marker) ? Number(readFileSync(marker, "utf8")) : 0; if (n < 2) { writeFileSync(marker, String(n + 1)); process.exit(0); } }); });
+test("three", () => {});
+`;
 // Ends its process before any of its tests is reported.
 const EMPTY_EXIT = `process.exit(0);
 import("node:test").then(({ test }) => test("never", () => {}));
@@ -70,7 +77,15 @@ test("a file cut short once is run again on its own, and the run passes when all
   const r = runWith({ "complete.test.js": COMPLETE, "once.test.js": CUT_SHORT_ONCE });
   assert.equal(r.code, 0, r.out);
   assert.match(r.out, /test completeness: 1 file\(s\) did not report every test; running them again on their own/);
-  assert.match(r.out, /test completeness: on the second run every test of those files was reported/);
+  assert.match(r.out, /test completeness: on rerun 1 every test of those files was reported/);
+  assert.match(r.out, /^tests: 6 passed, 0 failed, 0 skipped$/m);
+});
+
+test("a file cut short on its first rerun too is run again, and the run passes when a later rerun is complete", () => {
+  const r = runWith({ "complete.test.js": COMPLETE, "twice.test.js": CUT_SHORT_TWICE });
+  assert.equal(r.code, 0, r.out);
+  assert.match(r.out, /test completeness: \d+ lost again on rerun 1; once more/);
+  assert.match(r.out, /test completeness: on rerun 2 every test of those files was reported/);
   assert.match(r.out, /^tests: 6 passed, 0 failed, 0 skipped$/m);
 });
 
@@ -82,6 +97,6 @@ test("tests lost to an early exit with code 0 fail the run and are named", () =>
   assert.match(r.out, /test completeness: "four" \(.*cut-short\.test\.js:4:1\) was queued but never reported/);
   assert.match(r.out, /test completeness: .*empty\.test\.js reported no test at all/);
   assert.doesNotMatch(r.out, /complete\.test\.js.*never reported/);
-  assert.match(r.out, /test completeness: \d+ lost again/);
+  assert.match(r.out, /test completeness: \d+ lost again on rerun 4$/m);
   assert.match(r.out, /^tests: \d+ passed, [1-9]\d* failed, 0 skipped$/m);
 });
