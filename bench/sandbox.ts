@@ -57,15 +57,18 @@ function pct(xs: number[], p: number): number {
 
 const r2 = (x: number) => Math.round(x * 100) / 100;
 
-function bare(python: string): Promise<void> {
+/** A bare interpreter run (the baseline: no sandbox) of a program that prints 1. */
+function bareRun(binary: string, args: string[]): Promise<void> {
   return new Promise((resolve, reject) => {
-    const c = spawn(python, ["-c", PROGRAM], { stdio: ["ignore", "pipe", "pipe"] });
+    const c = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     c.stdout.on("data", (d: Buffer) => (out += d.toString()));
     c.on("error", reject);
-    c.on("close", (code) => (code === 0 && out === "1\n" ? resolve() : reject(new Error(`python3 -c failed: ${code} ${out}`))));
+    c.on("close", (code) => (code === 0 && out === "1\n" ? resolve() : reject(new Error(`${binary} ${args[0]} failed: ${code} ${out}`))));
   });
 }
+
+const bare = (python: string) => bareRun(python, ["-c", PROGRAM]);
 
 /** Closed loop: `concurrency` workers issue `total` calls; returns per-call latencies and calls/s. */
 async function closedLoop(concurrency: number, total: number, call: () => Promise<void>): Promise<{ lat: number[]; perSec: number }> {
@@ -366,14 +369,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
         const r = await cl.exec({ language: "node", code: nodeCode });
         if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
       };
-      const bareNode = () =>
-        new Promise<void>((resolve, reject) => {
-          const c = spawn(process.execPath, ["-e", nodeCode], { stdio: ["ignore", "pipe", "pipe"] });
-          let o = "";
-          c.stdout.on("data", (d: Buffer) => (o += d.toString()));
-          c.on("error", reject);
-          c.on("close", (code) => (code === 0 && o === "1\n" ? resolve() : reject(new Error(`node -e failed: ${code} ${o}`))));
-        });
+      const bareNode = () => bareRun(process.execPath, ["-e", nodeCode]);
       for (let i = 0; i < 5; i++) await nodeExec(client)();
       const { value: f, busySeconds: fBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(client)));
       // The other service gets a server of its own: services of one name on one server share a queue group.

@@ -79,7 +79,6 @@ function warmUp() {
 function zygote() {
   const nf = require(path.join(__dirname, "nodefork.node"));
   warmUp();
-  process.argv = [process.argv[0]];
   // Fresh namespaces per execution (supervisor.py passes pid 1's settings): out of the environment before
   // any child can see it.
   const mounts = process.env.RS_NF_MOUNTS ?? "";

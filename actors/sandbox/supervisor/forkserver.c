@@ -148,10 +148,9 @@ static int write_all(int fd, const void *data, size_t n) {
 
 // In an execution's process, before any program code (exec-isolation.h), with this loop's settings and,
 // with fresh namespaces and per-execution uids, the next of its uids.
-static int isolate_exec(int fresh) {
-  unsigned id = fresh && exec_id_count ? exec_id_base + (unsigned)(exec_id_seq % exec_id_count) : 0;
-  return rs_isolate_exec(&iso, fresh, id);
-}
+static unsigned current_exec_id(void) { return exec_id_count ? exec_id_base + (unsigned)(exec_id_seq % exec_id_count) : 0; }
+
+static int isolate_exec(int fresh) { return rs_isolate_exec(&iso, fresh, fresh ? current_exec_id() : 0); }
 
 static int read_exact(int fd, void *buf, size_t n) {
   char *p = buf;
@@ -791,9 +790,8 @@ long rs_fs_exec_ids(long base, long count) {
 // The next per-execution uid, for an execution this loop does not fork (the node fork server's: it switches
 // its child to this uid); 0 without per-execution uids.
 long rs_fs_take_exec_id(void) {
-  if (!exec_id_count) return 0;
-  unsigned id = exec_id_base + (unsigned)(exec_id_seq % exec_id_count);
-  exec_id_seq++;
+  unsigned id = current_exec_id();
+  if (id) exec_id_seq++;
   return (long)id;
 }
 

@@ -6,13 +6,14 @@
 // program as boot.cjs always has; the zygote reports the child's pid, waits for it, reports its status and
 // CPU time, and waits for the next. A fork of a warm node costs ~1 ms where starting node costs ~40.
 //
-// Forking node needs three things V8 and libuv do not do for us:
+// Forking node needs what V8 and libuv do not do for us:
 //   - V8 marks its heap MADV_DONTFORK, so a child would have no heap: every mapping is marked DOFORK again
-//     right before each fork;
+//     when serve() starts (from then on the zygote runs no JavaScript, so V8 maps nothing new);
 //   - the child has only the forking thread, so V8 must never hand work to its worker threads: the zygote
 //     runs with --single-threaded, and the child leaves through _exit (exit_now), never through node's
 //     teardown, which joins threads that are not there;
-//   - libuv's epoll and async fds are the zygote's: uv_loop_fork gives the child its own.
+//   - libuv's epoll and async fds are the zygote's: uv_loop_fork gives the child its own, and the child
+//     closes its other loops' fds and takes a signal lock of its own (sort_fds, unshare_fds).
 //
 // The zygote runs under the same uid as the program, so the kernel alone would let a program signal it,
 // change its priority or limits, or open a pidfd on it. Each child loads a seccomp filter (EPERM) for those
@@ -63,6 +64,7 @@ static pid_t zygote_pid;
 static pid_t tids[MAX_TIDS];
 static int n_tids;
 static struct sock_filter filter[MAX_INSNS];
+static unsigned filter_len;
 // What a child must not share with the zygote: every fd of the zygote's other threads' event loops (node's
 // platform runs libuv loops of its own), closed first thing in the child; and libuv's process-wide signal
 // lock, a pipe holding one byte (read to lock, written to unlock), which the child replaces with a pipe of its
@@ -73,7 +75,6 @@ static int n_foreign;
 static int lock_r = -1, lock_w = -1;
 // With fresh namespaces per execution: what each child sets up before its program (exec-isolation.h).
 static struct rs_exec_isolation iso;
-static unsigned filter_len;
 
 static napi_value throw_errno(napi_env env, const char *what) {
   char msg[160];
@@ -123,15 +124,15 @@ static void rule_not(int nr, int arg, uint32_t allowed) {
   DENY();
 }
 
+// A rule skips 2 instructions a value plus 2: the longest (kill's) must fit an 8-bit jump.
+_Static_assert(2 * (MAX_TIDS + 2) + 2 <= 255, "rule_values jumps are 8-bit");
+
 static int build_filter(void) {
-  if (n_tids > 100) return -1;  // 2 instructions a value must fit an 8-bit jump
-  uint32_t ids[MAX_TIDS];
+  // The server's threads, then (for kill only) its process group (it leads its own session) and -1.
+  uint32_t ids[MAX_TIDS + 2];
   for (int i = 0; i < n_tids; i++) ids[i] = (uint32_t)tids[i];
-  uint32_t kill_targets[MAX_TIDS + 2];
-  int nk = 0;
-  for (int i = 0; i < n_tids; i++) kill_targets[nk++] = (uint32_t)tids[i];
-  kill_targets[nk++] = (uint32_t)(-zygote_pid);  // its process group (it leads its own session)
-  kill_targets[nk++] = (uint32_t)-1;              // everyone this uid may signal
+  ids[n_tids] = (uint32_t)(-zygote_pid);
+  ids[n_tids + 1] = (uint32_t)-1;
   filter_len = 0;
   // Another ABI (i386 through int 0x80, x32) numbers its calls otherwise: refuse it outright.
   LOAD(offsetof(struct seccomp_data, arch));
@@ -142,7 +143,7 @@ static int build_filter(void) {
   emit(BPF_JMP | BPF_JGE | BPF_K, 0, 1, 0x40000000u);
   DENY();
 #endif
-  rule_values(SYS_kill, 0, kill_targets, nk);
+  rule_values(SYS_kill, 0, ids, n_tids + 2);
   rule_values(SYS_tkill, 0, ids, n_tids);
   rule_values(SYS_tgkill, 0, ids, n_tids);
   rule_values(SYS_rt_sigqueueinfo, 0, ids, n_tids);
@@ -308,12 +309,11 @@ static napi_value init(napi_env env, napi_callback_info info) {
     napi_throw_error(env, NULL, "nodefork: filter too large");
     return NULL;
   }
-  napi_value n;
-  napi_create_int32(env, n_tids, &n);
-  return n;
+  return NULL;
 }
 
-// V8 allocates its heap with MADV_DONTFORK; a child must get those pages (copy-on-write).
+// V8 allocates its heap with MADV_DONTFORK; a child must get those pages (copy-on-write). Once, when
+// serve() starts: the zygote then runs no JavaScript, so nothing new is mapped.
 static void mark_all_dofork(void) {
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return;
@@ -389,6 +389,7 @@ fail:
 // "p" + pid (int32), then, when that child is gone, "s" + wait status (int32) + user and system CPU (int64 µs).
 static napi_value serve(napi_env env, napi_callback_info info) {
   (void)info;
+  mark_all_dofork();
   for (;;) {
     unsigned char req[6];
     struct iovec iov = {req, sizeof req};
@@ -432,7 +433,6 @@ static napi_value serve(napi_env env, napi_callback_info info) {
       for (int i = 0; i < nfds; i++) close(fds[i]);
       _exit(2);  // not our supervisor speaking: stop rather than guess
     }
-    mark_all_dofork();
     pid_t pid = fork();
     if (pid == 0) {
       child_setup(fds[0], fds[1], req[1], exec_uid);

@@ -522,6 +522,18 @@ def proc_cpu_ms(pid):
     except (OSError, IndexError, ValueError):
         return 0.0
 
+def release_program(pid, lim, code_w, code):
+    """An interpreter started ahead (blocked reading its program from code_w's pipe) gets the request's rlimits,
+    its CPU limit raised by the CPU it spent starting, then its program. Returns that start-up CPU (ms)."""
+    startup = proc_cpu_ms(pid)
+    if "cpu" in lim:
+        extra = int(-(-startup // 1000))
+        lim = dict(lim)
+        lim["cpu"] = (lim["cpu"][0] + extra, lim["cpu"][1] + extra)
+    apply_rlimits(lim, pid)
+    write_all(code_w, code)
+    return startup
+
 def warm_python_child():
     # A warm python interpreter (forked by Warm or by the C loop): stdin on fd 0, its program on fd 3.
     main = prepare_python()
@@ -571,13 +583,7 @@ class Warm:
             raise OSError("warm %s worker failed to start" % lang)
 
     def launch(self, code, lim):
-        startup = proc_cpu_ms(self.pid)
-        if "cpu" in lim:
-            extra = int(-(-startup // 1000))
-            lim = dict(lim)
-            lim["cpu"] = (lim["cpu"][0] + extra, lim["cpu"][1] + extra)
-        apply_rlimits(lim, self.pid)
-        write_all(self.code_w, code)
+        startup = release_program(self.pid, lim, self.code_w, code)
         os.close(self.code_w)
         self.code_w = -1
         return self.pid, self.in_w, startup
@@ -667,13 +673,7 @@ class Zygote:
             os.close(code_w)
             raise OSError("the node fork server could not fork")
         try:
-            startup = proc_cpu_ms(pid)
-            if "cpu" in lim:
-                extra = int(-(-startup // 1000))
-                lim = dict(lim)
-                lim["cpu"] = (lim["cpu"][0] + extra, lim["cpu"][1] + extra)
-            apply_rlimits(lim, pid)
-            write_all(code_w, code)
+            startup = release_program(pid, lim, code_w, code)
         except OSError:
             os.close(in_w)
             raise
@@ -707,17 +707,19 @@ class Zygote:
         exited.pop(self.pid, None)
 
 ZYGOTE = None  # the node fork server, once started
+ZYGOTE_FAILED = False  # it could not start here: node executions start a node each, without retrying
 
 def zygote():
     """The node fork server, started if need be; None where it cannot serve."""
-    global ZYGOTE
+    global ZYGOTE, ZYGOTE_FAILED
     if ZYGOTE is not None and not ZYGOTE.alive():
         ZYGOTE.discard()
         ZYGOTE = None
-    if ZYGOTE is None and NODE and os.path.exists(NODE_FORK_SO):
+    if ZYGOTE is None and not ZYGOTE_FAILED and NODE and os.path.exists(NODE_FORK_SO):
         try:
             ZYGOTE = Zygote()
         except OSError as e:
+            ZYGOTE_FAILED = True
             print("rollstream sandbox: could not start the node fork server: %s" % (e,), file=sys.stderr)
     return ZYGOTE
 
@@ -772,9 +774,7 @@ def run_command(req, warm):
             ZYGOTE = None
     spare = zyg.pid if zyg is not None else None
     zres = None
-    if pid is not None:
-        pass
-    elif warm is not None and warm.lang == lang and (ISOLATE is None or warm.fresh == fresh):
+    if pid is None and warm is not None and warm.lang == lang and (ISOLATE is None or warm.fresh == fresh):
         try:
             pid, in_w, startup_cpu = warm.launch(code, lim)
         except OSError:
@@ -822,7 +822,7 @@ def run_command(req, warm):
                 if r is None:
                     killed = True
                     zyg.discard()
-                    ZYGOTE = None
+                    ZYGOTE = spare = None
                 break
             if fd == wake_r:
                 try:
@@ -854,9 +854,10 @@ def run_command(req, warm):
     wall_ms = (time.monotonic() - t_start) * 1000.0
     if in_w >= 0:
         os.close(in_w)
-    kill_all(spare if ZYGOTE is not None and zyg is ZYGOTE else None)
-    if spare is None and ZYGOTE is not None:
-        # A python or bash command of this sandbox (a session's): kill(-1) took the node fork server too.
+    kill_all(spare)
+    if ZYGOTE is not None and (spare is None or ZYGOTE.pid in exited):
+        # kill(-1) (a python or bash command of a session's sandbox) took the node fork server, or it died:
+        # zygote() starts another when a node command comes.
         ZYGOTE.discard()
         ZYGOTE = None
     ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -867,10 +868,7 @@ def run_command(req, warm):
     else:
         status = exited.pop(pid)
     cpu_ms = max(0.0, cpu_ms - startup_cpu)
-    zombie = exited.pop(spare, None) if spare is not None else None
     exited.clear()
-    if zombie is not None and ZYGOTE is not None and ZYGOTE.pid == spare:
-        exited[spare] = zombie  # the server died: zygote() replaces it
     clean = int(reset_after_command()) if once else 0
     nonce = os.urandom(12).hex()
     marker = ("\0rs-end:" + nonce + "\0").encode()
