@@ -32,7 +32,7 @@ import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
 import { loadEnvironment as loadCodeEnvironment } from "../environments/code/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
 import { machineCpuDuring } from "./machine-cpu.js";
-import { forkExitCpuMs, pageFaultMicros } from "./machine-calibration.js";
+import { cowFaultMicros, forkExitCpuMs, pageFaultMicros } from "./machine-calibration.js";
 import { spawnHold } from "./spawn-hold.js";
 import { nativeSpawnAddon } from "../actors/sandbox/native-spawn.js";
 import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
@@ -292,9 +292,10 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.
   out.page_fault_us = r2(pageFaultMicros());
+  out.cow_fault_us = r2(cowFaultMicros(python));
   out.fork_exit_cpu_ms = r2(forkExitCpuMs(python));
   print(
-    `machine           a page fault ${out.page_fault_us} us (first touch of fresh memory); python3 -S forking a child that exits at once ${out.fork_exit_cpu_ms} ms CPU`,
+    `machine           a page fault ${out.page_fault_us} us (first touch of fresh memory), a copy-on-write fault ${out.cow_fault_us} us; python3 -S forking a child that exits at once ${out.fork_exit_cpu_ms} ms CPU`,
   );
 
   try {

@@ -130,8 +130,9 @@ print("OTHERS", sorted(o for o in others if o))
       assert.equal(js.next, "ENV none\n");
     });
 
-    it("module monkey-patches and interpreter state: builtins, modules, sys.path, cwd, umask, signals, recursion limit, gc", async () => {
+    it("module monkey-patches and interpreter state: builtins, modules, sys.path, cwd, umask, signals, recursion limit, gc, __main__, argv, stdout", async () => {
       // gc: the supervisor freezes its objects before forking; a program may unfreeze, disable or retune the collector.
+      // __main__, argv and stdout's buffering are built once in pid 1 and shared copy-on-write by every child.
       const plant = `
 import builtins, gc, json, os, signal, sys, types
 gc.unfreeze()
@@ -147,6 +148,9 @@ os.umask(0o077)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 import math
 math.pi = 3
+RS_MAIN_LEAK = 1
+sys.argv.append("rs-leak")
+sys.stdout.reconfigure(line_buffering=False)
 `;
       const probe = `
 import builtins, gc, json, math, os, signal, sys
@@ -164,12 +168,15 @@ u = os.umask(0); os.umask(u)
 if u == 0o077: leaks.append("umask")
 if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN: leaks.append("signal")
 if math.pi == 3: leaks.append("math.pi")
+if "RS_MAIN_LEAK" in globals() or hasattr(sys.modules["__main__"], "RS_MAIN_LEAK"): leaks.append("__main__")
+if sys.argv != ["-c"]: leaks.append("argv")
+if not sys.stdout.line_buffering: leaks.append("stdout")
 print("LEAKS", leaks)
 `;
       const { control, next } = await plantAndProbe(fx, "python", plant, probe);
       assert.equal(
         control,
-        "LEAKS ['gc.disable', 'gc.threshold', 'gc.unfreeze', 'json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi']\n",
+        "LEAKS ['gc.disable', 'gc.threshold', 'gc.unfreeze', 'json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi', '__main__', 'argv', 'stdout']\n",
       );
       assert.equal(next, "LEAKS []\n");
       const js = await plantAndProbe(
