@@ -4,7 +4,7 @@ import { pino } from "pino";
 import { startTestNats, type TestNats } from "../helpers/nats.js";
 import { startSandboxService, type SandboxServiceHandle, type SandboxSettingsInput } from "../../actors/sandbox/index.js";
 import { NatsSandboxClient } from "../../streams/sandbox-client.js";
-import type { SandboxExecResult } from "../../environments/api/sandbox.js";
+import type { SandboxExecRequest, SandboxExecResult } from "../../environments/api/sandbox.js";
 
 export interface SandboxFixture {
   nats: TestNats;
@@ -48,4 +48,17 @@ export async function assertHealthy(client: NatsSandboxClient): Promise<void> {
 
 export function describeResult(r: SandboxExecResult): string {
   return JSON.stringify({ ...r, stdout: r.stdout.slice(0, 500), stderr: r.stderr.slice(-800) });
+}
+
+/**
+ * A fork bomb and a memory bomb started side by side, then, once they have had 300 ms to go off, a victim run
+ * next to them: the three results (the victim's first, it is what the caller checks before the bombs end).
+ */
+export async function bombsBesideVictim(
+  client: NatsSandboxClient,
+  programs: { fork: SandboxExecRequest; memory: SandboxExecRequest; victim: SandboxExecRequest },
+): Promise<{ victim: SandboxExecResult; bombs: Promise<[SandboxExecResult, SandboxExecResult]> }> {
+  const bombs = Promise.all([client.exec(programs.fork), client.exec(programs.memory)]);
+  await new Promise((r) => setTimeout(r, 300));
+  return { victim: await client.exec(programs.victim), bombs };
 }

@@ -8,7 +8,7 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync, readlinkSync, statSync } from "node:fs";
-import { assertHealthy, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+import { assertHealthy, bombsBesideVictim, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 import { childPids, sandboxSupervisors } from "./proc.js";
 
 /** Host pids of this fixture's node fork servers (children of its sandboxes' supervisors). */
@@ -323,24 +323,21 @@ describe("node fork server: concurrent executions", { timeout: 120_000 }, () => 
   });
 
   it("a fork bomb or a memory bomb in one node execution does not affect a concurrent one", async () => {
-    const fork = fx.client.exec({
-      language: "node",
-      code: "const { spawn } = require('child_process'); for (;;) { try { spawn('sleep', ['30'], { stdio: 'ignore' }); } catch {} }",
-      limits: { wallMs: 3000, maxProcesses: 128 },
-    });
-    const mem = fx.client.exec({
-      language: "node",
-      code: "const a = []; for (;;) a.push(Buffer.alloc(16 << 20, 1));",
-      limits: { memoryMb: 128, wallMs: 10_000 },
-    });
-    await new Promise((r) => setTimeout(r, 300));
-    const victim = await fx.client.exec({
-      language: "node",
-      code: "const { execFileSync } = require('child_process'); const outs = []; for (let i = 0; i < 10; i++) outs.push(execFileSync('echo', [String(i)]).toString()); const b = Buffer.alloc(50 << 20, 1); console.log(outs.length, b.length >> 20);",
-      limits: { wallMs: 10_000 },
+    const { victim, bombs } = await bombsBesideVictim(fx.client, {
+      fork: {
+        language: "node",
+        code: "const { spawn } = require('child_process'); for (;;) { try { spawn('sleep', ['30'], { stdio: 'ignore' }); } catch {} }",
+        limits: { wallMs: 3000, maxProcesses: 128 },
+      },
+      memory: { language: "node", code: "const a = []; for (;;) a.push(Buffer.alloc(16 << 20, 1));", limits: { memoryMb: 128, wallMs: 10_000 } },
+      victim: {
+        language: "node",
+        code: "const { execFileSync } = require('child_process'); const outs = []; for (let i = 0; i < 10; i++) outs.push(execFileSync('echo', [String(i)]).toString()); const b = Buffer.alloc(50 << 20, 1); console.log(outs.length, b.length >> 20);",
+        limits: { wallMs: 10_000 },
+      },
     });
     assert.equal(victim.stdout, "10 50\n", describeResult(victim));
-    const [f, m] = await Promise.all([fork, mem]);
+    const [f, m] = await bombs;
     assert.equal(f.timedOut, true, describeResult(f));
     assert.equal(m.outOfMemory, true, describeResult(m));
     const again = await fx.client.exec({ language: "node", code: "console.log(2)" });

@@ -6,7 +6,7 @@
 // it, the change is detected and the sandbox retired), and bombs do not reach a concurrent execution.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { assertHealthy, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+import { assertHealthy, bombsBesideVictim, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 import type { SandboxLanguage } from "../../environments/api/sandbox.js";
 
 /** Runs `plant` then `probe` in the same program (positive control) and in two executions on the same sandbox. */
@@ -299,32 +299,29 @@ describe("concurrent executions on reused sandboxes", { timeout: 120_000 }, () =
   });
 
   it("a fork bomb or a memory bomb in one execution does not affect a concurrent one", async () => {
-    const fork = fx.client.exec({
-      language: "python",
-      code: "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
-      limits: { wallMs: 3000, maxProcesses: 256 },
-    });
     // 128 MB and a 10 s wall: on a guest whose page faults cost ~30 µs, filling 512 MB next to a fork bomb took
     // over 3 s, and the bomb was stopped by the wall clock before it reached its memory limit.
-    const mem = fx.client.exec({
-      language: "python",
-      code: "a = []\nwhile True:\n    a.append(bytearray(16 << 20))",
-      limits: { memoryMb: 128, wallMs: 10_000 },
-    });
-    await new Promise((r) => setTimeout(r, 300));
     // The victim forks processes and allocates memory of its own while the bombs go off.
-    const victim = await fx.client.exec({
-      language: "python",
-      code: `
+    const { victim, bombs } = await bombsBesideVictim(fx.client, {
+      fork: {
+        language: "python",
+        code: "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass",
+        limits: { wallMs: 3000, maxProcesses: 256 },
+      },
+      memory: { language: "python", code: "a = []\nwhile True:\n    a.append(bytearray(16 << 20))", limits: { memoryMb: 128, wallMs: 10_000 } },
+      victim: {
+        language: "python",
+        code: `
 import subprocess
 outs = [subprocess.run(["echo", str(i)], capture_output=True, text=True).stdout for i in range(10)]
 buf = bytearray(100 << 20)
 print(len(outs), len(buf) >> 20)
 `,
-      limits: { wallMs: 10_000 },
+        limits: { wallMs: 10_000 },
+      },
     });
     assert.equal(victim.stdout, "10 100\n", describeResult(victim));
-    const [f, m] = await Promise.all([fork, mem]);
+    const [f, m] = await bombs;
     assert.equal(f.timedOut, true, describeResult(f));
     assert.equal(m.outOfMemory, true, describeResult(m));
     await assertHealthy(fx.client);
