@@ -22,9 +22,10 @@ export interface IsolationFeatures {
   /** Each live sandbox runs under its own unprivileged host uid (needs root); else the service's uid. */
   perSandboxHostUid: boolean;
   /**
-   * Each one-shot execution gets its own user, mount and ipc namespaces from the supervisor, with a fresh
+   * Each one-shot execution gets its own mount and ipc namespaces from the supervisor (made in the
+   * supervisor's template user namespace, or with perExecutionUid in one of its own), with a fresh
    * /workspace, /tmp and /dev/shm (needs the C fork loop and seccomp: the sandbox's filter then allows
-   * unshare(2) and mount(2) for the supervisor, and each execution's own filter refuses them).
+   * unshare(2), setns(2) and mount(2) for the supervisor, and each execution's own filter refuses them).
    */
   freshNamespaces: boolean;
   /**
@@ -63,7 +64,7 @@ export function describeFeatures(f: IsolationFeatures, uidRange?: [number, numbe
 export class RuntimeFolder {
   readonly dir: string;
   readonly seccompPath: string | null;
-  /** The same filter with unshare(2) and mount(2) left to each execution's own filter (freshNamespaces). */
+  /** The same filter with unshare(2), setns(2) and mount(2) left to each execution's own filter (freshNamespaces). */
   readonly seccompFreshPath: string | null;
   /** That per-execution filter, hex, for the supervisor's environment. */
   readonly executionFilterHex: string | null;

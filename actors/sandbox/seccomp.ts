@@ -186,7 +186,7 @@ export function deniedSyscalls(): string[] {
 
 /**
  * The filter as the raw `struct sock_filter[]` bytes bwrap reads from `--seccomp FD`, or null when
- * this architecture has no syscall table here. `freshNamespaces`: leave unshare(2) and mount(2) to the
+ * this architecture has no syscall table here. `freshNamespaces`: leave unshare(2), setns(2) and mount(2) to the
  * per-execution filter (buildExecutionFilter), so that the supervisor can give each execution its own
  * namespaces and tmpfs folders.
  */
@@ -210,12 +210,15 @@ export function buildSeccompFilter(opts: { freshNamespaces?: boolean } = {}): Bu
   return assemble(prog);
 }
 
-/** What the supervisor needs to set up an execution's namespaces; refused to the execution itself. */
-const PER_EXECUTION = ["unshare", "mount"];
+/**
+ * What the supervisor needs to set up an execution's namespaces (setns: entering its template user
+ * namespace); refused to the execution itself.
+ */
+const PER_EXECUTION = ["unshare", "setns", "mount"];
 
 /**
  * What each execution adds to the sandbox's filter when the supervisor gives it fresh namespaces
- * (filters stack; the strictest answer wins): unshare(2) and mount(2) refused, which the sandbox-wide
+ * (filters stack; the strictest answer wins): unshare(2), setns(2) and mount(2) refused, which the sandbox-wide
  * filter then allows for the supervisor alone. Null when this architecture has no table.
  */
 export function buildExecutionFilter(): Buffer | null {

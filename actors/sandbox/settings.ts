@@ -65,7 +65,7 @@ export const IsolationSettingsSchema = z.object({
     .boolean()
     .default(false)
     .describe(
-      "give each one-shot execution its own user, mount and ipc namespaces and a fresh tmpfs /workspace, /tmp and /dev/shm, on top of the reset between executions (needs the C fork loop and seccomp). Costs ~1 ms of CPU an execution (setting up and tearing down its namespaces): about 10-20% fewer executions/s at concurrency 64 and +2-3 ms warm latency back to back on 2 cores, so off by default. Sessions keep one set: their files persist",
+      "give each one-shot execution its own mount and ipc namespaces (made in the supervisor's template user namespace, or with perExecutionUid in one of its own) and a fresh tmpfs /workspace, /tmp and /dev/shm, on top of the reset between executions (needs the C fork loop and seccomp). Costs CPU an execution (setting up and tearing down its namespaces): 5-20% fewer executions/s at concurrency 64 on 2 cores, so off by default. Sessions keep one set: their files persist",
     ),
   perExecutionUid: z
     .boolean()

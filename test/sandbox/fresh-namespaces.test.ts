@@ -1,12 +1,13 @@
-// Fresh namespaces per execution (isolation.freshNamespaces; needs the C loop and seccomp): each one-shot execution of a reused sandbox runs in its own user, mount and ipc namespaces with
-// its own tmpfs /workspace, /tmp and /dev/shm, and can neither create namespaces nor mount. The control
-// is the same sandbox with freshNamespaces off, where two executions share them.
+// Fresh namespaces per execution (isolation.freshNamespaces; needs the C loop and seccomp): each one-shot execution of a reused sandbox runs in its own mount and ipc namespaces with
+// its own tmpfs /workspace, /tmp and /dev/shm, and can neither create namespaces nor mount. Its user namespace
+// is the supervisor's template (entered, not made: exec-isolation.h) or, with per-execution uids, one of its
+// own. The control is the same sandbox with freshNamespaces off, where two executions share them.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { readlinkSync, statSync } from "node:fs";
+import { readdirSync, readlinkSync, statSync } from "node:fs";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
-import { sandboxSupervisors } from "./proc.js";
+import { childPids, sandboxSupervisors } from "./proc.js";
 import type { SandboxLanguage } from "../../environments/api/sandbox.js";
 
 const WHERE_AM_I = `
@@ -24,11 +25,26 @@ libc = ctypes.CDLL(None, use_errno=True)
 out = {}
 out["unshareUser"] = libc.unshare(0x10000000) == 0
 out["unshareMount"] = libc.unshare(0x00020000) == 0
+out["setnsMount"] = libc.setns(os.open("/proc/self/ns/mnt", os.O_RDONLY), 0x00020000) == 0
 os.makedirs("/tmp/m", exist_ok=True)
 out["mountTmpfs"] = libc.mount(b"tmpfs", b"/tmp/m", b"tmpfs", 0, None) == 0
 st = dict(l.split(":\\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\\t" in l)
 out["caps"] = [st["CapEff"].strip(), st["CapPrm"].strip(), st["CapBnd"].strip(), st["CapAmb"].strip()]
 print(json.dumps(out))
+`;
+
+/** How /proc shows an fd open on a namespace ("user:[4026532245]"). */
+const NAMESPACE_LINK = /^(user|mnt|ipc|net|pid|uts|cgroup|time):\[\d+\]$/;
+
+const FDS_HELD = `
+import os, json
+links = []
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        links.append(os.readlink("/proc/self/fd/" + fd))
+    except OSError:
+        pass
+print(json.dumps(links))
 `;
 
 interface Where {
@@ -37,6 +53,7 @@ interface Where {
   devs: Record<string, number>;
   uidMap: string[];
   ppid: number;
+  pid?: number;
 }
 
 /** Namespaces and folder devices of every live sandbox's supervisor (pid 1 inside), read from the host. */
@@ -45,10 +62,29 @@ async function supervisors(fx: SandboxFixture): Promise<Where[]> {
   for (const { pid } of await sandboxSupervisors(fx)) {
     const ns = Object.fromEntries(["user", "mnt", "ipc"].map((n) => [n, readlinkSync(`/proc/${pid}/ns/${n}`)]));
     const devs = Object.fromEntries(["/workspace", "/tmp", "/dev/shm"].map((d) => [d, statSync(`/proc/${pid}/root${d}`).dev]));
-    out.push({ ns, devs, mounts: {}, uidMap: [], ppid: 0 });
+    out.push({ ns, devs, mounts: {}, uidMap: [], ppid: 0, pid });
   }
   assert.ok(out.length > 0, "no live sandbox supervisor found");
   return out;
+}
+
+/** The namespaces a process holds open (its fds), read from the host. */
+function heldNamespaces(pid: number): string[] {
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return []; // gone meanwhile
+  }
+  return fds
+    .map((fd) => {
+      try {
+        return readlinkSync(`/proc/${pid}/fd/${fd}`);
+      } catch {
+        return "";
+      }
+    })
+    .filter((l) => NAMESPACE_LINK.test(l));
 }
 
 async function whereAmI(fx: SandboxFixture): Promise<Where> {
@@ -57,11 +93,18 @@ async function whereAmI(fx: SandboxFixture): Promise<Where> {
   return JSON.parse(r.stdout) as Where;
 }
 
-for (const freshNamespaces of [true, false]) {
-  describe(`one-shot executions with freshNamespaces ${freshNamespaces ? "on" : "off (control)"}`, { timeout: 120_000 }, () => {
+// perExecutionUid undefined: the default (on as root, where each execution unshares a user namespace of its
+// own; off otherwise); false: executions enter the supervisor's template user namespace wherever the tests run.
+for (const [freshNamespaces, perExecutionUid] of [
+  [true, undefined],
+  [true, false],
+  [false, undefined],
+] as const) {
+  const title = freshNamespaces ? `on${perExecutionUid === false ? ", perExecutionUid off" : ""}` : "off (control)";
+  describe(`one-shot executions with freshNamespaces ${title}`, { timeout: 120_000 }, () => {
     let fx: SandboxFixture;
     before(async () => {
-      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, isolation: { freshNamespaces }, runtimes: { node: { poolSize: 1 } } });
+      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, isolation: { freshNamespaces, perExecutionUid }, runtimes: { node: { poolSize: 1 } } });
     });
     after(async () => {
       await fx?.stop();
@@ -93,6 +136,27 @@ for (const freshNamespaces of [true, false]) {
           assert.equal(shared, !freshNamespaces, `${d} ${shared ? "is" : "is not"} a supervisor's folder`);
         }
       }
+      // Without per-execution uids the user namespace is the template the supervisor holds open (the same for
+      // every execution); with them, one of the execution's own. The template's fd is the supervisor's alone.
+      if (freshNamespaces) {
+        const perUid = fx.service.stats().isolation_per_execution_uid === 1;
+        const held = sups.flatMap((s) => heldNamespaces(s.pid!));
+        for (const w of [a, b]) assert.equal(held.includes(w.ns.user!), !perUid, `user namespace ${w.ns.user}; the supervisor holds ${held.join(" ")}`);
+        if (!perUid) assert.equal(a.ns.user, b.ns.user);
+        // Node executions are forks of the node fork server, which holds a template of its own.
+        const node = await fx.client.exec({ language: "node", code: "console.log(require('fs').readlinkSync('/proc/self/ns/user'))" });
+        assert.equal(node.exitCode, 0, describeResult(node));
+        const heldBelow = sups.flatMap((s) => [s.pid!, ...childPids(s.pid!)]).flatMap((pid) => heldNamespaces(pid));
+        assert.equal(heldBelow.includes(node.stdout.trim()), !perUid, `node's user namespace ${node.stdout.trim()}; held: ${heldBelow.join(" ")}`);
+        // What the execution holds: its pipes and files, no namespace (positive control: the supervisor's list).
+        assert.ok(held.some((l) => l.startsWith("user:")) || perUid, "the supervisor holds its template");
+        const inside = await fx.client.exec({ language: "python", code: FDS_HELD });
+        assert.equal(inside.exitCode, 0, describeResult(inside));
+        assert.deepEqual(
+          JSON.parse(inside.stdout).filter((l: string) => NAMESPACE_LINK.test(l)),
+          [],
+        );
+      }
       // The execution's user namespace is a child of the sandbox's, where the program is uid 65534, or, with
       // perExecutionUid (the default as root; per-execution-uid.test.ts), a uid of its own.
       if (freshNamespaces) {
@@ -111,6 +175,7 @@ for (const freshNamespaces of [true, false]) {
       assert.deepEqual(out, {
         unshareUser: false,
         unshareMount: false,
+        setnsMount: false,
         mountTmpfs: false,
         caps: ["0000000000000000", "0000000000000000", "0000000000000000", "0000000000000000"],
       });
@@ -157,4 +222,6 @@ it("positive control for the escape probe: on the host, outside any sandbox, it 
   const out = JSON.parse(r.stdout);
   // A new user namespace is allowed to an unprivileged process here (the sandbox itself needs that).
   assert.equal(out.unshareUser, true, r.stdout);
+  // Re-entering its own mount namespace takes CAP_SYS_ADMIN, which root holds here.
+  if (process.getuid?.() === 0) assert.equal(out.setnsMount, true, r.stdout);
 });

@@ -25,17 +25,25 @@ async function plantAndProbe(fx: SandboxFixture, lang: SandboxLanguage, plant: s
 }
 
 // Both per-execution loops of the supervisor: in C (forkserver.so, the default; with the reset alone keeping
-// executions apart, the default, and with fresh namespaces per execution on top) and in Python.
+// executions apart, the default, and with fresh namespaces per execution on top: in the supervisor's template
+// user namespace, or, as root by default, each in a user namespace of its own) and in Python.
 const LOOPS = [
   { nativeForkLoop: true, freshNamespaces: true, name: "C loop, fresh namespaces" },
+  { nativeForkLoop: true, freshNamespaces: true, perExecutionUid: false, name: "C loop, fresh namespaces in the template user namespace" },
   { nativeForkLoop: true, freshNamespaces: false, name: "C loop, reset only" },
   { nativeForkLoop: false, freshNamespaces: false, name: "Python loop" },
 ];
-for (const { nativeForkLoop, freshNamespaces, name } of LOOPS) {
+for (const { nativeForkLoop, freshNamespaces, perExecutionUid, name } of LOOPS) {
   describe(`reused sandboxes (${name}): nothing crosses from one execution to the next`, { timeout: 120_000 }, () => {
     let fx: SandboxFixture;
     before(async () => {
-      fx = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, nativeForkLoop, isolation: { freshNamespaces }, runtimes: { node: { poolSize: 1 } } });
+      fx = await startSandboxFixture({
+        poolSize: 1,
+        maxConcurrent: 1,
+        nativeForkLoop,
+        isolation: { freshNamespaces, perExecutionUid },
+        runtimes: { node: { poolSize: 1 } },
+      });
     });
     after(async () => {
       await fx?.stop();

@@ -110,9 +110,9 @@ static size_t frame_cap;
 static uint32_t frame_len;
 
 // Fresh namespaces per execution (rs_fs_configure; isolation.ts: freshNamespaces). Each execution's
-// process unshares user, mount and ipc namespaces, mounts its own tmpfs over these folders, drops every
-// capability its new user namespace gave it, and loads the per-execution seccomp filter (unshare and mount
-// refused).
+// process enters this process's template user namespace (or, with per-execution uids, unshares one of its
+// own), unshares mount and ipc namespaces, mounts its own tmpfs over these folders, drops every capability
+// and loads the per-execution seccomp filter (unshare, setns and mount refused): exec-isolation.h.
 static struct rs_exec_isolation iso;
 // Per-execution uids (rs_fs_exec_ids; isolation.ts: perExecutionUid): the service mapped [base, base + count)
 // of this user namespace to host uids of their own, and each execution's process switches to the next one
@@ -498,11 +498,12 @@ static int fork_warm(void) {
   pid_t pid = fork();
   if (pid == 0) {
     PyOS_AfterFork_Child();
+    // Isolated first, while the template user namespace's fd is still open (isolate_exec closes it).
+    if (isolate_exec(!session_mode) != 0) _exit(127);
     // Sources out of the way first (above 64) so that targets never clobber each other.
     int hi_in = fcntl(in[0], F_DUPFD_CLOEXEC, 64), hi_code = fcntl(code[0], F_DUPFD_CLOEXEC, 64);
     if (hi_in < 0 || hi_code < 0 || dup2(hi_in, 0) < 0 || dup2(hi_code, 3) < 0) _exit(127);
     close_range(4, ~0U, 0);
-    if (isolate_exec(!session_mode) != 0) _exit(127);
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
     return 1;
   }
@@ -758,9 +759,16 @@ long rs_fs_discard(void) {
 
 // Turns fresh namespaces per execution on: mounts is "path:mode:bytes;..." (the tmpfs folders to make),
 // filter the per-execution seccomp program (struct sock_filter[]). Returns 0, or -1 when they do not parse.
+// Also makes the template user namespace executions enter (exec-isolation.h); without one (it could not be
+// made) each execution unshares its own.
 long rs_fs_configure(const char *mounts, const char *filter, long filter_len) {
-  return rs_exec_isolation_parse(&iso, mounts, filter, filter_len);
+  if (rs_exec_isolation_parse(&iso, mounts, filter, filter_len) != 0) return -1;
+  rs_exec_isolation_template(&iso);
+  return 0;
 }
+
+// Whether fresh executions enter the template user namespace (1) or unshare their own (0): for the tests.
+long rs_fs_has_userns_template(void) { return iso.enabled && iso.userns_fd >= 0; }
 
 static void take_next_exec_id(void) { exec_id_seq++; }
 
@@ -782,6 +790,9 @@ long rs_fs_exec_ids(long base, long count) {
   data[0].inheritable = data[1].inheritable = 0;
   if (syscall(SYS_capset, &hdr, data) != 0) return -errno;
   if (!exec_id_count && pthread_atfork(take_next_exec_id, NULL, NULL) != 0) return -ENOMEM;
+  // Each execution switches to its uid, then unshares a user namespace of its own: the template's owner is
+  // this process's uid, so it would give an execution under another uid no capabilities.
+  rs_exec_isolation_drop_template(&iso);
   exec_id_base = (unsigned)base;
   exec_id_count = (unsigned)count;
   return 0;

@@ -284,6 +284,9 @@ static napi_value init(napi_env env, napi_callback_info info) {
       napi_throw_error(env, NULL, "nodefork: bad fresh-namespace settings");
       return NULL;
     }
+    // Its own template user namespace (pid 1's is closed across the exec that started this server); without
+    // one each child unshares its own.
+    rs_exec_isolation_template(&iso);
   }
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) {
     napi_throw_error(env, NULL, "nodefork: no uv loop");

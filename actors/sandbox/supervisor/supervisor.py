@@ -364,12 +364,14 @@ def child_common(stdin_fd, extra=None, fresh=False, isolate=True):
     _signal.set_wakeup_fd(-1)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-    mapping = {0: stdin_fd, 1: 1, 2: 2}
-    mapping.update(extra or {})
-    place_fds(mapping)
+    # Isolated before the fds are placed: the template user namespace's fd is open until then (the C side
+    # closes it); place_fds would close it first.
     if ISOLATE is not None and isolate:
         if ISOLATE(int(fresh)) != 0:
             os._exit(127)  # the C side said why, on stderr
+    mapping = {0: stdin_fd, 1: 1, 2: 2}
+    mapping.update(extra or {})
+    place_fds(mapping)
     prctl(PR_SET_DUMPABLE, 1)
 
 def exec_reset():
