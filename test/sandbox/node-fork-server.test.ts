@@ -212,6 +212,21 @@ setTimeout(() => console.log(JSON.stringify({ pid: process.pid, real: Number(fs.
       assert.equal(new Set(runs.map((r) => r.random)).size, 3, JSON.stringify(runs));
     });
 
+    it("process.uptime() counts from the fork's own start; performance.now() and timeOrigin still agree with Date.now()", async () => {
+      const probe =
+        "console.log(JSON.stringify({ uptime: process.uptime(), now: performance.now(), drift: performance.timeOrigin + performance.now() - Date.now() }))";
+      // The control: performance.now() counts from the server's start, so once it passes a second the server
+      // has served that long, which a process.uptime() carried over from the server would show.
+      let r = JSON.parse(await node(probe));
+      for (let i = 0; i < 20 && r.now < 1000; i++) {
+        await new Promise((done) => setTimeout(done, 200));
+        r = JSON.parse(await node(probe));
+      }
+      assert.ok(r.now >= 1000, JSON.stringify(r));
+      assert.ok(r.uptime >= 0 && r.uptime < 0.5, `uptime ${r.uptime} s in a fork of a server up ${r.now} ms`);
+      assert.ok(Math.abs(r.drift) < 50, JSON.stringify(r));
+    });
+
     it("a fork keeps no fd of the server's other event loops (node's platform threads run libuv loops)", async () => {
       const out = await node(LOOP_FDS);
       assert.equal(out, "eventpoll 1\n", "its own main loop's only");

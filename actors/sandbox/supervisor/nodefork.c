@@ -42,6 +42,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -75,6 +76,20 @@ static int n_foreign;
 static int lock_r = -1, lock_w = -1;
 // With fresh namespaces per execution: what each child sets up before its program (exec-isolation.h).
 static struct rs_exec_isolation iso;
+// Where node keeps the start process.uptime() counts from (per_process::node_start_time, uv_hrtime
+// nanoseconds), found by name (node exports it). Each child sets it to its own start, as a node started for
+// it would have, so that uptime does not tell a program how long the zygote has served; not found, or not
+// holding such a time, it is left alone. performance.now() and performance.timeOrigin still count from the
+// zygote's start: the origin timeOrigin reads is a copy in the environment's milestones, which no exported
+// name reaches, and resetting performance.now() alone would break performance.timeOrigin + performance.now()
+// == Date.now().
+static uint64_t *node_start_ns;
+
+// In the zygote, once.
+static void find_start_clock(void) {
+  uint64_t *p = dlsym(RTLD_DEFAULT, "_ZN4node11per_process15node_start_timeE");
+  node_start_ns = p != NULL && *p > 0 && *p <= uv_hrtime() ? p : NULL;
+}
 
 static napi_value throw_errno(napi_env env, const char *what) {
   char msg[160];
@@ -288,6 +303,7 @@ static napi_value init(napi_env env, napi_callback_info info) {
     // one each child unshares its own.
     rs_exec_isolation_template(&iso);
   }
+  find_start_clock();
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) {
     napi_throw_error(env, NULL, "nodefork: no uv loop");
     return NULL;
@@ -371,6 +387,7 @@ static void child_setup(int in_fd, int code_fd, int fresh, unsigned exec_uid) {
   if (rs_isolate_exec(&iso, fresh, exec_uid) != 0) _exit(127);  // it said why, on stderr
   step = "dumpable";
   if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) goto fail;
+  if (node_start_ns != NULL) *node_start_ns = uv_hrtime();  // process.uptime() from now
   step = "uv_loop_fork";
   int r = uv_loop_fork(loop);
   if (r != 0) {
