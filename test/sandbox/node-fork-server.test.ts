@@ -7,6 +7,7 @@
 // one alone.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
+import { spawnSync } from "node:child_process";
 import { readFileSync, readlinkSync, statSync } from "node:fs";
 import { assertHealthy, bombsBesideVictim, describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 import { childPids, sandboxSupervisors } from "./proc.js";
@@ -225,6 +226,14 @@ setTimeout(() => console.log(JSON.stringify({ pid: process.pid, real: Number(fs.
       assert.ok(r.now >= 1000, JSON.stringify(r));
       assert.ok(r.uptime >= 0 && r.uptime < 0.5, `uptime ${r.uptime} s in a fork of a server up ${r.now} ms`);
       assert.ok(Math.abs(r.drift) < 50, JSON.stringify(r));
+    });
+
+    it("the server's warm-up collection leaves no gc function to programs, in their context or a new one", async () => {
+      const probe = "console.log(typeof gc, require('vm').runInNewContext('typeof gc'))";
+      assert.equal((await node(probe)).trim(), "undefined undefined");
+      // The control: where the flag is set, both places show it.
+      const control = spawnSync(process.execPath, ["--expose-gc", "-e", probe], { encoding: "utf8" });
+      assert.equal(control.stdout.trim(), "function function", control.stderr);
     });
 
     it("a fork keeps no fd of the server's other event loops (node's platform threads run libuv loops)", async () => {
