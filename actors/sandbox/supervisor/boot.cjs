@@ -9,8 +9,7 @@ const fs = require("node:fs");
 const path = require("node:path");
 
 // All of fd's bytes as text; fd closed. The zygote's warm-up reads this file with it, so that a child finds it
-// and the Buffer and fs functions it calls compiled (each was a lazy parse in every child: ~10 ms of its CPU
-// on a slow host).
+// and the Buffer and fs functions it calls compiled (each was a lazy parse in every child).
 function readAll(fd) {
   const chunks = [];
   const buf = Buffer.allocUnsafe(1 << 16);
