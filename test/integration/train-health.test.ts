@@ -42,7 +42,10 @@ test("train names a SIGSTOPped actor within 10 s, and the run finishes after SIG
     const before = out.length;
     process.kill(stopped, "SIGSTOP");
     const t0 = Date.now();
-    await waitUntil("train names reward silent", () => /health: reward-0 silent/.test(out.slice(before)), 20_000);
+    // 30 s to wait, 14 s to pass: on a loaded CI machine the output of a slow run says why, instead of a bare timeout.
+    await waitUntil("train names reward silent", () => /health: reward-0 silent/.test(out.slice(before)), 30_000).catch((e: Error) => {
+      throw new Error(`${e.message}\n--- train's output since the stop\n${out.slice(before).slice(-3000)}`);
+    });
     // The heartbeat before the stop was at most 2 s old: named within 10 s of it.
     assert.ok(Date.now() - t0 < 14_000, `named after ${Date.now() - t0} ms`);
     process.kill(stopped, "SIGCONT");
