@@ -108,9 +108,11 @@ function zygote() {
   // any child can see it.
   const mounts = process.env.RS_NF_MOUNTS ?? "";
   const filter = process.env.RS_NF_FILTER ?? "";
+  const execUids = process.env.RS_NF_EXEC_UIDS === "1";
   delete process.env.RS_NF_MOUNTS;
   delete process.env.RS_NF_FILTER;
-  nf.init(3, mounts, filter);
+  delete process.env.RS_NF_EXEC_UIDS;
+  nf.init(3, mounts, filter, execUids);
   fs.writeSync(nf.socketFd(), "r");
   // Returns only in a child: the zygote itself stays in serve() until pid 1 goes away.
   const pid = nf.serve();

@@ -108,7 +108,8 @@ static int rs_exec_isolation_parse(struct rs_exec_isolation *iso, const char *mo
 // gone with its processes: keyrings (seccomp), sysctls (read-only /proc/sys, no capabilities), rlimit
 // counts. Returns 0, or -1 (iso->userns_fd stays -1: executions unshare their own, as before).
 static int rs_exec_isolation_template(struct rs_exec_isolation *iso) {
-  if (!iso->enabled || iso->userns_fd >= 0) return iso->enabled ? 0 : -1;
+  if (!iso->enabled) return -1;
+  if (iso->userns_fd >= 0) return 0;
   int ready[2], hold[2];
   if (pipe2(ready, O_CLOEXEC) != 0) return -1;
   if (pipe2(hold, O_CLOEXEC) != 0) {

@@ -767,9 +767,6 @@ long rs_fs_configure(const char *mounts, const char *filter, long filter_len) {
   return 0;
 }
 
-// Whether fresh executions enter the template user namespace (1) or unshare their own (0): for the tests.
-long rs_fs_has_userns_template(void) { return iso.enabled && iso.userns_fd >= 0; }
-
 static void take_next_exec_id(void) { exec_id_seq++; }
 
 // Turns per-execution uids on (after rs_fs_configure): each execution's process switches to one of

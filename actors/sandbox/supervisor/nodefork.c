@@ -272,18 +272,22 @@ static int hex_value(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
-// init(sockFd, freshMounts, execFilterHex): called once, after the zygote's warm-up and before serve().
-// freshMounts "" leaves fresh namespaces off; else both are what pid 1's C loop was configured with.
+// init(sockFd, freshMounts, execFilterHex, execUids): called once, after the zygote's warm-up and before
+// serve(). freshMounts "" leaves fresh namespaces off; else both are what pid 1's C loop was configured with.
+// execUids: pid 1 hands each child a uid of its own, so every child unshares its own user namespace and the
+// server makes no template.
 static napi_value init(napi_env env, napi_callback_info info) {
-  size_t argc = 3;
-  napi_value argv[3];
+  size_t argc = 4;
+  napi_value argv[4];
+  bool exec_uids = false;
   int32_t fd = -1;
   char mounts[512], hex[2 * RS_MAX_FILTER_INSNS * sizeof(struct sock_filter) + 2];
   size_t mounts_len = 0, hex_len = 0;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 3 || napi_get_value_int32(env, argv[0], &fd) != napi_ok ||
       napi_get_value_string_utf8(env, argv[1], mounts, sizeof mounts, &mounts_len) != napi_ok ||
-      napi_get_value_string_utf8(env, argv[2], hex, sizeof hex, &hex_len) != napi_ok) {
-    napi_throw_type_error(env, NULL, "nodefork.init(sockFd, freshMounts, execFilterHex)");
+      napi_get_value_string_utf8(env, argv[2], hex, sizeof hex, &hex_len) != napi_ok ||
+      (argc >= 4 && napi_get_value_bool(env, argv[3], &exec_uids) != napi_ok)) {
+    napi_throw_type_error(env, NULL, "nodefork.init(sockFd, freshMounts, execFilterHex, execUids)");
     return NULL;
   }
   if (mounts_len > 0) {
@@ -301,7 +305,7 @@ static napi_value init(napi_env env, napi_callback_info info) {
     }
     // Its own template user namespace (pid 1's is closed across the exec that started this server); without
     // one each child unshares its own.
-    rs_exec_isolation_template(&iso);
+    if (!exec_uids) rs_exec_isolation_template(&iso);
   }
   find_start_clock();
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) {

@@ -641,8 +641,10 @@ class Zygote:
                 if ISOLATE is not None:
                     env["RS_NF_MOUNTS"] = FRESH_MOUNTS
                     env["RS_NF_FILTER"] = EXEC_FILTER.hex()
-                    if EXEC_IDS and LOOP["keep_setid_caps"]() != 0:
-                        os._exit(126)
+                    if EXEC_IDS:
+                        env["RS_NF_EXEC_UIDS"] = "1"  # each child unshares its own user namespace: no template
+                        if LOOP["keep_setid_caps"]() != 0:
+                            os._exit(126)
                 # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
                 os.execve(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"], env)
             finally:
