@@ -1,7 +1,7 @@
 // Starts and stops a local `nats-server -js` for the embedded `rollstream train` mode and for tests.
 // The config raises max_payload to 8 MB so a rollout batch travels as one message (DESIGN §3).
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdirSync, writeFileSync, existsSync } from "node:fs";
+import { mkdirSync, writeFileSync, existsSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -26,6 +26,8 @@ export interface StartNatsOptions {
   logFile?: string;
   /** Join a JetStream cluster: this server's name, its route port, and the route ports of its peers. */
   cluster?: { name: string; serverName: string; port: number; routes: number[] };
+  /** How to find a free port for the client and monitor ports not named above (tests); freePort() by default. */
+  pickPort?: () => Promise<number>;
 }
 
 export async function freePort(): Promise<number> {
@@ -73,10 +75,58 @@ async function waitForPort(port: number, timeoutMs: number, child: ChildProcess)
   throw new Error(`nats-server did not listen on port ${port} within ${timeoutMs} ms`);
 }
 
+/** Thrown when nats-server could not bind a port that freePort() had just found free. */
+class PortTakenError extends Error {
+  constructor(
+    message: string,
+    readonly port: number,
+  ) {
+    super(message);
+  }
+}
+
+// freePort() lets its port go before nats-server binds it, so another process can take it in between (seen in
+// CI: "bind: address already in use" on the monitor port). Ports we chose ourselves are chosen again; ports the
+// caller named are the caller's to fix, so that error is passed on.
+// Something else may have listened on the client port we chose: nats-server then exits, but waitForPort's connect
+// may already have succeeded. The monitor endpoint of the server we started names the client port it serves.
+async function checkItIsOurs(port: number, monitorPort: number, child: ChildProcess): Promise<void> {
+  const deadline = Date.now() + 5_000;
+  for (;;) {
+    if (child.exitCode !== null) throw new Error(`nats-server exited early with code ${child.exitCode}`);
+    try {
+      const varz = (await (await fetch(`http://127.0.0.1:${monitorPort}/varz`)).json()) as { port?: number };
+      if (varz.port === port && child.exitCode === null) return;
+    } catch {
+      // not answering yet
+    }
+    if (Date.now() > deadline) throw new Error(`nats-server on port ${port} did not answer on its monitor port ${monitorPort}`);
+    await sleep(50);
+  }
+}
+
 export async function startNatsServer(opts: StartNatsOptions): Promise<LocalNatsServer> {
+  const named = [opts.port, opts.monitorPort, opts.cluster?.port].filter((p) => p !== undefined);
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startNatsServerOnce(opts);
+    } catch (e) {
+      if (!(e instanceof PortTakenError) || named.includes(e.port) || attempt >= 5) throw e;
+    }
+  }
+}
+
+async function distinctFreePort(opts: StartNatsOptions, taken: Array<number | undefined>): Promise<number> {
+  for (;;) {
+    const p = await (opts.pickPort ?? freePort)();
+    if (!taken.includes(p)) return p;
+  }
+}
+
+async function startNatsServerOnce(opts: StartNatsOptions): Promise<LocalNatsServer> {
   const bin = findNatsServerBinary(opts.binary);
-  const port = opts.port ?? (await freePort());
-  const monitorPort = opts.monitorPort ?? (await freePort());
+  const port = opts.port ?? (await distinctFreePort(opts, [opts.monitorPort]));
+  const monitorPort = opts.monitorPort ?? (await distinctFreePort(opts, [port]));
   mkdirSync(opts.storeDir, { recursive: true });
   const confPath = join(opts.storeDir, "nats.conf");
   const maxPayload = opts.maxPayloadBytes ?? 8 * 1024 * 1024;
@@ -106,9 +156,15 @@ export async function startNatsServer(opts: StartNatsOptions): Promise<LocalNats
   });
   try {
     await waitForPort(port, 10_000, child);
+    await checkItIsOurs(port, monitorPort, child);
   } catch (e) {
     child.kill("SIGKILL");
-    throw new Error(`${(e as Error).message}\n${stderr}`);
+    // The exit can come before the last of stderr: wait for the pipe to close so the reason is in the message.
+    await Promise.race([new Promise((r) => child.once("close", r)), sleep(1000)]);
+    const log = opts.logFile && existsSync(opts.logFile) ? readFileSync(opts.logFile, "utf8").slice(-4000) : "";
+    const why = `${(e as Error).message}\n${stderr}${log}`;
+    const taken = /127\.0\.0\.1:(\d+): bind: address already in use/.exec(why);
+    throw taken ? new PortTakenError(why.trim(), Number(taken[1])) : new Error(why.trim());
   }
   const server: LocalNatsServer = {
     url: `nats://127.0.0.1:${port}`,
