@@ -314,6 +314,8 @@ export class SandboxExecutor {
           const verdict = caseVerdict(r, c.expectedStdout);
           results.push({ ...r, verdict });
           if (req.stopOnFailure && verdict !== "passed") stop = true;
+          // The next case needs the reset done (it says whether the sandbox may serve again).
+          if (this.reuse) await sandbox.settled();
           if (!this.reuse || !sandbox.clean) {
             this.pool.release(kind, sandbox);
             sandbox = null;

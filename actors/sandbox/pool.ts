@@ -124,8 +124,14 @@ export class WarmPool {
   /** Hands a sandbox back after a one-shot request: reused when its reset was clean, else replaced. */
   release(kind: PoolKind, s: SandboxProcess): void {
     const st = this.kinds.get(kind)!;
-    st.busy.delete(s);
     const worn = s.commands >= this.opts.maxExecsPerSandbox;
+    // Its supervisor reported before resetting: it stays busy until it says whether the reset was clean
+    // (a worn one is not waited for: it is replaced either way).
+    if (s.resetting && !worn && !this.closed) {
+      void s.settled().then(() => this.release(kind, s));
+      return;
+    }
+    st.busy.delete(s);
     if (this.closed || !s.alive || !s.idle || !s.clean || worn) {
       if (!this.closed && s.alive) {
         if (worn && s.clean) this.counters.retiredWorn++;

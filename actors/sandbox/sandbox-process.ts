@@ -41,6 +41,8 @@ interface DoneFrame {
   nonce: string;
   error: string;
   clean: boolean;
+  /** The C loop reports before its reset and says how that went in a "reset" frame that follows. */
+  resetPending: boolean;
 }
 
 function parseDone(f: Buffer[]): DoneFrame {
@@ -55,6 +57,7 @@ function parseDone(f: Buffer[]): DoneFrame {
     nonce: s(7),
     error: s(8),
     clean: s(9) === "1",
+    resetPending: s(9) === "p",
   };
 }
 
@@ -65,6 +68,8 @@ interface RunningCommand {
   frame: DoneFrame | null;
   marker: Buffer | null;
   killRequested: "output" | null;
+  /** The "reset" frame's verdict when it came before the command finished here (its output still arriving). */
+  resetClean?: boolean;
   backstop: NodeJS.Timeout;
   backstopFired: boolean;
   resolve: (r: SandboxExecResult) => void;
@@ -83,6 +88,8 @@ export class SandboxFailure extends Error {
 const MARKER_LEN = 1 + 7 + 24 + 1;
 /** How long after its wall limit a command may take to be reported before the host kills the sandbox. */
 const BACKSTOP_GRACE_MS = 3000;
+/** How long a supervisor may take to reset its sandbox after reporting a command before the host kills it. */
+const RESET_TIMEOUT_MS = 10_000;
 const START_TIMEOUT_MS = 30_000;
 
 const OOM_PATTERN =
@@ -103,7 +110,9 @@ export class SandboxProcess {
    * host had to cut short by killing the sandbox, a reset that failed).
    */
   clean = false;
-  private state: "starting" | "idle" | "busy" | "dead" = "starting";
+  private state: "starting" | "idle" | "busy" | "resetting" | "dead" = "starting";
+  /** While resetting: whether the command could leave the sandbox reusable, the reset's deadline, who waits. */
+  private reset: { reusable: boolean; timer: NodeJS.Timeout; waiters: Array<() => void> } | null = null;
   private readonly child: ChildProcess | NativeChild;
   private readonly ctlIn: Writable;
   private readonly frames = new FrameReader();
@@ -238,6 +247,28 @@ export class SandboxProcess {
     return this.state === "idle";
   }
 
+  /** The command's result has gone out and the supervisor is still resetting the sandbox. */
+  get resetting(): boolean {
+    return this.state === "resetting";
+  }
+
+  /** Resolves once the sandbox is not resetting (idle with `clean` set, or dead). */
+  settled(): Promise<void> {
+    const r = this.reset;
+    if (this.state !== "resetting" || !r) return Promise.resolve();
+    return new Promise((resolve) => r.waiters.push(resolve));
+  }
+
+  private endReset(clean: boolean): void {
+    const r = this.reset;
+    if (!r) return;
+    this.reset = null;
+    clearTimeout(r.timer);
+    this.clean = r.reusable && clean && this.state === "resetting";
+    if (this.state === "resetting") this.state = "idle";
+    for (const w of r.waiters) w();
+  }
+
   get pid(): number | undefined {
     return this.child.pid;
   }
@@ -317,6 +348,10 @@ export class SandboxProcess {
       this.current.frame = f;
       this.current.marker = f.nonce ? Buffer.from(`\0rs-end:${f.nonce}\0`, "utf8") : null;
       this.tryFinish();
+    } else if (kind === "reset") {
+      const clean = fields[1]?.toString("utf8") === "1";
+      if (this.state === "resetting") this.endReset(clean);
+      else if (this.current?.frame) this.current.resetClean = clean;
     }
   }
 
@@ -347,10 +382,15 @@ export class SandboxProcess {
     clearTimeout(cmd.backstop);
     this.current = null;
     const f = cmd.frame;
-    this.clean = !!cmd.spec.once && !!f?.clean && !died && !cmd.backstopFired && this.state !== "dead";
+    const reusable = !!cmd.spec.once && !died && !cmd.backstopFired && this.state !== "dead";
+    // Reported before the reset (the C loop): the result goes out now, the sandbox stays out of use until the
+    // "reset" frame (a supervisor stuck resetting is killed like one stuck in a command), unless that frame
+    // came while the command's output was still arriving.
+    this.clean = reusable && (f?.resetPending ? cmd.resetClean === true : !!f?.clean);
+    const resetting = !!f?.resetPending && cmd.resetClean === undefined && this.state !== "dead" && !died;
     if (f?.error) {
       // The supervisor refused before running anything (e.g. a file could not be written): a result, not a crash.
-      if (this.state !== "dead") this.state = "idle";
+      this.afterCommand(resetting, reusable);
       cmd.resolve({
         stdout: "",
         stderr: `rollstream sandbox: ${f.error}\n`,
@@ -375,7 +415,7 @@ export class SandboxProcess {
     const outputTruncated = out.truncated || err.truncated || cmd.killRequested === "output";
     const tail = stderr.length > 4096 ? stderr.slice(-4096) : stderr;
     const outOfMemory = !timedOut && !outputTruncated && ((exitCode !== 0 && OOM_PATTERN.test(tail)) || (signal === "SIGKILL" && !f?.killed && !!f));
-    if (this.state !== "dead") this.state = "idle";
+    this.afterCommand(resetting, reusable);
     cmd.resolve({
       stdout: out.text,
       stderr,
@@ -387,6 +427,16 @@ export class SandboxProcess {
       wallMs: Math.round((f?.wallMs ?? cmd.spec.limits.wallMs) * 1000) / 1000,
       cpuMs: Math.round(cpuMs * 1000) / 1000,
     });
+  }
+
+  private afterCommand(resetting: boolean, reusable: boolean): void {
+    if (this.state === "dead") return;
+    if (!resetting) {
+      this.state = "idle";
+      return;
+    }
+    this.state = "resetting";
+    this.reset = { reusable, timer: setTimeout(() => this.kill(), RESET_TIMEOUT_MS), waiters: [] };
   }
 
   private uidReleased = false;
@@ -414,6 +464,7 @@ export class SandboxProcess {
         cmd.reject(new SandboxFailure(`the sandbox died during the command (${why})`));
       }
     }
+    this.endReset(false);
     for (const fn of this.onExitHooks.splice(0)) fn();
   }
 }

@@ -652,7 +652,6 @@ static int run_once(struct field *req) {
   double cpu = (double)(ru1.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru1.ru_stime.tv_sec - ru0.ru_stime.tv_sec) * 1000.0 +
                (double)(ru1.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru1.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1000.0 - startup;
   if (cpu < 0) cpu = 0;
-  int clean = reset_after_command();
   // The end marker is created after every process of the command is dead: nothing can forge it.
   unsigned char rnd[12];
   if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) _exit(1);
@@ -678,8 +677,16 @@ static int run_once(struct field *req) {
   snprintf(fields[5], 48, "%.3f", cpu);
   snprintf(fields[6], 48, "%.3f", wall);
   fields[8][0] = 0;
-  snprintf(fields[9], 48, "%d", clean);
+  // The report goes before the reset: every process of the command is dead and its output ends at the
+  // marker, so nothing the reset does can change the result, and the reply no longer waits for it (~0.5 ms
+  // on a slow host, a tenth of a warm execution). "p": the host gives this sandbox no other command until
+  // the "reset" frame says whether it came back clean (supervisor.py's loop still reports both at once).
+  snprintf(fields[9], 48, "p");
   send_report(fields, 10);
+  char reset[2][48];
+  snprintf(reset[0], 48, "reset");
+  snprintf(reset[1], 48, "%d", reset_after_command());
+  send_report(reset, 2);
   return 0;
 }
 
