@@ -371,6 +371,8 @@ export class SandboxExecutor {
       sandboxes_started_total: p.started,
       sandbox_start_failures_total: p.startFailures,
       sandbox_start_ms_avg: p.started ? Math.round((p.startMsTotal / p.started) * 10) / 10 : 0,
+      resets_after_reply_total: p.resetsAfterReply,
+      reset_after_reply_ms_avg: p.resetsAfterReply ? Math.round((p.resetAfterReplyMsTotal / p.resetsAfterReply) * 1000) / 1000 : 0,
       execs_total: this.counters.execs,
       batches_total: this.counters.batches,
       batch_cases_total: this.counters.batchCases,

@@ -33,6 +33,10 @@ export interface PoolCounters {
   retiredUnclean: number;
   /** Sandboxes killed after serving maxExecsPerSandbox requests. */
   retiredWorn: number;
+  /** Sandboxes that came back while their supervisor was still resetting them (the C loop replies first). */
+  resetsAfterReply: number;
+  /** How long those stayed out of the pool after the reply, in total: what the replies no longer wait for. */
+  resetAfterReplyMsTotal: number;
 }
 
 export interface PoolOptions {
@@ -61,7 +65,18 @@ export class WarmPool {
   private closed = false;
   private retryTimer: NodeJS.Timeout | null = null;
   private trimTimer: NodeJS.Timeout | null = null;
-  readonly counters: PoolCounters = { hits: 0, misses: 0, started: 0, startFailures: 0, startMsTotal: 0, reuses: 0, retiredUnclean: 0, retiredWorn: 0 };
+  readonly counters: PoolCounters = {
+    hits: 0,
+    misses: 0,
+    started: 0,
+    startFailures: 0,
+    startMsTotal: 0,
+    reuses: 0,
+    retiredUnclean: 0,
+    retiredWorn: 0,
+    resetsAfterReply: 0,
+    resetAfterReplyMsTotal: 0,
+  };
 
   constructor(
     private readonly start: (kind: PoolKind) => Promise<SandboxProcess>,
@@ -128,7 +143,12 @@ export class WarmPool {
     // Its supervisor reported before resetting: it stays busy until it says whether the reset was clean
     // (a worn one is not waited for: it is replaced either way).
     if (s.resetting && !worn && !this.closed) {
-      void s.settled().then(() => this.release(kind, s));
+      const t0 = performance.now();
+      void s.settled().then(() => {
+        this.counters.resetsAfterReply++;
+        this.counters.resetAfterReplyMsTotal += performance.now() - t0;
+        this.release(kind, s);
+      });
       return;
     }
     st.busy.delete(s);

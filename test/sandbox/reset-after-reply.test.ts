@@ -40,6 +40,14 @@ for (const { nativeForkLoop, deferred, name } of [
         assert.equal(next.stdout, "0\n", describeResult(next));
         assert.equal(ex.stats().pool_reuses_total, reusesBefore + 1, "the same sandbox served again: its reset was clean");
         assert.equal(ex.stats().sandboxes_retired_unclean_total, 0);
+        // The stats say how long resets ran after replies, once both are done.
+        await until("the second reset", () => ex.stats().pool_busy === 0);
+        const st = ex.stats();
+        // The littering command's reset ran after its reply; the second's may have been over before its reply
+        // went out (its "reset" frame beat the output), which is not counted.
+        if (deferred) assert.ok(st.resets_after_reply_total >= 1, JSON.stringify(st));
+        else assert.equal(st.resets_after_reply_total, 0, JSON.stringify(st));
+        if (deferred) assert.ok(st.reset_after_reply_ms_avg > 0, JSON.stringify(st));
       } finally {
         await ex.close();
       }
