@@ -75,7 +75,7 @@ async function waitForPort(port: number, timeoutMs: number, child: ChildProcess)
   throw new Error(`nats-server did not listen on port ${port} within ${timeoutMs} ms`);
 }
 
-/** Thrown when nats-server could not bind a port that freePort() had just found free. */
+/** Thrown when nats-server could not bind one of its ports: another process holds it. */
 class PortTakenError extends Error {
   constructor(
     message: string,
@@ -85,9 +85,6 @@ class PortTakenError extends Error {
   }
 }
 
-// freePort() lets its port go before nats-server binds it, so another process can take it in between (seen in
-// CI: "bind: address already in use" on the monitor port). Ports we chose ourselves are chosen again; ports the
-// caller named are the caller's to fix, so that error is passed on.
 // Something else may have listened on the client port we chose: nats-server then exits, but waitForPort's connect
 // may already have succeeded. The monitor endpoint of the server we started names the client port it serves.
 async function checkItIsOurs(port: number, monitorPort: number, child: ChildProcess): Promise<void> {
@@ -105,6 +102,9 @@ async function checkItIsOurs(port: number, monitorPort: number, child: ChildProc
   }
 }
 
+// freePort() lets its port go before nats-server binds it, so another process can take it in between (seen in
+// CI: "bind: address already in use" on the monitor port). Ports we chose ourselves are chosen again; ports the
+// caller named are the caller's to fix, so that error is passed on.
 export async function startNatsServer(opts: StartNatsOptions): Promise<LocalNatsServer> {
   const named = [opts.port, opts.monitorPort, opts.cluster?.port].filter((p) => p !== undefined);
   for (let attempt = 1; ; attempt++) {
