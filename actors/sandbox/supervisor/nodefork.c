@@ -76,19 +76,131 @@ static int n_foreign;
 static int lock_r = -1, lock_w = -1;
 // With fresh namespaces per execution: what each child sets up before its program (exec-isolation.h).
 static struct rs_exec_isolation iso;
-// Where node keeps the start process.uptime() counts from (per_process::node_start_time, uv_hrtime
-// nanoseconds), found by name (node exports it). Each child sets it to its own start, as a node started for
-// it would have, so that uptime does not tell a program how long the zygote has served; not found, or not
-// holding such a time, it is left alone. performance.now() and performance.timeOrigin still count from the
-// zygote's start: the origin timeOrigin reads is a copy in the environment's milestones, which no exported
-// name reaches, and resetting performance.now() alone would break performance.timeOrigin + performance.now()
-// == Date.now().
+// A fork must not tell its program how long the zygote has served: each child moves node's clocks to its own
+// start, as a node started for it would have them. The zygote finds where they are once:
+// - process.uptime() counts from per_process::node_start_time (uv_hrtime ns; node exports it);
+// - performance.now() counts from performance::performance_process_start (uv_hrtime ns; exported), and
+//   performance_process_start_timestamp is the same instant in epoch microseconds (exported);
+// - performance.timeOrigin reads a copy of both in the environment's milestones, a Float64Array of
+//   N_MILESTONES entries (node 20: timeOrigin timestamp, timeOrigin, environment, nodeStart, v8Start,
+//   loopStart, loopExit, bootstrapComplete; uv_hrtime ns, -1 when not reached) that no exported name reaches.
+//   find_milestones() looks for it in the malloc heap (~1 ms, once): the one place holding those two values
+//   side by side, followed by milestones that are -1 or between the origin and now. The milestones node
+//   reached before the fork (its bootstrap) move to the child's origin: its node was ready when it started.
+// What is not found, or does not hold what it should, is left alone. performance.now() and timeOrigin move
+// together or not at all: one without the other would break performance.timeOrigin + performance.now() ==
+// Date.now().
+#define N_MILESTONES 8
 static uint64_t *node_start_ns;
+static uint64_t *perf_start_ns;
+static double *perf_start_us;
+static double *milestones;
+static int ms_origin, ms_timestamp;  // which entries of milestones hold the origin and its timestamp
+
+static int milestones_at(const double *m, double origin, double stamp, double now) {
+  int o = -1, t = -1;
+  if (m[0] == stamp && m[1] == origin) t = 0, o = 1;
+  else if (m[0] == origin && m[1] == stamp) o = 0, t = 1;
+  else return 0;
+  for (int i = 0; i < N_MILESTONES; i++)
+    if (i != o && i != t && m[i] != -1 && !(m[i] >= origin && m[i] <= now)) return 0;
+  ms_origin = o;
+  ms_timestamp = t;
+  return 1;
+}
+
+// The milestones in the zygote's malloc heap ([heap]; pages not in memory skipped: they hold nothing node
+// wrote, and reading them would map them); NULL unless exactly one place matches.
+static double *find_milestones(double origin, double stamp) {
+  FILE *maps = fopen("/proc/self/maps", "re");
+  if (maps == NULL) return NULL;
+  double now = (double)uv_hrtime();
+  long page = sysconf(_SC_PAGESIZE);
+  double *found = NULL;
+  int hits = 0;
+  char line[512];
+  while (fgets(line, sizeof line, maps) != NULL) {
+    unsigned long lo, hi;
+    char perms[8], name[64] = "";
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %63s", &lo, &hi, perms, name) < 3) continue;
+    if (strcmp(name, "[heap]") != 0 || perms[0] != 'r' || perms[1] != 'w' || hi <= lo) continue;
+    size_t pages = (hi - lo) / (size_t)page;
+    unsigned char *in_core = malloc(pages);
+    if (in_core == NULL || mincore((void *)lo, hi - lo, in_core) != 0) {
+      free(in_core);
+      continue;
+    }
+    size_t per_page = (size_t)page / sizeof(double);
+    for (size_t p = 0; p < pages; p++) {
+      if (!(in_core[p] & 1)) continue;
+      // An array may run on into the next page: read it only when that page is in memory too.
+      size_t last = p + 1 < pages && (in_core[p + 1] & 1) ? per_page : per_page - N_MILESTONES + 1;
+      double *d = (double *)(lo + p * (size_t)page);
+      for (size_t k = 0; k < last; k++) {
+        if ((d[k] == stamp || d[k] == origin) && milestones_at(d + k, origin, stamp, now)) {
+          found = d + k;
+          hits++;
+        }
+      }
+    }
+    free(in_core);
+  }
+  fclose(maps);
+  if (hits != 1) return NULL;
+  milestones_at(found, origin, stamp, now);  // its layout, again: a later candidate may have set another
+  return found;
+}
+
+// Whether p lies in a writable mapping (a name found by dlsym could be a constant in another node build).
+static int writable(const void *p) {
+  FILE *maps = fopen("/proc/self/maps", "re");
+  if (maps == NULL || p == NULL) {
+    if (maps != NULL) fclose(maps);
+    return 0;
+  }
+  int ok = 0;
+  char line[512];
+  while (!ok && fgets(line, sizeof line, maps) != NULL) {
+    unsigned long lo, hi;
+    char perms[8];
+    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3)
+      ok = (unsigned long)p >= lo && (unsigned long)p + sizeof(uint64_t) <= hi && perms[1] == 'w';
+  }
+  fclose(maps);
+  return ok;
+}
+
+static void *find_variable(const char *symbol) {
+  void *p = dlsym(RTLD_DEFAULT, symbol);
+  return writable(p) ? p : NULL;
+}
 
 // In the zygote, once.
-static void find_start_clock(void) {
-  uint64_t *p = dlsym(RTLD_DEFAULT, "_ZN4node11per_process15node_start_timeE");
-  node_start_ns = p != NULL && *p > 0 && *p <= uv_hrtime() ? p : NULL;
+static void find_clocks(void) {
+  uint64_t now = uv_hrtime();
+  uint64_t *p = find_variable("_ZN4node11per_process15node_start_timeE");
+  node_start_ns = p != NULL && *p > 0 && *p <= now ? p : NULL;
+  perf_start_ns = find_variable("_ZN4node11performance25performance_process_startE");
+  perf_start_us = find_variable("_ZN4node11performance35performance_process_start_timestampE");
+  milestones = NULL;
+  if (perf_start_ns != NULL && perf_start_us != NULL && *perf_start_ns > 0 && *perf_start_ns <= now && *perf_start_us > 0)
+    milestones = find_milestones((double)*perf_start_ns, *perf_start_us);
+  if (milestones == NULL) perf_start_ns = NULL, perf_start_us = NULL;
+}
+
+// In a child: node's clocks start now (see find_clocks).
+static void reset_clocks(void) {
+  uint64_t now = uv_hrtime();
+  if (node_start_ns != NULL) *node_start_ns = now;
+  if (milestones == NULL) return;
+  uv_timeval64_t tv;
+  if (uv_gettimeofday(&tv) != 0) return;
+  double stamp = (double)tv.tv_sec * 1e6 + (double)tv.tv_usec;
+  *perf_start_ns = now;
+  *perf_start_us = stamp;
+  for (int i = 0; i < N_MILESTONES; i++)
+    if (i != ms_timestamp && milestones[i] != -1) milestones[i] = (double)now;
+  milestones[ms_timestamp] = stamp;
 }
 
 static napi_value throw_errno(napi_env env, const char *what) {
@@ -307,7 +419,7 @@ static napi_value init(napi_env env, napi_callback_info info) {
     // one each child unshares its own.
     if (!exec_uids) rs_exec_isolation_template(&iso);
   }
-  find_start_clock();
+  find_clocks();
   if (napi_get_uv_event_loop(env, &loop) != napi_ok) {
     napi_throw_error(env, NULL, "nodefork: no uv loop");
     return NULL;
@@ -391,7 +503,7 @@ static void child_setup(int in_fd, int code_fd, int fresh, unsigned exec_uid) {
   if (rs_isolate_exec(&iso, fresh, exec_uid) != 0) _exit(127);  // it said why, on stderr
   step = "dumpable";
   if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0) goto fail;
-  if (node_start_ns != NULL) *node_start_ns = uv_hrtime();  // process.uptime() from now
+  reset_clocks();  // process.uptime(), performance.now() and timeOrigin from now
   step = "uv_loop_fork";
   int r = uv_loop_fork(loop);
   if (r != 0) {
