@@ -11,7 +11,8 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { chromium, type Page } from "playwright-core";
+import type { Page } from "playwright-core";
+import { launchChromium } from "../helpers/chromium.js";
 import { connect } from "@nats-io/transport-node";
 import { cliMain, storedMessages, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { writeSpreadEnv } from "../helpers/spread-env.js";
@@ -20,7 +21,6 @@ import { runNames } from "../../streams/index.js";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
 import { jetstreamManager } from "@nats-io/jetstream";
 
-const CHROMIUM = process.env["ROLLSTREAM_CHROMIUM"] ?? "/usr/bin/chromium";
 const SHOTS = join(process.cwd(), "dist", "screenshots");
 
 function exitOf(child: ChildProcess): Promise<number | null> {
@@ -57,10 +57,7 @@ test("the dashboard of a finished run serves its stored streams with no server u
   const env: NodeJS.ProcessEnv = { ...process.env, ROLLSTREAM_BLAS: "off", ROLLSTREAM_ENV_PATH: writeSpreadEnv(dir) };
   delete env.NATS_URL; // train starts and stops its own server; dashboard and replay serve the stored streams
   let dash: ChildProcess | null = null;
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"],
-  });
+  const browser = await launchChromium(["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]);
   try {
     const train = spawnSync(process.execPath, [cliMain, "train", cfgPath, "--no-dashboard"], { env, encoding: "utf8", timeout: 180_000 });
     assert.equal(train.status, 0, `${train.stdout}\n${train.stderr}`);

@@ -6,7 +6,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { chromium } from "playwright-core";
+import { launchChromium } from "../helpers/chromium.js";
 import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { decodeMsgpack, MetricsEventSchema, StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
@@ -14,7 +14,6 @@ import { startDashboard } from "../../cli/dashboard/server.js";
 import { createTokenizer } from "../../actors/runtime/model-factory.js";
 import { testSampling } from "../helpers/rollout-fixtures.js";
 
-const CHROMIUM = process.env["ROLLSTREAM_CHROMIUM"] ?? "/usr/bin/chromium";
 const SHOTS = join(process.cwd(), "dist", "screenshots");
 
 test("the dashboard renders a run's charts, rollouts, token view and dead letters in chromium", async () => {
@@ -24,18 +23,15 @@ test("the dashboard renders a run's charts, rollouts, token view and dead letter
     rl: { steps: 6, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: testSampling },
     eval: { interval: 3, n: 6 },
   });
-  const browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: [
-      "--no-sandbox",
-      "--disable-gpu",
-      "--disable-quic",
-      "--no-first-run",
-      "--disable-background-networking",
-      "--disable-component-update",
-      "--disable-sync",
-    ],
-  });
+  const browser = await launchChromium([
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ]);
   let dash: Awaited<ReturnType<typeof startDashboard>> | null = null;
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "inference", "reward", "evaluator"]) run.launcher.start({ name, replica: 0 });
