@@ -111,6 +111,8 @@ function measure(pids: number[]): { count: number; memMb: number; cpuS: number }
   return { count, memMb: memKb / 1024, cpuS: ticks / 100 };
 }
 
+const ECHO_SUBJECT = "rs.bench.echo";
+
 /**
  * The service runs in its own process, as `rollstream actor sandbox` does: sharing this process's
  * event loop with the clients would charge its work (spawning sandboxes) to the clients' latency.
@@ -123,6 +125,8 @@ function startServiceProcess(natsUrl: string, settings: Record<string, unknown>)
     const { startSandboxService } = await import(${JSON.stringify(entry)});
     const nc = await connect({ servers: process.env.RS_NATS_URL });
     const svc = await startSandboxService({ nc, log: pino({ level: "warn" }, pino.destination(2)), settings: JSON.parse(process.env.RS_SETTINGS) });
+    // The trip's floor: a bare request/reply between the bench and this process, over the same NATS.
+    nc.subscribe(${JSON.stringify(ECHO_SUBJECT)}, { callback: (_e, m) => m.respond(m.data) });
     process.stdout.write("ready\\n");
     process.stdin.on("end", async () => { await svc.stop(); await nc.close(); process.exit(0); });
     process.stdin.resume();
@@ -309,6 +313,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     // 1. Warm exec: a warm sandbox is waiting for every request (we let the pool refill between them).
     const warm: number[] = [];
     const inSandbox: number[] = [];
+    const echo: number[] = [];
+    const echoBody = new Uint8Array(64);
     for (let i = 0; i < warmN; i++) {
       for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
       const t = performance.now();
@@ -316,6 +322,11 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       warm.push(performance.now() - t);
       // The supervisor's wall time: from the program handed to the warm interpreter to its exit reaped.
       inSandbox.push(r.wallMs);
+      // Right after a STATS request, as each execution above is: the same state of the machine's idle processes.
+      await serviceStats(nc);
+      const e = performance.now();
+      await nc.request(ECHO_SUBJECT, echoBody, { timeout: 10_000 });
+      echo.push(performance.now() - e);
     }
     const bareSeq: number[] = [];
     for (let i = 0; i < warmN; i++) {
@@ -329,13 +340,15 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     out.bare_python_p99_ms = r2(pct(bareSeq, 0.99));
     out.warm_speedup_p50 = r2(out.bare_python_p50_ms / out.warm_p50_ms);
     out.warm_in_sandbox_p50_ms = r2(pct(inSandbox, 0.5));
+    out.nats_echo_p50_ms = r2(pct(echo, 0.5));
     print(
       `warm exec         p50 ${out.warm_p50_ms} ms  p99 ${out.warm_p99_ms} ms   | bare python3 -c p50 ${out.bare_python_p50_ms} ms p99 ${out.bare_python_p99_ms} ms  (${out.warm_speedup_p50}x faster)`,
     );
     // Where a warm execution's latency goes: the program's own run in the sandbox, the rest is the trip there and
-    // back (client, NATS, service, supervisor).
+    // back (client, NATS, service, supervisor). Its floor is the bare request/reply to the service's process: on
+    // a guest where waking an idle process is slow, that alone is milliseconds.
     print(
-      `                  of which in the sandbox p50 ${out.warm_in_sandbox_p50_ms} ms (program handed over to exit reaped); the trip there and back ${r2(out.warm_p50_ms - out.warm_in_sandbox_p50_ms)} ms`,
+      `                  of which in the sandbox p50 ${out.warm_in_sandbox_p50_ms} ms (program handed over to exit reaped); the trip there and back ${r2(out.warm_p50_ms - out.warm_in_sandbox_p50_ms)} ms, where a bare NATS request/reply to the service's process takes p50 ${out.nats_echo_p50_ms} ms`,
     );
 
     // 2. Throughput at concurrency 1, 8, 64, 256 (a fresh process per request on a reused sandbox). Each
