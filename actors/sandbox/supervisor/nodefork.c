@@ -95,96 +95,85 @@ static uint64_t *node_start_ns;
 static uint64_t *perf_start_ns;
 static double *perf_start_us;
 static double *milestones;
-static int ms_origin, ms_timestamp;  // which entries of milestones hold the origin and its timestamp
+static int ms_timestamp;  // which entry of milestones holds the origin's timestamp (the others are uv_hrtime ns)
 
+// Whether m holds the origin and its timestamp side by side, then milestones that are -1 or between the origin and
+// now: the timestamp's index, or -1.
 static int milestones_at(const double *m, double origin, double stamp, double now) {
-  int o = -1, t = -1;
+  int o, t;
   if (m[0] == stamp && m[1] == origin) t = 0, o = 1;
   else if (m[0] == origin && m[1] == stamp) o = 0, t = 1;
-  else return 0;
+  else return -1;
   for (int i = 0; i < N_MILESTONES; i++)
-    if (i != o && i != t && m[i] != -1 && !(m[i] >= origin && m[i] <= now)) return 0;
-  ms_origin = o;
-  ms_timestamp = t;
-  return 1;
+    if (i != o && i != t && m[i] != -1 && !(m[i] >= origin && m[i] <= now)) return -1;
+  return t;
 }
 
-// The milestones in the zygote's malloc heap ([heap]; pages not in memory skipped: they hold nothing node
-// wrote, and reading them would map them); NULL unless exactly one place matches.
-static double *find_milestones(double origin, double stamp) {
-  FILE *maps = fopen("/proc/self/maps", "re");
-  if (maps == NULL) return NULL;
-  double now = (double)uv_hrtime();
+// The milestones in the zygote's malloc heap [lo, hi) (pages not in memory skipped: they hold nothing node wrote,
+// and reading them would map them); NULL unless exactly one place matches.
+static double *find_milestones(unsigned long lo, unsigned long hi, double origin, double stamp) {
   long page = sysconf(_SC_PAGESIZE);
+  size_t pages = (hi - lo) / (size_t)page;
+  unsigned char *in_core = malloc(pages);
+  if (in_core == NULL || mincore((void *)lo, hi - lo, in_core) != 0) {
+    free(in_core);
+    return NULL;
+  }
+  double now = (double)uv_hrtime();
+  size_t per_page = (size_t)page / sizeof(double);
   double *found = NULL;
   int hits = 0;
-  char line[512];
-  while (fgets(line, sizeof line, maps) != NULL) {
-    unsigned long lo, hi;
-    char perms[8], name[64] = "";
-    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %63s", &lo, &hi, perms, name) < 3) continue;
-    if (strcmp(name, "[heap]") != 0 || perms[0] != 'r' || perms[1] != 'w' || hi <= lo) continue;
-    size_t pages = (hi - lo) / (size_t)page;
-    unsigned char *in_core = malloc(pages);
-    if (in_core == NULL || mincore((void *)lo, hi - lo, in_core) != 0) {
-      free(in_core);
-      continue;
-    }
-    size_t per_page = (size_t)page / sizeof(double);
-    for (size_t p = 0; p < pages; p++) {
-      if (!(in_core[p] & 1)) continue;
-      // An array may run on into the next page: read it only when that page is in memory too.
-      size_t last = p + 1 < pages && (in_core[p + 1] & 1) ? per_page : per_page - N_MILESTONES + 1;
-      double *d = (double *)(lo + p * (size_t)page);
-      for (size_t k = 0; k < last; k++) {
-        if ((d[k] == stamp || d[k] == origin) && milestones_at(d + k, origin, stamp, now)) {
-          found = d + k;
-          hits++;
-        }
+  for (size_t p = 0; p < pages; p++) {
+    if (!(in_core[p] & 1)) continue;
+    // An array may run on into the next page: read it only when that page is in memory too.
+    size_t last = p + 1 < pages && (in_core[p + 1] & 1) ? per_page : per_page - N_MILESTONES + 1;
+    double *d = (double *)(lo + p * (size_t)page);
+    for (size_t k = 0; k < last; k++) {
+      int t = (d[k] == stamp || d[k] == origin) ? milestones_at(d + k, origin, stamp, now) : -1;
+      if (t >= 0) {
+        found = d + k;
+        ms_timestamp = t;
+        hits++;
       }
     }
-    free(in_core);
   }
-  fclose(maps);
-  if (hits != 1) return NULL;
-  milestones_at(found, origin, stamp, now);  // its layout, again: a later candidate may have set another
-  return found;
+  free(in_core);
+  return hits == 1 ? found : NULL;
 }
 
-// Whether p lies in a writable mapping (a name found by dlsym could be a constant in another node build).
-static int writable(const void *p) {
-  FILE *maps = fopen("/proc/self/maps", "re");
-  if (maps == NULL || p == NULL) {
-    if (maps != NULL) fclose(maps);
-    return 0;
-  }
-  int ok = 0;
-  char line[512];
-  while (!ok && fgets(line, sizeof line, maps) != NULL) {
-    unsigned long lo, hi;
-    char perms[8];
-    if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3)
-      ok = (unsigned long)p >= lo && (unsigned long)p + sizeof(uint64_t) <= hi && perms[1] == 'w';
-  }
-  fclose(maps);
-  return ok;
-}
+#define N_CLOCK_VARS 3
+static const char *const CLOCK_VARS[N_CLOCK_VARS] = {
+    "_ZN4node11per_process15node_start_timeE",
+    "_ZN4node11performance25performance_process_startE",
+    "_ZN4node11performance35performance_process_start_timestampE",
+};
 
-static void *find_variable(const char *symbol) {
-  void *p = dlsym(RTLD_DEFAULT, symbol);
-  return writable(p) ? p : NULL;
-}
-
-// In the zygote, once.
+// In the zygote, once: the variables found by name (each kept only where it lies in a writable mapping: a name
+// dlsym finds could be a constant in another node build) and the malloc heap's bounds, in one read of the maps.
 static void find_clocks(void) {
+  void *vars[N_CLOCK_VARS];
+  int ok[N_CLOCK_VARS] = {0};
+  for (int i = 0; i < N_CLOCK_VARS; i++) vars[i] = dlsym(RTLD_DEFAULT, CLOCK_VARS[i]);
+  unsigned long heap_lo = 0, heap_hi = 0;
+  FILE *maps = fopen("/proc/self/maps", "re");
+  char line[512];
+  while (maps != NULL && fgets(line, sizeof line, maps) != NULL) {
+    unsigned long lo, hi;
+    char perms[8], name[64] = "";
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %63s", &lo, &hi, perms, name) < 3 || perms[1] != 'w') continue;
+    for (int i = 0; i < N_CLOCK_VARS; i++)
+      if (vars[i] != NULL && (unsigned long)vars[i] >= lo && (unsigned long)vars[i] + sizeof(uint64_t) <= hi) ok[i] = 1;
+    if (strcmp(name, "[heap]") == 0 && perms[0] == 'r' && hi > lo) heap_lo = lo, heap_hi = hi;
+  }
+  if (maps != NULL) fclose(maps);
   uint64_t now = uv_hrtime();
-  uint64_t *p = find_variable("_ZN4node11per_process15node_start_timeE");
+  uint64_t *p = ok[0] ? vars[0] : NULL;
   node_start_ns = p != NULL && *p > 0 && *p <= now ? p : NULL;
-  perf_start_ns = find_variable("_ZN4node11performance25performance_process_startE");
-  perf_start_us = find_variable("_ZN4node11performance35performance_process_start_timestampE");
+  perf_start_ns = ok[1] ? vars[1] : NULL;
+  perf_start_us = ok[2] ? vars[2] : NULL;
   milestones = NULL;
-  if (perf_start_ns != NULL && perf_start_us != NULL && *perf_start_ns > 0 && *perf_start_ns <= now && *perf_start_us > 0)
-    milestones = find_milestones((double)*perf_start_ns, *perf_start_us);
+  if (perf_start_ns != NULL && perf_start_us != NULL && *perf_start_ns > 0 && *perf_start_ns <= now && *perf_start_us > 0 && heap_hi > 0)
+    milestones = find_milestones(heap_lo, heap_hi, (double)*perf_start_ns, *perf_start_us);
   if (milestones == NULL) perf_start_ns = NULL, perf_start_us = NULL;
 }
 
