@@ -3,7 +3,7 @@
 // `python3 -c` is an exec and a full interpreter start. On a virtual machine whose page tables the
 // hypervisor shadows, faults, forks and exits trap to it, and what they cost moves from day to day far
 // more than plain computation does: so does the ratio between the two. These figures say which kind of day it was.
-import { spawnSync } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 
 const PAGE = 4096;
 
@@ -82,4 +82,79 @@ export function cowFaultMicros(python: string): number {
   const r = spawnSync(python, ["-S", "-c", COW_FAULT], { encoding: "utf8", timeout: 60_000 });
   const us = Number(r.stdout?.trim());
   return r.status === 0 && Number.isFinite(us) ? us : Number.NaN;
+}
+
+// Two python3 -S loops that count what they get done in \`seconds\`, started together on a signal. FORK_LOOP
+// forks children that each write one byte to 160 pages they share with it (an execution's copy-on-write
+// faults) and exit; COMPUTE_LOOP only computes, the control. Run alone and then one per core: on bare metal
+// or hardware-assisted paging both scale with the cores; on a guest whose hypervisor shadows page tables the
+// forks contend for it, and 2 cores fork little more than one.
+const LOOP_PRELUDE = `
+import os, sys, time
+buf = bytearray(160 * 4096)
+for i in range(0, len(buf), 4096): buf[i] = 1
+sys.stdout.write("ready\\n"); sys.stdout.flush()
+sys.stdin.readline()
+n, end = 0, time.monotonic() + float(sys.argv[1])
+`;
+const FORK_LOOP = `${LOOP_PRELUDE}
+while time.monotonic() < end:
+    if os.fork() == 0:
+        for i in range(0, len(buf), 4096): buf[i] = 2
+        os._exit(0)
+    os.wait()
+    n += 1
+print(n)
+`;
+const COMPUTE_LOOP = `${LOOP_PRELUDE}
+while time.monotonic() < end:
+    for i in range(1000): pass
+    n += 1
+print(n)
+`;
+
+/** Rounds/s of `script` summed over `procs` python3 -S processes started together; NaN if one fails. */
+async function roundsPerSecond(python: string, script: string, procs: number, seconds: number): Promise<number> {
+  const children = Array.from({ length: procs }, () => spawn(python, ["-S", "-c", script, String(seconds)], { stdio: ["pipe", "pipe", "ignore"] }));
+  const outputs = children.map((c) => {
+    let out = "";
+    // A loop that cannot start (no such interpreter) counts as done: its NaN says so.
+    c.on("error", () => undefined);
+    c.stdin.on("error", () => undefined);
+    const done = new Promise<string>((ok) => c.on("close", () => ok(out)));
+    const ready = new Promise<void>((ok) => {
+      c.stdout.on("data", (d: Buffer) => {
+        out += d.toString();
+        if (out.includes("ready")) ok();
+      });
+      void done.then(() => ok());
+    });
+    return { ready, done };
+  });
+  await Promise.race([Promise.all(outputs.map((o) => o.ready)), new Promise((ok) => setTimeout(ok, 10_000))]);
+  for (const c of children) c.stdin.end("go\n");
+  const counts = (await Promise.all(outputs.map((o) => o.done))).map((o) => Number(o.trim().split("\n").at(-1) || Number.NaN));
+  return counts.every(Number.isFinite) ? counts.reduce((a, b) => a + b, 0) / seconds : Number.NaN;
+}
+
+/**
+ * How much more `script` gets done on `cores` cores than on one: alone and together, alternated three times,
+ * each side its best round (a round on this kind of guest can lose a third of its time to the host).
+ */
+async function scaling(python: string, script: string, cores: number, seconds: number): Promise<{ one: number; all: number; ratio: number }> {
+  let one = Number.NEGATIVE_INFINITY;
+  let all = Number.NEGATIVE_INFINITY;
+  for (let round = 0; round < 3; round++) {
+    one = Math.max(one, await roundsPerSecond(python, script, 1, seconds));
+    all = Math.max(all, await roundsPerSecond(python, script, cores, seconds));
+  }
+  return { one, all, ratio: all / one };
+}
+
+/**
+ * How fork-and-copy work scales with the cores (forks/s alone and one loop per core), and plain computation
+ * for comparison. A warm execution is the first kind of work; a bare interpreter start is mostly the second.
+ */
+export async function forkScaling(python: string, cores: number, seconds = 1) {
+  return { forks: await scaling(python, FORK_LOOP, cores, seconds), compute: await scaling(python, COMPUTE_LOOP, cores, seconds) };
 }

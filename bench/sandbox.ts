@@ -32,7 +32,7 @@ import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
 import { loadEnvironment as loadCodeEnvironment } from "../environments/code/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/index.js";
 import { machineCpuDuring } from "./machine-cpu.js";
-import { cowFaultMicros, forkExitCpuMs, pageFaultMicros } from "./machine-calibration.js";
+import { cowFaultMicros, forkExitCpuMs, forkScaling, pageFaultMicros } from "./machine-calibration.js";
 import { spawnHold } from "./spawn-hold.js";
 import { nativeSpawnAddon } from "../actors/sandbox/native-spawn.js";
 import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
@@ -301,6 +301,15 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   out.fork_exit_cpu_ms = r2(forkExitCpuMs(python));
   print(
     `machine           a page fault ${out.page_fault_us} us (first touch of fresh memory), a copy-on-write fault ${out.cow_fault_us} us; python3 -S forking a child that exits at once ${out.fork_exit_cpu_ms} ms CPU`,
+  );
+  // Whether the cores add up for this kind of work: an execution's throughput can only scale as its faults do.
+  const cores = availableParallelism();
+  const scale = await forkScaling(python, cores);
+  out.fork_copy_per_s_one_core = r2(scale.forks.one);
+  out.fork_copy_scaling = r2(scale.forks.ratio);
+  out.compute_scaling = r2(scale.compute.ratio);
+  print(
+    `                  forks that copy 160 pages: ${Math.round(scale.forks.one)} /s on one core, ${out.fork_copy_scaling}x that on ${cores} (plain computation: ${out.compute_scaling}x)`,
   );
 
   try {

@@ -2,7 +2,7 @@
 // interpreter to measure is missing.
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { forkExitCpuMs, pageFaultMicros } from "../../bench/machine-calibration.js";
+import { forkExitCpuMs, forkScaling, pageFaultMicros } from "../../bench/machine-calibration.js";
 
 describe("machine calibration", () => {
   it("a first touch of fresh memory costs more than a second touch", () => {
@@ -14,5 +14,14 @@ describe("machine calibration", () => {
     const ms = forkExitCpuMs("/usr/bin/python3");
     assert.ok(Number.isFinite(ms) && ms > 0 && ms < 1000, `fork + exit ${ms} ms`);
     assert.ok(Number.isNaN(forkExitCpuMs("/nonexistent/python3")));
+  });
+
+  it("fork-and-copy and computation scaling are measured rates; a missing interpreter gives NaN", async () => {
+    const s = await forkScaling("/usr/bin/python3", 2, 0.3);
+    for (const [what, r] of Object.entries(s)) {
+      assert.ok(r.one > 0 && r.all > 0 && Number.isFinite(r.ratio), `${what}: ${JSON.stringify(r)}`);
+    }
+    const missing = await forkScaling("/nonexistent/python3", 2, 0.3);
+    assert.ok(Number.isNaN(missing.forks.one) && Number.isNaN(missing.compute.ratio), JSON.stringify(missing));
   });
 });
