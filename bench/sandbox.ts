@@ -70,6 +70,31 @@ function bareRun(binary: string, args: string[]): Promise<void> {
 
 const bare = (python: string) => bareRun(python, ["-c", PROGRAM]);
 
+// Programs beyond print(1), as code RL runs them: one that fails with a traceback, one that imports what
+// solutions often import. Each with the exit code and a piece of stderr/stdout both runs must show.
+const OTHER_PROGRAMS = [
+  { key: "raise", what: "a program that raises", code: "def f(x):\n    return 1 / x\nf(0)\n", exitCode: 1, shows: "ZeroDivisionError" },
+  {
+    key: "imports",
+    what: "one importing typing, string, fractions",
+    code: "from typing import List\nimport string, fractions\nprint(1)\n",
+    exitCode: 0,
+    shows: "1",
+  },
+] as const;
+
+/** A bare run of `python -c code` that must exit with `exitCode` and print `shows` (stdout or stderr). */
+function bareProgram(python: string, code: string, exitCode: number, shows: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const c = spawn(python, ["-c", code], { stdio: ["ignore", "pipe", "pipe"] });
+    let out = "";
+    c.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    c.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    c.on("error", reject);
+    c.on("close", (code) => (code === exitCode && out.includes(shows) ? resolve() : reject(new Error(`bare ${python} failed: ${code} ${out}`))));
+  });
+}
+
 /** Closed loop: `concurrency` workers issue `total` calls; returns per-call latencies and calls/s. */
 async function closedLoop(concurrency: number, total: number, call: () => Promise<unknown>): Promise<{ lat: number[]; perSec: number }> {
   const lat: number[] = [];
@@ -359,6 +384,29 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     print(
       `                  of which in the sandbox p50 ${out.warm_in_sandbox_p50_ms} ms (program handed over to exit reaped); the trip there and back ${r2(out.warm_p50_ms - out.warm_in_sandbox_p50_ms)} ms, where a bare NATS request/reply to the service's process takes p50 ${out.nats_echo_p50_ms} ms`,
     );
+
+    // 1b. Warm executions of programs that raise or import: what a solution that fails its test, or starts with
+    // the usual imports, costs (a reused sandbox preloads those modules and warms the traceback path).
+    const others: string[] = [];
+    for (const p of OTHER_PROGRAMS) {
+      const lat: number[] = [];
+      const bareLat: number[] = [];
+      for (let i = 0; i < (quick ? 20 : 60); i++) {
+        for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
+        const t = performance.now();
+        const r = await client.exec({ language: "python", code: p.code });
+        lat.push(performance.now() - t);
+        if (r.exitCode !== p.exitCode || !(r.stdout + r.stderr).includes(p.shows)) throw new Error(`sandbox returned ${JSON.stringify(r)}`);
+        const b = performance.now();
+        await bareProgram(python, p.code, p.exitCode, p.shows);
+        bareLat.push(performance.now() - b);
+      }
+      out[`warm_${p.key}_p50_ms`] = r2(pct(lat, 0.5));
+      out[`bare_${p.key}_p50_ms`] = r2(pct(bareLat, 0.5));
+      out[`warm_${p.key}_speedup_p50`] = r2(out[`bare_${p.key}_p50_ms`]! / out[`warm_${p.key}_p50_ms`]!);
+      others.push(`${p.what} p50 ${out[`warm_${p.key}_p50_ms`]} ms (bare ${out[`bare_${p.key}_p50_ms`]} ms, ${out[`warm_${p.key}_speedup_p50`]}x)`);
+    }
+    print(`                  ${others.join("; ")}`);
 
     // 2. Throughput at concurrency 1, 8, 64, 256 (a fresh process per request on a reused sandbox). Each
     // round runs many times `c` executions: a closed loop's first and last `c` requests find the queue

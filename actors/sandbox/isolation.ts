@@ -347,7 +347,9 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     WORK_DIR,
   );
   if (features.seccomp) a.push("--seccomp", String(SECCOMP_FD));
-  a.push("--", runtimes.python.binary, "-I", "-S", "-B", "/.rs/supervisor.py", runtimes.node?.binary ?? "", prestart, cpuList(layout.settings.cpus));
+  // "reuse": a sandbox that serves many commands preloads more modules (supervisor.py's PRELOAD_REUSED).
+  const reuse = layout.settings.maxExecsPerSandbox > 1 ? "reuse" : "";
+  a.push("--", runtimes.python.binary, "-I", "-S", "-B", "/.rs/supervisor.py", runtimes.node?.binary ?? "", prestart, cpuList(layout.settings.cpus), reuse);
   return a;
 }
 

@@ -138,7 +138,7 @@ print("OTHERS", sorted(o for o in others if o))
       assert.equal(js.next, "ENV none\n");
     });
 
-    it("module monkey-patches and interpreter state: builtins, modules, sys.path, cwd, umask, signals, recursion limit, gc, __main__, argv, stdout", async () => {
+    it("module monkey-patches and interpreter state: builtins, modules (preloaded ones too), sys.path, cwd, umask, signals, recursion limit, gc, __main__, argv, stdout", async () => {
       // gc: the supervisor freezes its objects before forking; a program may unfreeze, disable or retune the collector.
       // __main__, argv and stdout's buffering are built once in pid 1 and shared copy-on-write by every child.
       const plant = `
@@ -156,6 +156,9 @@ os.umask(0o077)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 import math
 math.pi = 3
+import traceback, typing
+traceback.format_exc = lambda *a, **k: "PATCHED"
+typing.List = None
 RS_MAIN_LEAK = 1
 sys.argv.append("rs-leak")
 sys.stdout.reconfigure(line_buffering=False)
@@ -176,6 +179,9 @@ u = os.umask(0); os.umask(u)
 if u == 0o077: leaks.append("umask")
 if signal.getsignal(signal.SIGTERM) == signal.SIG_IGN: leaks.append("signal")
 if math.pi == 3: leaks.append("math.pi")
+import traceback, typing
+if traceback.format_exc() == "PATCHED": leaks.append("traceback")
+if typing.List is None: leaks.append("typing")
 if "RS_MAIN_LEAK" in globals() or hasattr(sys.modules["__main__"], "RS_MAIN_LEAK"): leaks.append("__main__")
 if sys.argv != ["-c"]: leaks.append("argv")
 if not sys.stdout.line_buffering: leaks.append("stdout")
@@ -184,7 +190,7 @@ print("LEAKS", leaks)
       const { control, next } = await plantAndProbe(fx, "python", plant, probe);
       assert.equal(
         control,
-        "LEAKS ['gc.disable', 'gc.threshold', 'gc.unfreeze', 'json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi', '__main__', 'argv', 'stdout']\n",
+        "LEAKS ['gc.disable', 'gc.threshold', 'gc.unfreeze', 'json.dumps', 'builtins', 'sys.modules', 'sys.path', 'recursionlimit', 'cwd', 'umask', 'signal', 'math.pi', 'traceback', 'typing', '__main__', 'argv', 'stdout']\n",
       );
       assert.equal(next, "LEAKS []\n");
       const js = await plantAndProbe(

@@ -25,13 +25,15 @@
 # monkey-patches, globals, environment variables and cwd changes die with the command's process.
 #
 # argv: [1] node binary ("" when node is not available), [2] runtime to prestart ("python"/"node"/""),
-# [3] the CPUs this sandbox runs on ("0,1,5"; "" for all), applied before anything is forked.
+# [3] the CPUs this sandbox runs on ("0,1,5"; "" for all), applied before anything is forked,
+# [4] "reuse" when it serves more than one command (more modules are preloaded: PRELOAD_REUSED).
 import os, sys, select, resource, fcntl, atexit, gc, _signal, _struct, _ctypes, time
 
 CTL_IN, CTL_OUT = 3, 4
 NODE = sys.argv[1] if len(sys.argv) > 1 else ""
 PRESTART = sys.argv[2] if len(sys.argv) > 2 else ""
 CPUS = sys.argv[3] if len(sys.argv) > 3 else ""
+REUSED = len(sys.argv) > 4 and sys.argv[4] == "reuse"
 BOOT_JS = "/.rs/boot.js"
 FORK_LOOP_SO = "/.rs/forkserver.so"
 # The node fork server's native half (nodefork.c), present when built and settings.nodeForkServer is on.
@@ -85,10 +87,6 @@ def write_all(fd, data):
         n = os.write(fd, view)
         view = view[n:]
 
-# Modules most programs import, loaded once here so that each forked command finds them imported.
-# Only when python is served: a node or bash sandbox does not pay for them.
-# Kept to the cheap, common ones: each import here is paid at every sandbox start and in every
-# sandbox's memory (typing, dataclasses, decimal, fractions would add tens of ms per start).
 # Exercises the compiler and the common statement kinds once, in pid 1 (see load_site). Runs nothing.
 WARM_UP_PROGRAM = """
 def _warm(xs, *args, **kw):
@@ -105,7 +103,17 @@ class _Warm:
     def __init__(self, n: int = 0) -> None:
         self.n = n
 """
+# Modules most programs import, loaded once here so that each forked command finds them imported.
+# Only when python is served: a node or bash sandbox does not pay for them.
 PRELOAD = ("json", "re", "math", "collections", "itertools", "functools", "heapq", "bisect", "operator", "struct")
+# In a sandbox that serves many commands (argv[4] "reuse": maxExecsPerSandbox > 1, the default), also
+# these: an import a child does itself costs 6-8 ms of copy-on-write faults on a slow host even for a
+# small module (string), 17 ms for typing, and the traceback of a program that raises ~18 ms (its
+# modules, then their lazy set-up: see warm_tracebacks); preloaded, ~0. The price: ~20 ms and ~2 MB
+# more at the sandbox's start, paid once for its ~1,000 commands, and ~30 more faults in a command
+# that uses none of them. Not random, statistics or queue: random re-seeds in every fork (13 faults),
+# queue brings threading, whose fork hooks cost every command ~80.
+PRELOAD_REUSED = ("traceback", "linecache", "typing", "string", "copy", "array", "decimal", "fractions", "datetime")
 WIPE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
 _libc = _ctypes.dlopen(None)
 _syscall = _ctypes.dlsym(_libc, "syscall")
@@ -389,11 +397,13 @@ def load_site():
             site.main()
         except Exception:
             pass
-        for name in PRELOAD:
+        for name in PRELOAD + (PRELOAD_REUSED if REUSED else ()):
             try:
                 __import__(name)
             except Exception:
                 pass
+        if REUSED:
+            warm_tracebacks()
         # One compile here, before any fork: the first compile in a process grows shared tables (the
         # interned-string dict is resized, ~150 pages rewritten). Done once here instead of in every
         # child, it takes ~45% of a warm child's copy-on-write faults off each execution.
@@ -401,6 +411,23 @@ def load_site():
         global prepared_main
         prepared_main = prepare_main()
         freeze()
+
+def warm_tracebacks():
+    # A program that raises gets its traceback printed by the traceback module (run_python), whose first
+    # use builds what it reads lazily. Done here once, for an exception and a syntax error, from source
+    # held in linecache as run_python holds a program's; the cache is emptied again after.
+    try:
+        import linecache, traceback
+        src = "def _f(x):\n    raise ValueError(x)\n_f(1)\n"
+        linecache.cache["<warm-up>"] = (len(src), None, src.splitlines(True), "<warm-up>")
+        for text in (src, "def _g(:\n"):
+            try:
+                exec(compile(text, "<warm-up>", "exec"), {})
+            except BaseException as e:
+                traceback.format_exception(type(e), e, e.__traceback__)
+        linecache.clearcache()
+    except Exception:
+        pass
 
 def freeze():
     # Every fork shares this process's pages copy-on-write, and a collection that walks the old objects
@@ -441,9 +468,18 @@ def prepare_python():
     # sys.path[0] = "" (the program's folder) only here, in the child: pid 1 must never import from a
     # folder the program writes. The throwaway compile/exec matters: a fresh fork pays ~1.5 ms of
     # copy-on-write faults and lazy set-up on its first compile; paid here, it is off the request's path.
+    # It is a call that prints nothing, then both streams flushed (no bytes reach them: nothing was
+    # buffered): a call, stdout's write path and the flushes at exit are what nearly every program takes,
+    # so their pages are copied before the request, not in its time (a slow host's print(1), 4 alternating
+    # rounds: 2.05-2.84 ms in the sandbox against 2.89-3.11; the same CPU under load).
     main = prepared_main if prepared_main is not None else prepare_main()
     sys.path.insert(0, "")
-    exec(compile("pass", "<warm-up>", "exec"), {})
+    try:
+        exec(compile('print(end="")', "<warm-up>", "exec"), {})
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        pass
     return main
 
 def run_python(code, main=None):
