@@ -96,6 +96,7 @@ export class SandboxExecutor {
         maxOwned: Math.max(settings.maxConcurrent, targets.python, targets.node),
         maxParallelStarts: settings.maxParallelStarts,
         maxExecsPerSandbox: settings.maxExecsPerSandbox,
+        settleMs: settings.settleMs,
       },
       log,
     );

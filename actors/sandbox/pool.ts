@@ -47,6 +47,11 @@ export interface PoolOptions {
   maxParallelStarts: number;
   /** Requests one sandbox serves before it is replaced; 1 = no reuse. */
   maxExecsPerSandbox: number;
+  /**
+   * A sandbox that has just come back is still forking and preparing its next interpreter (a few ms on a
+   * slow host), and a request handed to it waits for that; back this long, it is taken as ready.
+   */
+  settleMs: number;
 }
 
 const RETRY_AFTER_FAILURE_MS = 1000;
@@ -65,6 +70,7 @@ export class WarmPool {
   private closed = false;
   private retryTimer: NodeJS.Timeout | null = null;
   private trimTimer: NodeJS.Timeout | null = null;
+  private readonly idleSince = new WeakMap<SandboxProcess, number>();
   readonly counters: PoolCounters = {
     hits: 0,
     misses: 0,
@@ -113,8 +119,9 @@ export class WarmPool {
     const st = this.kinds.get(kind);
     if (!st) return Promise.reject(new SandboxFailure(`no pool for ${kind}`));
     while (st.idle.length) {
-      // Most recently used first: its pages are warm, and the others can age out (trim).
-      const s = st.idle.pop()!;
+      // Most recently used first (its pages are warm, and the others can age out: trim), but one back long
+      // enough to have its next interpreter ready before one that has just come back.
+      const s = st.idle.splice(this.settledIndex(st.idle), 1)[0]!;
       if (s.idle) {
         this.counters.hits++;
         if (s.commands > 0) this.counters.reuses++;
@@ -179,7 +186,15 @@ export class WarmPool {
       return;
     }
     st.idle.push(s);
+    this.idleSince.set(s, performance.now());
     if (st.idle.length > this.opts.targets[kind]) this.scheduleTrim();
+  }
+
+  /** The most recently used idle sandbox that came back at least settleMs ago, else the most recent. */
+  private settledIndex(idle: SandboxProcess[]): number {
+    const now = performance.now();
+    for (let i = idle.length - 1; i >= 0; i--) if (now - (this.idleSince.get(idle[i]!) ?? 0) >= this.opts.settleMs) return i;
+    return idle.length - 1;
   }
 
   private owned(st: KindState): number {

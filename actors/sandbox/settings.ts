@@ -97,6 +97,13 @@ export const SandboxSettingsSchema = z.object({
       "one-shot requests a pool sandbox serves, one after another, before it is replaced; after each its supervisor resets it (every process killed, /workspace, /tmp and /dev/shm emptied, IPC objects removed, its own state checked) and a sandbox whose reset is not clean is replaced at once. 1 = a fresh sandbox per request (default 1000)",
     ),
   maxParallelStarts: pos().default(4).describe("sandboxes being started at once (pool refill and cold starts) (default 4)"),
+  settleMs: z
+    .number()
+    .min(0)
+    .default(10)
+    .describe(
+      "a request goes to the most recently used idle sandbox that has been back this long (its supervisor is still forking and preparing the next interpreter right after an execution), else to the most recent one; 0 = always the most recent (default 10)",
+    ),
   maxSessions: pos().default(256).describe("open sessions per replica; more are refused with 503 (default 256)"),
   sessionIdleMs: pos()
     .default(300_000)
