@@ -110,9 +110,10 @@ PRELOAD = ("json", "re", "math", "collections", "itertools", "functools", "heapq
 # these: an import a child does itself costs 6-8 ms of copy-on-write faults on a slow host even for a
 # small module (string), 17 ms for typing, and the traceback of a program that raises ~18 ms (its
 # modules, then their lazy set-up: see warm_tracebacks); preloaded, ~0. The price: ~20 ms and ~2 MB
-# more at the sandbox's start, paid once for its ~1,000 commands, and ~30 more faults in a command
-# that uses none of them. Not random, statistics or queue: random re-seeds in every fork (13 faults),
-# queue brings threading, whose fork hooks cost every command ~80.
+# more at the sandbox's start, paid once for its ~1,000 commands, and a few more faults in a command
+# that uses none of them (print(1) at concurrency 64: 229-231 against 222). Not random, statistics or
+# queue: random re-seeds in every fork (13 faults), queue brings threading, whose fork hooks cost every
+# command ~80.
 PRELOAD_REUSED = ("traceback", "linecache", "typing", "string", "copy", "array", "decimal", "fractions", "datetime")
 WIPE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
 _libc = _ctypes.dlopen(None)
