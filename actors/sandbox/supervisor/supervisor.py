@@ -435,7 +435,51 @@ def freeze():
     # writes to each one's header: in the child (a page fault per page, the bulk of a warm start's cost)
     # and here. Frozen objects are never walked again; new ones are collected as usual.
     gc.collect()
+    plug_allocator_holes()
     gc.freeze()
+
+# Objects that fill the free blocks of pymalloc's partly used pools (plug_allocator_holes); never freed.
+ALLOCATOR_PLUGS = []
+
+def plug_allocator_holes():
+    # After the imports and warm-ups, the small-object allocator's pools are full of freed blocks, scattered
+    # over many pages. A child allocates from those first, so each object it makes lands on another page it
+    # shares with this process: a copy-on-write fault each. Filled here, with objects of each size class
+    # that live as long as this process, they leave a child's allocations to fresh pools, where they sit
+    # side by side (print(1) forked outside a sandbox: 168 faults instead of 177, a dict-building program
+    # 225 instead of 269, 6-20% less CPU). The free-block counts come from sys._debugmallocstats (written
+    # to fd 2, read here through a pipe); without pymalloc, or where its format differs, nothing is filled.
+    try:
+        r, w = os.pipe()
+        saved = os.dup(2)
+        try:
+            os.dup2(w, 2)
+            sys._debugmallocstats()
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.close(w)
+        text = read_all(r).decode("ascii", "replace")
+        os.close(r)
+        import re
+        rows = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s*\d+\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s*$", text, re.M)]
+        if not rows or rows[0][0] not in (8, 16):
+            return
+        align = rows[0][0]
+        header = sys.getsizeof(b"")
+        for size, free in rows:
+            if size - header >= 2:
+                make = lambda n=size - header: bytes(n)
+            elif size - align < sys.getsizeof(object()) <= size:
+                make = object
+            elif size - align < sys.getsizeof(0.5) <= size:
+                make = lambda: float(len(ALLOCATOR_PLUGS)) + 0.5
+                free += 100  # floats come from their own free list first
+            else:
+                continue
+            ALLOCATOR_PLUGS.extend(make() for _ in range(free))
+    except Exception:
+        pass
 
 def exit_code_of(e):
     code = e.code
@@ -1060,7 +1104,9 @@ def main():
     kill_all()
     os._exit(0)
 
-try:
-    main()
-except BrokenPipeError:
-    os._exit(0)
+# Run as the sandbox's pid 1; tests load this file under another name to call its functions.
+if __name__ == "__main__":
+    try:
+        main()
+    except BrokenPipeError:
+        os._exit(0)
