@@ -57,14 +57,23 @@ function pct(xs: number[], p: number): number {
 
 const r2 = (x: number) => Math.round(x * 100) / 100;
 
-/** A bare interpreter run (the baseline: no sandbox) of a program that prints 1. */
-function bareRun(binary: string, args: string[]): Promise<void> {
+/**
+ * A bare interpreter run (the baseline: no sandbox). By default of a program that must exit 0 printing exactly
+ * "1"; with `shows`, one that must exit with `exitCode` and print `shows` somewhere on stdout or stderr.
+ */
+function bareRun(binary: string, args: string[], exitCode = 0, shows?: string): Promise<void> {
   return new Promise((resolve, reject) => {
     const c = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
+    let err = "";
     c.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    c.stderr.on("data", (d: Buffer) => (err += d.toString()));
     c.on("error", reject);
-    c.on("close", (code) => (code === 0 && out === "1\n" ? resolve() : reject(new Error(`${binary} ${args[0]} failed: ${code} ${out}`))));
+    c.on("close", (code) => {
+      const shown = shows === undefined ? out === "1\n" : (out + err).includes(shows);
+      if (code === exitCode && shown) resolve();
+      else reject(new Error(`${binary} ${args[0]} failed: ${code} ${out}${err}`));
+    });
   });
 }
 
@@ -82,18 +91,6 @@ const OTHER_PROGRAMS = [
     shows: "1",
   },
 ] as const;
-
-/** A bare run of `python -c code` that must exit with `exitCode` and print `shows` (stdout or stderr). */
-function bareProgram(python: string, code: string, exitCode: number, shows: string): Promise<void> {
-  return new Promise((resolve, reject) => {
-    const c = spawn(python, ["-c", code], { stdio: ["ignore", "pipe", "pipe"] });
-    let out = "";
-    c.stdout.on("data", (d: Buffer) => (out += d.toString()));
-    c.stderr.on("data", (d: Buffer) => (out += d.toString()));
-    c.on("error", reject);
-    c.on("close", (code) => (code === exitCode && out.includes(shows) ? resolve() : reject(new Error(`bare ${python} failed: ${code} ${out}`))));
-  });
-}
 
 /** Closed loop: `concurrency` workers issue `total` calls; returns per-call latencies and calls/s. */
 async function closedLoop(concurrency: number, total: number, call: () => Promise<unknown>): Promise<{ lat: number[]; perSec: number }> {
@@ -315,6 +312,10 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
     return r;
   };
+  // Up to half a second for every pool sandbox to be idle again (each warm request should find one waiting).
+  const poolRefilled = async () => {
+    for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
+  };
   const st0 = await serviceStats(nc);
   print(
     `sandbox bench on ${availableParallelism()} cores; isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}`,
@@ -350,7 +351,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     const echo: number[] = [];
     const echoBody = new Uint8Array(64);
     for (let i = 0; i < warmN; i++) {
-      for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
+      await poolRefilled();
       const t = performance.now();
       const r = await exec();
       warm.push(performance.now() - t);
@@ -368,7 +369,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     // the after-work is the one difference.
     const quiet: number[] = [];
     for (let i = 0; i < warmN / 2; i++) {
-      for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
+      await poolRefilled();
       await sleep(20);
       await serviceStats(nc);
       const t = performance.now();
@@ -410,13 +411,13 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       const lat: number[] = [];
       const bareLat: number[] = [];
       for (let i = 0; i < (quick ? 20 : 60); i++) {
-        for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
+        await poolRefilled();
         const t = performance.now();
         const r = await client.exec({ language: "python", code: p.code });
         lat.push(performance.now() - t);
         if (r.exitCode !== p.exitCode || !(r.stdout + r.stderr).includes(p.shows)) throw new Error(`sandbox returned ${JSON.stringify(r)}`);
         const b = performance.now();
-        await bareProgram(python, p.code, p.exitCode, p.shows);
+        await bareRun(python, ["-c", p.code], p.exitCode, p.shows);
         bareLat.push(performance.now() - b);
       }
       out[`warm_${p.key}_p50_ms`] = r2(pct(lat, 0.5));

@@ -9,17 +9,11 @@ import { supervisorDir } from "../../actors/sandbox/supervisor-source.js";
 import { join } from "node:path";
 
 const SCRIPT = `
-import os, re, sys
+import sys
 sup = {"__name__": "supervisor_under_test"}
 exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), sup)
 def free_blocks(size):
-    r, w = os.pipe()
-    saved = os.dup(2); os.dup2(w, 2); sys._debugmallocstats(); os.dup2(saved, 2); os.close(saved); os.close(w)
-    text = sup["read_all"](r).decode(); os.close(r)
-    for m in re.finditer(r"^\\s*\\d+\\s+(\\d+)\\s+\\d+\\s+\\d+\\s+(\\d+)\\s*$", text, re.M):
-        if int(m.group(1)) == size:
-            return int(m.group(2))
-    return 0
+    return dict(sup["allocator_free_blocks"]()).get(size, 0)
 header = sys.getsizeof(b"")
 kept = [bytes(200 - header) for _ in range(20000)]
 del kept[::2]

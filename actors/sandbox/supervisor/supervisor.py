@@ -438,6 +438,23 @@ def freeze():
     plug_allocator_holes()
     gc.freeze()
 
+def allocator_free_blocks():
+    """(block size, free blocks in partly used pools) per pymalloc size class, from sys._debugmallocstats,
+    which writes to fd 2: read here through a pipe. [] without pymalloc or where the format differs."""
+    r, w = os.pipe()
+    saved = os.dup(2)
+    try:
+        os.dup2(w, 2)
+        sys._debugmallocstats()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(w)
+    text = read_all(r).decode("ascii", "replace")
+    os.close(r)
+    import re
+    return [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s*\d+\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s*$", text, re.M)]
+
 # Objects that fill the free blocks of pymalloc's partly used pools (plug_allocator_holes); never freed.
 ALLOCATOR_PLUGS = []
 
@@ -448,21 +465,9 @@ def plug_allocator_holes():
     # that live as long as this process, they leave a child's allocations to fresh pools, where they sit
     # side by side (print(1) forked outside a sandbox: 168 faults instead of 177, a dict-building program
     # 225 instead of 269, 6-20% less CPU). The free-block counts come from sys._debugmallocstats (written
-    # to fd 2, read here through a pipe); without pymalloc, or where its format differs, nothing is filled.
+    # to fd 2: allocator_free_blocks); without pymalloc, or where its format differs, nothing is filled.
     try:
-        r, w = os.pipe()
-        saved = os.dup(2)
-        try:
-            os.dup2(w, 2)
-            sys._debugmallocstats()
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            os.close(w)
-        text = read_all(r).decode("ascii", "replace")
-        os.close(r)
-        import re
-        rows = [(int(m.group(1)), int(m.group(2))) for m in re.finditer(r"^\s*\d+\s+(\d+)\s+\d+\s+\d+\s+(\d+)\s*$", text, re.M)]
+        rows = allocator_free_blocks()
         if not rows or rows[0][0] not in (8, 16):
             return
         align = rows[0][0]
