@@ -292,7 +292,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
 
   const storeDir = mkdtempSync(join(tmpdir(), "rs-bench-sandbox-"));
   const nats = await startNatsServer({ storeDir });
-  const nc = await connect({ servers: nats.url });
+  // As an actor's connection (actors/runtime/nats-connect.ts): no stack traces built ahead for each request.
+  const nc = await connect({ servers: nats.url, noAsyncTraces: true });
   // SANDBOX_EXECUTOR_THREAD=1: the executor on its worker thread (executorThread: true), for comparing the two.
   const executorThread = process.env["SANDBOX_EXECUTOR_THREAD"] === "1";
   // SANDBOX_FRESH_NAMESPACES=1: each execution in namespaces of its own (isolation.freshNamespaces), for
