@@ -227,6 +227,40 @@ print("IPC", rows)
       assert.equal(mq.stdout, "-1 1\n", `mq_open refused with EPERM: ${describeResult(mq)}`);
     });
 
+    it("scheduling weight: a session's autogroup nice, writable by its processes, does not reach the next execution", async (t) => {
+      // /proc/self/autogroup sets the CPU weight of the whole session: were executions in the sandbox's session,
+      // a program's nice 19 there would slow every later command of the sandbox (its tests, to a timeout). The
+      // kernel takes one such write a second from the whole machine (EAGAIN otherwise): each plant retries, and
+      // prints what its session has then (the positive control); the next execution on the sandbox prints its own.
+      const where = await fx.client.exec({ language: "python", code: "import os\nprint(os.path.exists('/proc/self/autogroup'))" });
+      if (where.stdout !== "True\n") return t.skip("the kernel has no autogroups (CONFIG_SCHED_AUTOGROUP)");
+      const programs: [SandboxLanguage, string, string][] = [
+        [
+          "python",
+          "import time\nfor _ in range(40):\n    try:\n        with open('/proc/self/autogroup', 'w') as f: f.write('19')\n        break\n    except BlockingIOError:\n        time.sleep(0.1)\nprint(open('/proc/self/autogroup').read().split()[-1])",
+          "print(open('/proc/self/autogroup').read().split()[-1])",
+        ],
+        [
+          "bash",
+          "for i in $(seq 40); do { echo 19 > /proc/self/autogroup; } 2>/dev/null && break; sleep 0.1; done; cut -d' ' -f3 /proc/self/autogroup",
+          "cut -d' ' -f3 /proc/self/autogroup",
+        ],
+        [
+          "node",
+          "const fs = require('fs'); for (let i = 0; i < 40; i++) { try { fs.writeFileSync('/proc/self/autogroup', '19'); break; } catch { Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100); } } console.log(fs.readFileSync('/proc/self/autogroup', 'utf8').trim().split(' ').pop());",
+          "console.log(require('fs').readFileSync('/proc/self/autogroup', 'utf8').trim().split(' ').pop());",
+        ],
+      ];
+      for (const [lang, plant, probe] of programs) {
+        const s0 = fx.service.stats();
+        const planted = await fx.client.exec({ language: lang, code: plant, limits: { wallMs: 8000 } });
+        assert.equal(planted.stdout, "19\n", `${lang}: the plant took effect in its own session: ${describeResult(planted)}`);
+        const probed = await fx.client.exec({ language: lang, code: probe });
+        assert.equal(probed.stdout, "0\n", `${lang}: ${describeResult(probed)}`);
+        assert.equal(fx.service.stats().sandboxes_started_total, s0.sandboxes_started_total, "the probe ran on the sandbox the plant ran on");
+      }
+    });
+
     it("the fork server cannot be reached or signalled from an execution", async () => {
       const s0 = fx.service.stats();
       const r = await fx.client.exec({

@@ -498,6 +498,8 @@ static int fork_warm(void) {
   pid_t pid = fork();
   if (pid == 0) {
     PyOS_AfterFork_Child();
+    // A session, so an autogroup, of its own (supervisor.py: child_common says why).
+    if (setsid() < 0) _exit(127);
     // Isolated first, while the template user namespace's fd is still open (isolate_exec closes it).
     if (isolate_exec(!session_mode) != 0) _exit(127);
     // Sources out of the way first (above 64) so that targets never clobber each other.

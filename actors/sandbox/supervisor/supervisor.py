@@ -370,6 +370,10 @@ def apply_rlimits(lim, pid=0):
             resource.setrlimit(res, (soft, hard))
 
 def child_common(stdin_fd, extra=None, fresh=False, isolate=True):
+    # A session of its own, so an autogroup of its own: the scheduler's weight for a session is writable by
+    # its processes (/proc/self/autogroup), and in the sandbox's session a program's `nice 19` there would
+    # outlive it and slow every later command of this sandbox (the next sample's tests, to a timeout).
+    os.setsid()
     _signal.set_wakeup_fd(-1)
     _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
     _signal.signal(_signal.SIGINT, _signal.default_int_handler)
