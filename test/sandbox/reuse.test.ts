@@ -261,6 +261,34 @@ print("IPC", rows)
       }
     });
 
+    it("network: TCP connections an execution closed (TIME_WAIT, for a minute) do not reach the next execution", async () => {
+      // Nothing can remove them from the sandbox's network namespace: the reset finds them and the sandbox is
+      // replaced. The plant lists its own closed connection (the control); the next execution lists none.
+      const entries = "sum(len(open(p).read().splitlines()) - 1 for p in ('/proc/net/tcp', '/proc/net/tcp6') if os.path.exists(p))";
+      const plant = `import os, socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+c = socket.create_connection(s.getsockname())
+a, _ = s.accept()
+c.close()
+a.close()
+s.close()
+print(${entries})`;
+      const s0 = fx.service.stats();
+      const planted = await fx.client.exec({ language: "python", code: plant });
+      assert.equal(planted.exitCode, 0, describeResult(planted));
+      assert.ok(Number(planted.stdout) >= 1, `the closed connection is listed where it was made: ${describeResult(planted)}`);
+      const probed = await fx.client.exec({ language: "python", code: `import os\nprint(${entries})` });
+      assert.equal(probed.stdout, "0\n", describeResult(probed));
+      assert.equal(fx.service.stats().sandboxes_retired_unclean_total, s0.sandboxes_retired_unclean_total + 1, "the sandbox was replaced");
+      // A command that used no TCP leaves its sandbox in service.
+      await fx.client.exec({ language: "python", code: "print(1)" });
+      const s1 = fx.service.stats();
+      await fx.client.exec({ language: "python", code: "print(2)" });
+      assert.equal(fx.service.stats().sandboxes_retired_unclean_total, s1.sandboxes_retired_unclean_total);
+    });
+
     it("the fork server cannot be reached or signalled from an execution", async () => {
       const s0 = fx.service.stats();
       const r = await fx.client.exec({

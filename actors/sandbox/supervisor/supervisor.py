@@ -221,10 +221,31 @@ def remove_sysv_ipc():
                 ok = False
     return ok
 
+def tcp_left():
+    """TCP connections left in this sandbox's network namespace (forkserver.c: tcp_counts_zero says why they
+    make a sandbox not clean): True, False, or None where the counts cannot be read."""
+    try:
+        total = 0
+        for path, prefix in (("/proc/net/sockstat", "TCP:"), ("/proc/net/sockstat6", "TCP6:")):
+            if prefix == "TCP6:" and not os.path.exists(path):
+                continue  # no IPv6
+            with open(path) as f:
+                fields = next(line for line in f.read().splitlines() if line.startswith(prefix)).split()
+            counts = dict(zip(fields[1::2], map(int, fields[2::2])))
+            total += counts["inuse"] + counts.get("tw", 0)
+        return total != 0
+    except (OSError, StopIteration, KeyError, ValueError):
+        return None
+
+# Whether tcp_left could read the counts, and found none, when the supervisor started: else the check is off.
+TCP_CHECK = False
+
 def reset_after_command():
     """Everything a one-shot command could leave for the next one, undone; False if anything differs."""
     ok = wipe()
     ok = remove_sysv_ipc() and ok
+    if TCP_CHECK:
+        ok = tcp_left() is False and ok
     for fd in (1, 2):
         try:
             ok = restore_pipe(fd, BASE_PIPES[fd]) and ok
@@ -1079,6 +1100,8 @@ def main():
             os._exit(1)
     BASE_STATE = own_state()
     BASE_PIPES = {fd: pipe_state(fd) for fd in (1, 2)}
+    global TCP_CHECK
+    TCP_CHECK = tcp_left() is False
     global LOOP
     loop = LOOP = load_fork_loop()
     if FRESH_MOUNTS and loop is None:
