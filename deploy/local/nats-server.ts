@@ -28,6 +28,12 @@ export interface StartNatsOptions {
   cluster?: { name: string; serverName: string; port: number; routes: number[] };
   /** How to find a free port for the client and monitor ports not named above (tests); freePort() by default. */
   pickPort?: () => Promise<number>;
+  /**
+   * Start it in a session of its own (setsid), as a server run as its own service is. Where the kernel shares
+   * the CPU between sessions first (autogroups: a host whose processes are all in the root cgroup), it then
+   * gets a session's share instead of splitting the caller's with everything else the caller started.
+   */
+  ownSession?: boolean;
 }
 
 export async function freePort(): Promise<number> {
@@ -149,7 +155,7 @@ async function startNatsServerOnce(opts: StartNatsOptions): Promise<LocalNatsSer
   );
   const args = ["-c", confPath];
   if (opts.logFile) args.push("-l", opts.logFile);
-  const child = killWithParent(spawn(bin, args, { stdio: ["ignore", "ignore", opts.logFile ? "ignore" : "pipe"] }));
+  const child = killWithParent(spawn(bin, args, { detached: opts.ownSession === true, stdio: ["ignore", "ignore", opts.logFile ? "ignore" : "pipe"] }));
   let stderr = "";
   child.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString()).slice(-4000);
