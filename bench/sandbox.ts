@@ -26,10 +26,11 @@ import { availableParallelism, tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { setTimeout as sleep } from "node:timers/promises";
-import { connect, type NatsConnection } from "@nats-io/transport-node";
+import type { NatsConnection } from "@nats-io/transport-node";
 import { Svcm } from "@nats-io/services";
 import { pino } from "pino";
 import { startNatsServer } from "../deploy/local/nats-server.js";
+import { connectNats } from "../actors/runtime/nats-connect.js";
 import { createLocalSandbox, SandboxExecutor } from "../actors/sandbox/index.js";
 import { NatsSandboxClient } from "../streams/sandbox-client.js";
 import { SANDBOX_SERVICE_NAME } from "../streams/sandbox-protocol.js";
@@ -300,8 +301,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
 
   const storeDir = mkdtempSync(join(tmpdir(), "rs-bench-sandbox-"));
   const nats = await startNatsServer({ storeDir, ownSession: true });
-  // As an actor's connection (actors/runtime/nats-connect.ts): no stack traces built ahead for each request.
-  const nc = await connect({ servers: nats.url, noAsyncTraces: true });
+  // An actor's connection (no stack traces built ahead for each request), as the client is in a run.
+  const nc = await connectNats(nats.url, "bench-sandbox");
   // SANDBOX_EXECUTOR_THREAD=1: the executor on its worker thread (executorThread: true), for comparing the two.
   const executorThread = process.env["SANDBOX_EXECUTOR_THREAD"] === "1";
   // SANDBOX_FRESH_NAMESPACES=1: each execution in namespaces of its own (isolation.freshNamespaces), for
@@ -484,7 +485,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       // The other service gets a server of its own: services of one name on one server share a queue group.
       const storeDir2 = mkdtempSync(join(tmpdir(), "rs-bench-sandbox-node-"));
       const nats2 = await startNatsServer({ storeDir: storeDir2, ownSession: true });
-      const nc2 = await connect({ servers: nats2.url });
+      const nc2 = await connectNats(nats2.url, "bench-sandbox-node");
       let o: { perSec: number; lat: number[] };
       let oBusy: number;
       try {

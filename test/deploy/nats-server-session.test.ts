@@ -3,16 +3,14 @@
 // stays in the caller's session (the control).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
+import { procStat } from "../sandbox/proc.js";
 
-/** The session id of a process: field 6 of /proc/<pid>/stat, counted after the command name's closing parenthesis. */
-function sessionOf(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
-  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]);
-}
+/** The session id of a process (/proc/<pid>/stat). */
+const sessionOf = (pid: number): number => procStat(pid, 3);
 
 for (const ownSession of [true, false]) {
   test(`nats-server ${ownSession ? "in a session of its own with ownSession" : "in the caller's session without it"}`, async () => {
