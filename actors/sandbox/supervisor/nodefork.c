@@ -85,8 +85,11 @@ static struct rs_exec_isolation iso;
 //   N_MILESTONES entries (node 20: timeOrigin timestamp, timeOrigin, environment, nodeStart, v8Start,
 //   loopStart, loopExit, bootstrapComplete; uv_hrtime ns, -1 when not reached) that no exported name reaches.
 //   find_milestones() looks for it in the malloc heap (~1 ms, once): the one place holding those two values
-//   side by side, followed by milestones that are -1 or between the origin and now. The milestones node
-//   reached before the fork (its bootstrap) move to the child's origin: its node was ready when it started.
+//   side by side, followed by milestones that are -1 or between the origin and now. Where address-space
+//   randomization put a mapping right after the heap, malloc cannot grow it and carries on in anonymous
+//   mappings (seen in 1 of ~100 zygotes: a 1 MB [heap] that did not hold the array): those are searched too,
+//   only when the heap alone did not give exactly one place. The milestones node reached before the fork (its
+//   bootstrap) move to the child's origin: its node was ready when it started.
 // What is not found, or does not hold what it should, is left alone. performance.now() and timeOrigin move
 // together or not at all: one without the other would break performance.timeOrigin + performance.now() ==
 // Date.now().
@@ -109,19 +112,18 @@ static int milestones_at(const double *m, double origin, double stamp, double no
   return t;
 }
 
-// The milestones in the zygote's malloc heap [lo, hi) (pages not in memory skipped: they hold nothing node wrote,
-// and reading them would map them); NULL unless exactly one place matches.
-static double *find_milestones(unsigned long lo, unsigned long hi, double origin, double stamp) {
+// Counts the places in [lo, hi) (pages not in memory skipped: they hold nothing node wrote, and reading them
+// would map them) that hold the milestones; the last one found goes to *found.
+static int find_milestones(unsigned long lo, unsigned long hi, double origin, double stamp, double **found) {
   long page = sysconf(_SC_PAGESIZE);
   size_t pages = (hi - lo) / (size_t)page;
   unsigned char *in_core = malloc(pages);
   if (in_core == NULL || mincore((void *)lo, hi - lo, in_core) != 0) {
     free(in_core);
-    return NULL;
+    return 0;
   }
   double now = (double)uv_hrtime();
   size_t per_page = (size_t)page / sizeof(double);
-  double *found = NULL;
   int hits = 0;
   for (size_t p = 0; p < pages; p++) {
     if (!(in_core[p] & 1)) continue;
@@ -131,14 +133,14 @@ static double *find_milestones(unsigned long lo, unsigned long hi, double origin
     for (size_t k = 0; k < last; k++) {
       int t = (d[k] == stamp || d[k] == origin) ? milestones_at(d + k, origin, stamp, now) : -1;
       if (t >= 0) {
-        found = d + k;
+        *found = d + k;
         ms_timestamp = t;
         hits++;
       }
     }
   }
   free(in_core);
-  return hits == 1 ? found : NULL;
+  return hits;
 }
 
 #define N_CLOCK_VARS 3
@@ -148,22 +150,29 @@ static const char *const CLOCK_VARS[N_CLOCK_VARS] = {
     "_ZN4node11performance35performance_process_start_timestampE",
 };
 
+#define MAX_ANON_REGIONS 256
+
 // In the zygote, once: the variables found by name (each kept only where it lies in a writable mapping: a name
-// dlsym finds could be a constant in another node build) and the malloc heap's bounds, in one read of the maps.
+// dlsym finds could be a constant in another node build), the malloc heap's bounds and those of the unnamed
+// read-write mappings malloc may have carried on in, in one read of the maps.
 static void find_clocks(void) {
   void *vars[N_CLOCK_VARS];
   int ok[N_CLOCK_VARS] = {0};
   for (int i = 0; i < N_CLOCK_VARS; i++) vars[i] = dlsym(RTLD_DEFAULT, CLOCK_VARS[i]);
   unsigned long heap_lo = 0, heap_hi = 0;
+  static unsigned long anon[MAX_ANON_REGIONS][2];
+  int n_anon = 0;
   FILE *maps = fopen("/proc/self/maps", "re");
   char line[512];
   while (maps != NULL && fgets(line, sizeof line, maps) != NULL) {
-    unsigned long lo, hi;
+    unsigned long lo, hi, inode;
     char perms[8], name[64] = "";
-    if (sscanf(line, "%lx-%lx %7s %*s %*s %*s %63s", &lo, &hi, perms, name) < 3 || perms[1] != 'w') continue;
+    if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %63s", &lo, &hi, perms, &inode, name) < 4 || perms[1] != 'w') continue;
     for (int i = 0; i < N_CLOCK_VARS; i++)
       if (vars[i] != NULL && (unsigned long)vars[i] >= lo && (unsigned long)vars[i] + sizeof(uint64_t) <= hi) ok[i] = 1;
-    if (strcmp(name, "[heap]") == 0 && perms[0] == 'r' && hi > lo) heap_lo = lo, heap_hi = hi;
+    if (perms[0] != 'r' || perms[3] != 'p' || hi <= lo) continue;
+    if (strcmp(name, "[heap]") == 0) heap_lo = lo, heap_hi = hi;
+    else if (name[0] == 0 && inode == 0 && n_anon < MAX_ANON_REGIONS) anon[n_anon][0] = lo, anon[n_anon][1] = hi, n_anon++;
   }
   if (maps != NULL) fclose(maps);
   uint64_t now = uv_hrtime();
@@ -172,8 +181,16 @@ static void find_clocks(void) {
   perf_start_ns = ok[1] ? vars[1] : NULL;
   perf_start_us = ok[2] ? vars[2] : NULL;
   milestones = NULL;
-  if (perf_start_ns != NULL && perf_start_us != NULL && *perf_start_ns > 0 && *perf_start_ns <= now && *perf_start_us > 0 && heap_hi > 0)
-    milestones = find_milestones(heap_lo, heap_hi, (double)*perf_start_ns, *perf_start_us);
+  if (perf_start_ns != NULL && perf_start_us != NULL && *perf_start_ns > 0 && *perf_start_ns <= now && *perf_start_us > 0) {
+    double origin = (double)*perf_start_ns, stamp = *perf_start_us;
+    double *found = NULL;
+    int hits = heap_hi > 0 ? find_milestones(heap_lo, heap_hi, origin, stamp, &found) : 0;
+    if (hits != 1) {
+      // Not (only) in the heap: the whole of what malloc may hold must then show exactly one place.
+      for (int i = 0; i < n_anon; i++) hits += find_milestones(anon[i][0], anon[i][1], origin, stamp, &found);
+    }
+    if (hits == 1) milestones = found;
+  }
   if (milestones == NULL) perf_start_ns = NULL, perf_start_us = NULL;
 }
 
