@@ -192,6 +192,28 @@ function startServiceProcess(natsUrl: string, settings: Record<string, unknown>)
   });
 }
 
+/**
+ * A second sandbox service with other settings, for the length of `use`: on a nats-server of its own, since
+ * services of one name on one server share a queue group and the bench's client would reach either.
+ */
+async function withSecondService<T>(name: string, settings: Record<string, unknown>, use: (client: NatsSandboxClient) => Promise<T>): Promise<T> {
+  const storeDir = mkdtempSync(join(tmpdir(), `rs-bench-sandbox-${name}-`));
+  const nats = await startNatsServer({ storeDir, ownSession: true });
+  const nc = await connectNats(nats.url, `bench-sandbox-${name}`);
+  try {
+    const svc = await startServiceProcess(nats.url, settings);
+    try {
+      return await use(new NatsSandboxClient(nc, { timeoutMs: 60_000 }));
+    } finally {
+      await svc.stop();
+    }
+  } finally {
+    await nc.close();
+    await nats.stop();
+    rmSync(storeDir, { recursive: true, force: true });
+  }
+}
+
 /** The executor counters of the (single) sandbox replica, through the micro-service STATS endpoint. */
 async function serviceStats(nc: NatsConnection): Promise<Record<string, number>> {
   const client = new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client({ maxWait: 500 } as unknown as Parameters<Svcm["client"]>[0]);
@@ -482,26 +504,14 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       const bareNode = () => bareRun(process.execPath, ["-e", nodeCode]);
       for (let i = 0; i < 5; i++) await nodeExec(client)();
       const { value: f, busySeconds: fBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(client)));
-      // The other service gets a server of its own: services of one name on one server share a queue group.
-      const storeDir2 = mkdtempSync(join(tmpdir(), "rs-bench-sandbox-node-"));
-      const nats2 = await startNatsServer({ storeDir: storeDir2, ownSession: true });
-      const nc2 = await connectNats(nats2.url, "bench-sandbox-node");
-      let o: { perSec: number; lat: number[] };
-      let oBusy: number;
-      try {
-        const svcOld = await startServiceProcess(nats2.url, { poolSize, nodeForkServer: false, isolation: { freshNamespaces, perExecutionUid } });
-        try {
-          const oldClient = new NatsSandboxClient(nc2, { timeoutMs: 60_000 });
-          for (let i = 0; i < 5; i++) await nodeExec(oldClient)();
-          ({ value: o, busySeconds: oBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(oldClient))));
-        } finally {
-          await svcOld.stop();
-        }
-      } finally {
-        await nc2.close();
-        await nats2.stop();
-        rmSync(storeDir2, { recursive: true, force: true });
-      }
+      const { value: o, busySeconds: oBusy } = await withSecondService(
+        "node",
+        { poolSize, nodeForkServer: false, isolation: { freshNamespaces, perExecutionUid } },
+        async (other) => {
+          for (let i = 0; i < 5; i++) await nodeExec(other)();
+          return machineCpuDuring(() => closedLoop(8, total, nodeExec(other)));
+        },
+      );
       await sleep(300);
       const { value: b, busySeconds: bBusy } = await machineCpuDuring(() => closedLoop(8, total, bareNode));
       out.node_c8_exec_per_s = r2(f.perSec);
@@ -515,6 +525,34 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       out.node_c8_ratio_vs_bare = r2(f.perSec / b.perSec);
       print(
         `node c8           ${out.node_c8_exec_per_s} exec/s p50 ${out.node_c8_p50_ms} ms, ${out.node_c8_cpu_ms_per_exec} ms CPU an execution (fork server) | a node started per execution ${out.node_c8_started_per_s} /s, ${out.node_c8_started_cpu_ms_per_exec} ms (${out.node_c8_ratio_vs_started}x) | bare node -e ${out.node_c8_bare_per_s} /s, ${out.node_c8_bare_cpu_ms_per_exec} ms (${out.node_c8_ratio_vs_bare}x)`,
+      );
+    }
+
+    // 2c. What fresh namespaces per execution (isolation.freshNamespaces, off by default) cost at concurrency 64:
+    // two more services, one with them and one without, one right after the other so that both see the same
+    // host, and both new, so that neither pays for retiring sandboxes that reached maxExecsPerSandbox in the
+    // rounds above. Full runs only.
+    if (!quick) {
+      const total = 1024;
+      const round = async (cl: NatsSandboxClient) => {
+        const run = async () => {
+          const r = await cl.exec({ language: "python", code: PROGRAM });
+          if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
+        };
+        await closedLoop(8, 200, run); // every pool sandbox started and warm
+        await sleep(300);
+        return machineCpuDuring(() => closedLoop(64, total, run));
+      };
+      const off = await withSecondService("reset-only", { poolSize, isolation: { freshNamespaces: false, perExecutionUid } }, round);
+      const on = await withSecondService("fresh-ns", { poolSize, isolation: { freshNamespaces: true, perExecutionUid } }, round);
+      out.fresh_ns_c64_exec_per_s = r2(on.value.perSec);
+      out.fresh_ns_c64_p99_ms = r2(pct(on.value.lat, 0.99));
+      out.fresh_ns_c64_cpu_ms_per_exec = r2((on.busySeconds * 1000) / total);
+      out.reset_only_c64_exec_per_s = r2(off.value.perSec);
+      out.reset_only_c64_cpu_ms_per_exec = r2((off.busySeconds * 1000) / total);
+      out.fresh_ns_c64_ratio = r2(on.value.perSec / off.value.perSec);
+      print(
+        `fresh namespaces  c64 ${out.fresh_ns_c64_exec_per_s} exec/s p99 ${out.fresh_ns_c64_p99_ms} ms, ${out.fresh_ns_c64_cpu_ms_per_exec} ms CPU an execution | reset only (the default) ${out.reset_only_c64_exec_per_s} /s, ${out.reset_only_c64_cpu_ms_per_exec} ms  (${out.fresh_ns_c64_ratio}x)`,
       );
     }
 
