@@ -4,6 +4,9 @@
 //   - executions/s and latency at concurrency 1, 8, 64 and 256 (closed loop; each request is a fresh
 //     process forked in a reused warm sandbox, reset after the previous request), vs python3 -c at the
 //     same concurrency, with the whole machine's CPU per execution for both;
+//   - node executions at concurrency 8: the node fork server vs a node started per execution vs bare node -e;
+//   - full runs: what fresh namespaces per execution cost at concurrency 64 (two new services, with and
+//     without isolation.freshNamespaces);
 //   - a code-RL scoring step: 128 samples x 10 unit tests through the code environment's rubric (one
 //     batched request per sample, one case per test);
 //   - cold-start latency (pool disabled: bwrap + interpreter start + run), vs python3 -c;
@@ -528,7 +531,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       );
     }
 
-    // 2c. What fresh namespaces per execution (isolation.freshNamespaces, off by default) cost at concurrency 64:
+    // 2b. What fresh namespaces per execution (isolation.freshNamespaces, off by default) cost at concurrency 64:
     // two more services, one with them and one without, one right after the other so that both see the same
     // host, and both new, so that neither pays for retiring sandboxes that reached maxExecsPerSandbox in the
     // rounds above. Full runs only.
@@ -556,7 +559,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       );
     }
 
-    // 2b. A code-RL scoring step through the code environment's rubric.
+    // 2c. A code-RL scoring step through the code environment's rubric.
     {
       const samples = quick ? 32 : 128;
       await sleep(300);
