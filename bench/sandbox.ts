@@ -35,8 +35,7 @@ import { pino } from "pino";
 import { startNatsServer } from "../deploy/local/nats-server.js";
 import { connectNats } from "../actors/runtime/nats-connect.js";
 import { createLocalSandbox, SandboxExecutor } from "../actors/sandbox/index.js";
-import { NatsSandboxClient } from "../streams/sandbox-client.js";
-import { SANDBOX_SERVICE_NAME } from "../streams/sandbox-protocol.js";
+import { NatsSandboxClient, SANDBOX_SERVICE_NAME } from "../streams/index.js";
 import type { CodeSandbox, SandboxSession } from "../environments/api/sandbox.js";
 import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
 import { loadEnvironment as loadCodeEnvironment } from "../environments/code/index.js";
@@ -342,11 +341,13 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     isolation: { freshNamespaces, perExecutionUid },
   });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
-  const exec = async () => {
-    const r = await client.exec({ language: "python", code: PROGRAM });
+  // PROGRAM through a client, its output checked.
+  const execOn = (cl: NatsSandboxClient) => async () => {
+    const r = await cl.exec({ language: "python", code: PROGRAM });
     if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
     return r;
   };
+  const exec = execOn(client);
   // Up to half a second for every pool sandbox to be idle again (each warm request should find one waiting).
   const poolRefilled = async () => {
     for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
@@ -538,10 +539,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     if (!quick) {
       const total = 1024;
       const round = async (cl: NatsSandboxClient) => {
-        const run = async () => {
-          const r = await cl.exec({ language: "python", code: PROGRAM });
-          if (r.stdout !== "1\n") throw new Error(`sandbox returned ${JSON.stringify(r)}`);
-        };
+        const run = execOn(cl);
         await closedLoop(8, 200, run); // every pool sandbox started and warm
         await sleep(300);
         return machineCpuDuring(() => closedLoop(64, total, run));
