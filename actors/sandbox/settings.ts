@@ -156,6 +156,12 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "node executions are forks of one node per sandbox started ahead (the zygote: actors/sandbox/supervisor/nodefork.c, built by npm ci) instead of a node started for each: ~3 ms instead of ~40 ms of CPU an execution. Node then runs with --single-threaded (no concurrent GC or compiler threads). With isolation.freshNamespaces each fork isolates itself as the C loop's executions do (one with request files is a node started for it). false, or not built: a node started ahead per execution",
     ),
+  hugePageText: z
+    .boolean()
+    .default(true)
+    .describe(
+      "a sandbox that serves many commands (maxExecsPerSandbox > 1) copies its python interpreter's code onto transparent huge pages before its first fork, when the kernel gives it 2 MiB pages (THP enabled or madvise): each execution then maps the code as 2 entries instead of faulting ~450 pages in (on a guest with shadow page tables ~20% of an execution's CPU). Costs 4 MiB of memory per sandbox for Debian's python3.11 (that code is no longer shared through the page cache)",
+    ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });
 

@@ -51,6 +51,7 @@
 #include <unistd.h>
 
 #include "exec-isolation.h"
+#include "huge-text.h"
 
 typedef struct _object PyObject;
 extern void PyOS_BeforeFork(void);
@@ -867,6 +868,10 @@ long rs_fs_keep_setid_caps_across_exec(void) {
 long rs_fs_isolate(int fresh) {
   return isolate_exec(fresh) == 0 ? 0 : -errno;
 }
+
+// Moves the interpreter's code onto huge pages before the first fork (huge-text.h): the bytes moved, 0 when
+// nothing moved, or -errno.
+long rs_fs_huge_text(void) { return rs_huge_text(); }
 
 // A session's sandbox: its executions share one set of namespaces and folders (files persist between
 // commands); warm interpreters forked from now on are not given fresh ones.

@@ -47,6 +47,7 @@
 #include <uv.h>
 
 #include "exec-isolation.h"
+#include "huge-text.h"
 
 #if defined(__x86_64__)
 #define RS_AUDIT_ARCH AUDIT_ARCH_X86_64
@@ -639,6 +640,15 @@ static napi_value socket_fd(napi_env env, napi_callback_info info) {
   return v;
 }
 
+// hugeText(): moves node's code onto huge pages before the first fork (huge-text.h). The bytes moved, 0 when
+// nothing moved, or -errno.
+static napi_value huge_text(napi_env env, napi_callback_info info) {
+  (void)info;
+  napi_value out;
+  napi_create_int64(env, rs_huge_text(), &out);
+  return out;
+}
+
 NAPI_MODULE_INIT() {
   napi_property_descriptor props[] = {
       {"init", NULL, init, NULL, NULL, NULL, napi_default, NULL},
@@ -646,6 +656,7 @@ NAPI_MODULE_INIT() {
       {"exitNow", NULL, exit_now, NULL, NULL, NULL, napi_default, NULL},
       {"socketFd", NULL, socket_fd, NULL, NULL, NULL, napi_default, NULL},
       {"randomSeed", NULL, random_seed, NULL, NULL, NULL, napi_default, NULL},
+      {"hugeText", NULL, huge_text, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -45,6 +45,9 @@ EXEC_FILTER = bytes.fromhex(os.environ.pop("RS_EXEC_SECCOMP", ""))
 # Per-execution uids (isolation.ts: perExecutionUid): "first:count" of this user namespace's uids, each
 # mapped to a host uid of its own; forkserver.c switches each execution's process to the next one.
 EXEC_IDS = os.environ.pop("RS_EXEC_IDS", "")
+# settings.hugePageText: the C loop moves the interpreter's code onto huge pages before the first fork
+# (huge-text.h), in a sandbox that serves many commands.
+HUGE_TEXT = os.environ.pop("RS_HUGE_TEXT", "") == "1"
 ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
 LOOP = None  # the C loop (load_fork_loop), when built
 SESSION = False  # this sandbox serves a session: its commands share one set of namespaces and files
@@ -757,6 +760,8 @@ class Zygote:
                         if LOOP["keep_setid_caps"]() != 0:
                             os._exit(126)
                 # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
+                if HUGE_TEXT:
+                    env["RS_NF_HUGE_TEXT"] = "1"  # the server moves node's code onto huge pages (huge-text.h)
                 os.execve(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"], env)
             finally:
                 os._exit(127)
@@ -1043,6 +1048,8 @@ def load_fork_loop():
 
     names = b"\0".join(SIGNAMES.get(i, "").encode() for i in range(65))
     fn("rs_fs_init", Long)(wake_r, names, len(names))
+    if HUGE_TEXT and REUSED:
+        fn("rs_fs_huge_text", Long)()  # 0 or an error: the code stays where it was, nothing else changes
     loop = {
         "serve": fn("rs_fs_serve", PyObj),
         "warm": fn("rs_fs_warm", Long),

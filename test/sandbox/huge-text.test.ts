@@ -1,0 +1,98 @@
+// settings.hugePageText: a sandbox that serves many commands moves its interpreter's code (python's, and the
+// node fork server's) onto transparent huge pages before its first fork (actors/sandbox/supervisor/
+// huge-text.h). Each execution reads its own /proc/self/smaps: the code sits in an anonymous read+execute
+// mapping on huge pages, right beside the interpreter's file mappings. The control is a service with the
+// setting off, whose executions run the code from the file; the programs' output is the same in both.
+// Where this machine's kernel gives no huge pages (THP "never"), nothing may move in either.
+import { readFileSync } from "node:fs";
+import { after, before, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+
+function thpAvailable(): boolean {
+  try {
+    return /\[(always|madvise)\]/.test(readFileSync("/sys/kernel/mm/transparent_hugepage/enabled", "utf8"));
+  } catch {
+    return false;
+  }
+}
+
+// kB on huge pages of anonymous executable mappings that touch one of the executable's own file mappings,
+// and whether any executable file mapping of the executable is left. The same walk in both languages.
+const PYTHON_PROBE = `
+import os, json
+exe = os.path.realpath("/proc/self/exe")
+maps, cur = [], None
+for line in open("/proc/self/smaps"):
+    f = line.split()
+    if len(f) >= 5 and "-" in f[0] and len(f[1]) == 4:
+        lo, hi = (int(x, 16) for x in f[0].split("-"))
+        cur = {"lo": lo, "hi": hi, "perm": f[1], "path": f[5] if len(f) > 5 else "", "huge": 0}
+        maps.append(cur)
+    elif f and f[0] == "AnonHugePages:":
+        cur["huge"] = int(f[1])
+ends = {m["lo"] for m in maps if m["path"] == exe} | {m["hi"] for m in maps if m["path"] == exe}
+moved = sum(m["huge"] for m in maps if m["path"] == "" and "x" in m["perm"] and (m["lo"] in ends or m["hi"] in ends))
+print(json.dumps({"moved_kb": moved, "file_code": any(m["path"] == exe and "x" in m["perm"] for m in maps)}))
+`;
+const NODE_PROBE = `
+const fs = require("fs");
+const exe = fs.realpathSync("/proc/self/exe");
+const maps = [];
+let cur = null;
+for (const line of fs.readFileSync("/proc/self/smaps", "utf8").split("\\n")) {
+  const f = line.trim().split(/\\s+/);
+  if (f.length >= 5 && f[0].includes("-") && f[1].length === 4) {
+    const [lo, hi] = f[0].split("-").map((x) => parseInt(x, 16));
+    cur = { lo, hi, perm: f[1], path: f[5] ?? "", huge: 0 };
+    maps.push(cur);
+  } else if (f[0] === "AnonHugePages:") cur.huge = Number(f[1]);
+}
+const ends = new Set(maps.filter((m) => m.path === exe).flatMap((m) => [m.lo, m.hi]));
+const moved = maps.filter((m) => m.path === "" && m.perm.includes("x") && (ends.has(m.lo) || ends.has(m.hi))).reduce((s, m) => s + m.huge, 0);
+console.log(JSON.stringify({ moved_kb: moved, file_code: maps.some((m) => m.path === exe && m.perm.includes("x")) }));
+`;
+const WORK = "import json, re, hashlib\nprint(json.dumps(sorted(re.findall(r'[a-z]+', 'the code moved'))), hashlib.sha256(b'x' * 100000).hexdigest()[:16])\n";
+
+describe("interpreter code on huge pages (hugePageText)", { timeout: 180_000 }, () => {
+  let on: SandboxFixture;
+  let off: SandboxFixture;
+  const thp = thpAvailable();
+  before(async () => {
+    on = await startSandboxFixture({ poolSize: 1, maxConcurrent: 2 });
+    off = await startSandboxFixture({ poolSize: 1, maxConcurrent: 2, hugePageText: false });
+  });
+  after(async () => {
+    await on?.stop();
+    await off?.stop();
+  });
+
+  it("a python execution runs its interpreter's code from huge pages; with the setting off, from the file", async () => {
+    const r = await on.client.exec({ language: "python", code: PYTHON_PROBE });
+    assert.equal(r.exitCode, 0, describeResult(r));
+    const got = JSON.parse(r.stdout) as { moved_kb: number; file_code: boolean };
+    if (thp) assert.ok(got.moved_kb >= 2048, `no code on huge pages: ${r.stdout}`);
+    else assert.equal(got.moved_kb, 0, r.stdout);
+    const o = await off.client.exec({ language: "python", code: PYTHON_PROBE });
+    assert.deepEqual(JSON.parse(o.stdout), { moved_kb: 0, file_code: true }, describeResult(o));
+  });
+
+  it("a node execution of the fork server does too; with the setting off, not", async () => {
+    const r = await on.client.exec({ language: "node", code: NODE_PROBE });
+    assert.equal(r.exitCode, 0, describeResult(r));
+    const got = JSON.parse(r.stdout) as { moved_kb: number; file_code: boolean };
+    if (thp) assert.ok(got.moved_kb >= 2048, `no code on huge pages: ${r.stdout}`);
+    else assert.equal(got.moved_kb, 0, r.stdout);
+    const o = await off.client.exec({ language: "node", code: NODE_PROBE });
+    assert.deepEqual(JSON.parse(o.stdout), { moved_kb: 0, file_code: true }, describeResult(o));
+  });
+
+  it("programs print the same with the code moved or not, execution after execution", async () => {
+    const want = await off.client.exec({ language: "python", code: WORK });
+    assert.equal(want.exitCode, 0, describeResult(want));
+    for (let i = 0; i < 5; i++) {
+      const r = await on.client.exec({ language: "python", code: WORK });
+      assert.deepEqual([r.exitCode, r.stdout, r.stderr], [0, want.stdout, ""], describeResult(r));
+    }
+  });
+});
