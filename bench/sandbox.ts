@@ -334,10 +334,13 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const freshNamespaces = process.env["SANDBOX_FRESH_NAMESPACES"] === "1";
   // With them, as root, each execution also gets a host uid of its own unless SANDBOX_PER_EXECUTION_UID=0.
   const perExecutionUid = process.env["SANDBOX_PER_EXECUTION_UID"] !== "0";
+  // SANDBOX_HUGE_PAGE_TEXT=0: interpreters' code left in the page cache (hugePageText: false), for comparing.
+  const hugePageText = process.env["SANDBOX_HUGE_PAGE_TEXT"] !== "0";
   const service = await startServiceProcess(nats.url, {
     poolSize,
     maxSessions: sessionsTarget + 16,
     executorThread,
+    hugePageText,
     isolation: { freshNamespaces, perExecutionUid },
   });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
@@ -354,7 +357,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   };
   const st0 = await serviceStats(nc);
   print(
-    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}`,
+    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0}`,
   );
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.

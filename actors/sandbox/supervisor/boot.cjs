@@ -102,10 +102,11 @@ function emptyYoungGeneration() {
 
 function zygote() {
   const nf = require(path.join(__dirname, "nodefork.node"));
-  // settings.hugePageText: node's code onto huge pages before the first fork (huge-text.h). Not node's own
+  // settings.hugePageText: node's code onto huge pages after this many forks (huge-text.h). Not node's own
   // --use-largepages, which reads /sys, never in a sandbox.
-  if (process.env.RS_NF_HUGE_TEXT === "1") nf.hugeText();
-  delete process.env.RS_NF_HUGE_TEXT;
+  const hugeAfter = Number(process.env.RS_NF_HUGE_TEXT_AFTER ?? "-1");
+  delete process.env.RS_NF_HUGE_TEXT_AFTER;
+  if (hugeAfter >= 0) nf.hugeTextAfter(hugeAfter);
   warmUp();
   emptyYoungGeneration();
   // Fresh namespaces per execution (supervisor.py passes pid 1's settings): out of the environment before

@@ -124,6 +124,7 @@ static unsigned long exec_id_seq;
 // Whether the warm interpreter has fresh namespaces; a session's sandbox keeps one set (its files persist).
 static int warm_fresh;
 static int session_mode;
+static struct rs_huge_text_plan huge_plan = {-1, 0, 0};
 
 // ---- small helpers ---------------------------------------------------------------------------------
 
@@ -528,6 +529,7 @@ static int fork_warm(void) {
     close(code[1]);
     return -1;
   }
+  rs_huge_text_before_fork(&huge_plan);
   PyOS_BeforeFork();
   pid_t pid = fork();
   if (pid == 0) {
@@ -869,9 +871,21 @@ long rs_fs_isolate(int fresh) {
   return isolate_exec(fresh) == 0 ? 0 : -errno;
 }
 
-// Moves the interpreter's code onto huge pages before the first fork (huge-text.h): the bytes moved, 0 when
-// nothing moved, or -errno.
-long rs_fs_huge_text(void) { return rs_huge_text(); }
+// The interpreter's code onto huge pages (huge-text.h) before the fork that follows `after` forks of python
+// executions (this loop's and the Python loop's, which calls rs_fs_before_fork). Returns 0.
+long rs_fs_huge_text_after(long after) {
+  huge_plan.after = after;
+  return 0;
+}
+
+// Before a fork of a python execution by the Python loop. Returns 0.
+long rs_fs_before_fork(void) {
+  rs_huge_text_before_fork(&huge_plan);
+  return 0;
+}
+
+// What the move of the code onto huge pages gave: the bytes moved, 0 when nothing moved (or not yet), or -errno.
+long rs_fs_huge_text_moved(void) { return huge_plan.moved; }
 
 // A session's sandbox: its executions share one set of namespaces and folders (files persist between
 // commands); warm interpreters forked from now on are not given fresh ones.

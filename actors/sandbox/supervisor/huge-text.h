@@ -1,5 +1,6 @@
 // Moves an interpreter's code onto transparent huge pages, in the process that forks every execution (a
-// sandbox's pid 1, the node fork server), before its first fork. Included by forkserver.c and nodefork.c.
+// sandbox's pid 1, the node fork server), once it has forked a few (struct rs_huge_text_plan). Included by
+// forkserver.c and nodefork.c.
 //
 // Why: a forked execution starts with none of the executable's code mapped (fork copies no page-table
 // entries for an unwritten file mapping), so each one faults the interpreter's code in again, 16 pages a
@@ -15,7 +16,9 @@
 // 4 KiB pages would only cost memory.
 //
 // The price: the moved code is this process's own memory instead of the page cache's, shared by every
-// sandbox; and tools that name code by file (perf, /proc/PID/maps) see an anonymous mapping there.
+// sandbox; and tools that name code by file (perf, /proc/PID/maps) see an anonymous mapping there. Hence
+// only once a sandbox has served a few executions: an idle session, or a sandbox that serves one command,
+// never holds a copy.
 #ifndef RS_HUGE_TEXT_H
 #define RS_HUGE_TEXT_H
 #ifndef _GNU_SOURCE
@@ -147,6 +150,18 @@ static long rs_huge_text(void) {
     p = q;
   }
   return moved;
+}
+
+// When to move: before the fork that follows `after` forks (-1: never). `moved` is what rs_huge_text said.
+struct rs_huge_text_plan {
+  long after, forks, moved;
+};
+
+// Called before each fork of an execution (single-threaded, no program running in this process).
+static void rs_huge_text_before_fork(struct rs_huge_text_plan *plan) {
+  if (plan->after < 0 || plan->forks++ < plan->after) return;
+  plan->moved = rs_huge_text();
+  plan->after = -1;
 }
 
 #endif

@@ -49,6 +49,8 @@
 #include "exec-isolation.h"
 #include "huge-text.h"
 
+static struct rs_huge_text_plan huge_plan = {-1, 0, 0};
+
 #if defined(__x86_64__)
 #define RS_AUDIT_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
@@ -576,6 +578,7 @@ static napi_value serve(napi_env env, napi_callback_info info) {
       for (int i = 0; i < nfds; i++) close(fds[i]);
       _exit(2);  // not our supervisor speaking: stop rather than guess
     }
+    rs_huge_text_before_fork(&huge_plan);
     pid_t pid = fork();
     if (pid == 0) {
       child_setup(fds[0], fds[1], req[1], exec_uid);
@@ -640,13 +643,17 @@ static napi_value socket_fd(napi_env env, napi_callback_info info) {
   return v;
 }
 
-// hugeText(): moves node's code onto huge pages before the first fork (huge-text.h). The bytes moved, 0 when
-// nothing moved, or -errno.
-static napi_value huge_text(napi_env env, napi_callback_info info) {
-  (void)info;
-  napi_value out;
-  napi_create_int64(env, rs_huge_text(), &out);
-  return out;
+// hugeTextAfter(n): node's code onto huge pages (huge-text.h) before the fork that follows n forks.
+static napi_value huge_text_after(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value argv[1];
+  int64_t after = -1;
+  if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) != napi_ok || argc < 1 || napi_get_value_int64(env, argv[0], &after) != napi_ok) {
+    napi_throw_type_error(env, NULL, "nodefork.hugeTextAfter(forks)");
+    return NULL;
+  }
+  huge_plan.after = (long)after;
+  return NULL;
 }
 
 NAPI_MODULE_INIT() {
@@ -656,7 +663,7 @@ NAPI_MODULE_INIT() {
       {"exitNow", NULL, exit_now, NULL, NULL, NULL, napi_default, NULL},
       {"socketFd", NULL, socket_fd, NULL, NULL, NULL, napi_default, NULL},
       {"randomSeed", NULL, random_seed, NULL, NULL, NULL, napi_default, NULL},
-      {"hugeText", NULL, huge_text, NULL, NULL, NULL, napi_default, NULL},
+      {"hugeTextAfter", NULL, huge_text_after, NULL, NULL, NULL, napi_default, NULL},
   };
   napi_define_properties(env, exports, sizeof props / sizeof props[0], props);
   return exports;

@@ -45,9 +45,11 @@ EXEC_FILTER = bytes.fromhex(os.environ.pop("RS_EXEC_SECCOMP", ""))
 # Per-execution uids (isolation.ts: perExecutionUid): "first:count" of this user namespace's uids, each
 # mapped to a host uid of its own; forkserver.c switches each execution's process to the next one.
 EXEC_IDS = os.environ.pop("RS_EXEC_IDS", "")
-# settings.hugePageText: the C loop moves the interpreter's code onto huge pages before the first fork
-# (huge-text.h), in a sandbox that serves many commands.
+# settings.hugePageText: the C loop moves the interpreter's code onto huge pages (huge-text.h) in a sandbox
+# that serves many commands, once it has forked this many python executions (the node fork server: node
+# executions); an idle session never holds the copy.
 HUGE_TEXT = os.environ.pop("RS_HUGE_TEXT", "") == "1"
+HUGE_TEXT_AFTER = 8
 ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
 LOOP = None  # the C loop (load_fork_loop), when built
 SESSION = False  # this sandbox serves a session: its commands share one set of namespaces and files
@@ -690,6 +692,8 @@ class Warm:
         ready_r, ready_w = os.pipe()
         for fd in (self.code_w, self.in_w, ready_r):
             os.set_inheritable(fd, False)
+        if lang == "python":
+            before_python_fork()
         pid = os.fork()
         if pid == 0:
             try:
@@ -760,8 +764,8 @@ class Zygote:
                         if LOOP["keep_setid_caps"]() != 0:
                             os._exit(126)
                 # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
-                if HUGE_TEXT:
-                    env["RS_NF_HUGE_TEXT"] = "1"  # the server moves node's code onto huge pages (huge-text.h)
+                if HUGE_TEXT and REUSED:
+                    env["RS_NF_HUGE_TEXT_AFTER"] = str(HUGE_TEXT_AFTER)  # node's code onto huge pages (huge-text.h)
                 os.execve(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"], env)
             finally:
                 os._exit(127)
@@ -921,6 +925,8 @@ def run_command(req, warm):
             load_site()
         in_r, in_w = os.pipe()
         os.set_inheritable(in_w, False)
+        if lang == "python":
+            before_python_fork()
         pid = os.fork()
         if pid == 0:
             child(lang, code, in_r, lim, fresh, files)
@@ -1025,6 +1031,11 @@ def prestart(lang):
         print("rollstream sandbox: could not prestart %s: %s" % (lang, e), file=sys.stderr)
         return None
 
+def before_python_fork():
+    # The C loop counts this fork towards moving the interpreter's code onto huge pages (HUGE_TEXT_AFTER).
+    if LOOP is not None:
+        LOOP["before_fork"]()
+
 def load_fork_loop():
     """The per-execution loop in C (/.rs/forkserver.so, see forkserver.c), or None: then Python runs it."""
     if not os.path.exists(FORK_LOOP_SO):
@@ -1049,13 +1060,14 @@ def load_fork_loop():
     names = b"\0".join(SIGNAMES.get(i, "").encode() for i in range(65))
     fn("rs_fs_init", Long)(wake_r, names, len(names))
     if HUGE_TEXT and REUSED:
-        fn("rs_fs_huge_text", Long)()  # 0 or an error: the code stays where it was, nothing else changes
+        fn("rs_fs_huge_text_after", Long)(HUGE_TEXT_AFTER)
     loop = {
         "serve": fn("rs_fs_serve", PyObj),
         "warm": fn("rs_fs_warm", Long),
         "set_session": fn("rs_fs_set_session", Long),
         "take_exec_id": fn("rs_fs_take_exec_id", Long),
         "keep_setid_caps": fn("rs_fs_keep_setid_caps_across_exec", Long),
+        "before_fork": fn("rs_fs_before_fork", Long),
     }
     if FRESH_MOUNTS:
         if fn("rs_fs_configure", Long)(FRESH_MOUNTS.encode(), EXEC_FILTER, len(EXEC_FILTER)) != 0:
