@@ -135,19 +135,26 @@ static long rs_huge_text(void) {
   struct rs_exe_map m[64];
   int n = rs_exe_maps(m, 64);
   if (n <= 0) return -ENOENT;
-  unsigned long first = (m[0].lo + RS_HUGE - 1) & ~(RS_HUGE - 1), last = m[n - 1].hi & ~(RS_HUGE - 1);
   long moved = 0;
-  for (unsigned long p = first; p < last;) {
-    if (!rs_movable_huge_page(m, n, p)) {
-      p += RS_HUGE;
-      continue;
+  // Each run of adjacent read-only mappings on its own: the executable may also be mapped far away (node
+  // maps parts of itself again), and the gap between is no place to look for 2 MiB pages.
+  for (int i = 0; i < n;) {
+    int j = i;
+    while (j + 1 < n && !m[j + 1].writable && m[j + 1].lo == m[j].hi) j++;
+    unsigned long first = (m[i].lo + RS_HUGE - 1) & ~(RS_HUGE - 1), last = m[j].hi & ~(RS_HUGE - 1);
+    for (unsigned long p = first; p < last;) {
+      if (!rs_movable_huge_page(m, n, p)) {
+        p += RS_HUGE;
+        continue;
+      }
+      unsigned long q = p + RS_HUGE;
+      while (q < last && rs_movable_huge_page(m, n, q)) q += RS_HUGE;
+      long r = rs_move_onto_huge_pages(p, q - p);
+      if (r < 0) return moved ? moved : r;
+      moved += r;
+      p = q;
     }
-    unsigned long q = p + RS_HUGE;
-    while (q < last && rs_movable_huge_page(m, n, q)) q += RS_HUGE;
-    long r = rs_move_onto_huge_pages(p, q - p);
-    if (r < 0) return moved ? moved : r;
-    moved += r;
-    p = q;
+    i = j + 1;
   }
   return moved;
 }

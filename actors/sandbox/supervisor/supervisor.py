@@ -46,8 +46,9 @@ EXEC_FILTER = bytes.fromhex(os.environ.pop("RS_EXEC_SECCOMP", ""))
 # mapped to a host uid of its own; forkserver.c switches each execution's process to the next one.
 EXEC_IDS = os.environ.pop("RS_EXEC_IDS", "")
 # settings.hugePageText: the C loop moves the interpreter's code onto huge pages (huge-text.h) in a sandbox
-# that serves many commands, once it has forked this many python executions (the node fork server: node
-# executions); an idle session never holds the copy.
+# that serves many commands, once it has forked this many python executions, and the node fork server once
+# it has forked this many node ones (on a slow day the copy took 2-9 ms for python, ~30 ms for node: about
+# one execution); an idle session never holds a copy.
 HUGE_TEXT = os.environ.pop("RS_HUGE_TEXT", "") == "1"
 HUGE_TEXT_AFTER = 8
 ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
