@@ -10,7 +10,7 @@
 //
 // What moves: each 2 MiB of the executable that holds code and is all read-only file mapping (no hole, no
 // writable part), made read+execute (a 2 MiB page has one permission): for Debian's python3.11 the ELF
-// header, .text and the start of .rodata (4 MiB), for node most of its .text (24 MiB). The copy replaces
+// header, .text and the start of .rodata (4 MiB), for node 26 MiB, most of its .text. The copy replaces
 // the file mapping in one mremap, so no instruction ever runs from a half-made copy; the bytes are the same.
 // Nothing moves unless the copy is on huge pages (THP off, or no 2 MiB page free): an anonymous copy on
 // 4 KiB pages would only cost memory.
