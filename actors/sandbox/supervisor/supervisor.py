@@ -764,9 +764,9 @@ class Zygote:
                         env["RS_NF_EXEC_UIDS"] = "1"  # each child unshares its own user namespace: no template
                         if LOOP["keep_setid_caps"]() != 0:
                             os._exit(126)
-                # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
                 if HUGE_TEXT and REUSED:
                     env["RS_NF_HUGE_TEXT_AFTER"] = str(HUGE_TEXT_AFTER)  # node's code onto huge pages (huge-text.h)
+                # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
                 os.execve(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"], env)
             finally:
                 os._exit(127)
