@@ -216,6 +216,15 @@ async function withSecondService<T>(name: string, settings: Record<string, unkno
   }
 }
 
+/** The kernel's transparent huge page mode ("always", "madvise", "never"): with "never", hugePageText moves nothing. */
+function thpMode(): string {
+  try {
+    return /\[(\w+)\]/.exec(readFileSync("/sys/kernel/mm/transparent_hugepage/enabled", "utf8"))?.[1] ?? "unknown";
+  } catch {
+    return "unavailable";
+  }
+}
+
 /** The executor counters of the (single) sandbox replica, through the micro-service STATS endpoint. */
 async function serviceStats(nc: NatsConnection): Promise<Record<string, number>> {
   const client = new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client({ maxWait: 500 } as unknown as Parameters<Svcm["client"]>[0]);
@@ -357,7 +366,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   };
   const st0 = await serviceStats(nc);
   print(
-    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0}`,
+    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0} (THP ${thpMode()})`,
   );
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.
