@@ -522,7 +522,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       const { value: f, busySeconds: fBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(client)));
       const { value: o, busySeconds: oBusy } = await withSecondService(
         "node",
-        { poolSize, nodeForkServer: false, isolation: { freshNamespaces, perExecutionUid } },
+        { poolSize, nodeForkServer: false, hugePageText, isolation: { freshNamespaces, perExecutionUid } },
         async (other) => {
           for (let i = 0; i < 5; i++) await nodeExec(other)();
           return machineCpuDuring(() => closedLoop(8, total, nodeExec(other)));
@@ -556,8 +556,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
         await sleep(300);
         return machineCpuDuring(() => closedLoop(64, total, run));
       };
-      const off = await withSecondService("reset-only", { poolSize, isolation: { freshNamespaces: false, perExecutionUid } }, round);
-      const on = await withSecondService("fresh-ns", { poolSize, isolation: { freshNamespaces: true, perExecutionUid } }, round);
+      const off = await withSecondService("reset-only", { poolSize, hugePageText, isolation: { freshNamespaces: false, perExecutionUid } }, round);
+      const on = await withSecondService("fresh-ns", { poolSize, hugePageText, isolation: { freshNamespaces: true, perExecutionUid } }, round);
       out.fresh_ns_c64_exec_per_s = r2(on.value.perSec);
       out.fresh_ns_c64_p99_ms = r2(pct(on.value.lat, 0.99));
       out.fresh_ns_c64_cpu_ms_per_exec = r2((on.busySeconds * 1000) / total);

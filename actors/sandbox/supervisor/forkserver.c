@@ -124,7 +124,7 @@ static unsigned long exec_id_seq;
 // Whether the warm interpreter has fresh namespaces; a session's sandbox keeps one set (its files persist).
 static int warm_fresh;
 static int session_mode;
-static struct rs_huge_text_plan huge_plan = {-1, 0, 0};
+static struct rs_huge_text_plan huge_plan = {-1, 0};
 
 // ---- small helpers ---------------------------------------------------------------------------------
 
@@ -883,9 +883,6 @@ long rs_fs_before_fork(void) {
   rs_huge_text_before_fork(&huge_plan);
   return 0;
 }
-
-// What the move of the code onto huge pages gave: the bytes moved, 0 when nothing moved (or not yet), or -errno.
-long rs_fs_huge_text_moved(void) { return huge_plan.moved; }
 
 // A session's sandbox: its executions share one set of namespaces and folders (files persist between
 // commands); warm interpreters forked from now on are not given fresh ones.

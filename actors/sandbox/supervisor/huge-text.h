@@ -83,7 +83,7 @@ static long rs_anon_huge_kb(unsigned long addr) {
   long kb = -1;
   while (fgets(line, sizeof line, f)) {
     unsigned long a, b;
-    if (sscanf(line, "%lx-%lx ", &a, &b) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+    if (sscanf(line, "%lx-%lx ", &a, &b) == 2) {  // a mapping's first line (field names are not hex-dash-hex)
       if (in) break;
       in = a == addr;
     } else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1) {
@@ -159,15 +159,15 @@ static long rs_huge_text(void) {
   return moved;
 }
 
-// When to move: before the fork that follows `after` forks (-1: never). `moved` is what rs_huge_text said.
+// When to move: before the fork that follows `after` forks (-1: never).
 struct rs_huge_text_plan {
-  long after, forks, moved;
+  long after, forks;
 };
 
 // Called before each fork of an execution (single-threaded, no program running in this process).
 static void rs_huge_text_before_fork(struct rs_huge_text_plan *plan) {
   if (plan->after < 0 || plan->forks++ < plan->after) return;
-  plan->moved = rs_huge_text();
+  rs_huge_text();  // nothing moved (no huge pages, an error) leaves the code where it was: nothing to undo
   plan->after = -1;
 }
 

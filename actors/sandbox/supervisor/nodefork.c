@@ -49,7 +49,7 @@
 #include "exec-isolation.h"
 #include "huge-text.h"
 
-static struct rs_huge_text_plan huge_plan = {-1, 0, 0};
+static struct rs_huge_text_plan huge_plan = {-1, 0};
 
 #if defined(__x86_64__)
 #define RS_AUDIT_ARCH AUDIT_ARCH_X86_64
