@@ -226,6 +226,23 @@ function thpMode(): string {
 }
 
 /** The executor counters of the (single) sandbox replica, through the micro-service STATS endpoint. */
+/** The median of what the service's sandboxes' supervisors pinned (VmPin, kB): pinHotPages at work. */
+function pinnedKb(servicePid: number): number {
+  const kb: number[] = [];
+  for (const p of descendants(servicePid)) {
+    try {
+      if (readFileSync(`/proc/${p}/comm`, "utf8").trim() !== "rs-supervisor") continue;
+      const status = readFileSync(`/proc/${p}/status`, "utf8");
+      // pid 1 of each sandbox: its parent is bwrap, not another supervisor.
+      if (readFileSync(`/proc/${procStat(p)?.ppid}/comm`, "utf8").trim() === "rs-supervisor") continue;
+      kb.push(Number(/^VmPin:\s+(\d+)/m.exec(status)?.[1] ?? 0));
+    } catch {
+      /* exited meanwhile */
+    }
+  }
+  return kb.length ? pct(kb, 0.5) : 0;
+}
+
 async function serviceStats(nc: NatsConnection): Promise<Record<string, number>> {
   const client = new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client({ maxWait: 500 } as unknown as Parameters<Svcm["client"]>[0]);
   for await (const s of await client.stats(SANDBOX_SERVICE_NAME)) {
@@ -345,11 +362,14 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const perExecutionUid = process.env["SANDBOX_PER_EXECUTION_UID"] !== "0";
   // SANDBOX_HUGE_PAGE_TEXT=0: interpreters' code left in the page cache (hugePageText: false), for comparing.
   const hugePageText = process.env["SANDBOX_HUGE_PAGE_TEXT"] !== "0";
+  // SANDBOX_PIN_HOT_PAGES=0: forks share every page copy-on-write (pinHotPages: false), for comparing.
+  const pinHotPages = process.env["SANDBOX_PIN_HOT_PAGES"] !== "0";
   const service = await startServiceProcess(nats.url, {
     poolSize,
     maxSessions: sessionsTarget + 16,
     executorThread,
     hugePageText,
+    pinHotPages,
     isolation: { freshNamespaces, perExecutionUid },
   });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
@@ -366,7 +386,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   };
   const st0 = await serviceStats(nc);
   print(
-    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0} (THP ${thpMode()})`,
+    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0} (THP ${thpMode()}); pin-hot-pages=${pinHotPages ? 1 : 0} (${(out.pinned_kb = pinnedKb(service.pid))} kB pinned by each sandbox's pid 1)`,
   );
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.
@@ -522,7 +542,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       const { value: f, busySeconds: fBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(client)));
       const { value: o, busySeconds: oBusy } = await withSecondService(
         "node",
-        { poolSize, nodeForkServer: false, hugePageText, isolation: { freshNamespaces, perExecutionUid } },
+        { poolSize, nodeForkServer: false, hugePageText, pinHotPages, isolation: { freshNamespaces, perExecutionUid } },
         async (other) => {
           for (let i = 0; i < 5; i++) await nodeExec(other)();
           return machineCpuDuring(() => closedLoop(8, total, nodeExec(other)));
@@ -556,8 +576,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
         await sleep(300);
         return machineCpuDuring(() => closedLoop(64, total, run));
       };
-      const off = await withSecondService("reset-only", { poolSize, hugePageText, isolation: { freshNamespaces: false, perExecutionUid } }, round);
-      const on = await withSecondService("fresh-ns", { poolSize, hugePageText, isolation: { freshNamespaces: true, perExecutionUid } }, round);
+      const off = await withSecondService("reset-only", { poolSize, hugePageText, pinHotPages, isolation: { freshNamespaces: false, perExecutionUid } }, round);
+      const on = await withSecondService("fresh-ns", { poolSize, hugePageText, pinHotPages, isolation: { freshNamespaces: true, perExecutionUid } }, round);
       out.fresh_ns_c64_exec_per_s = r2(on.value.perSec);
       out.fresh_ns_c64_p99_ms = r2(pct(on.value.lat, 0.99));
       out.fresh_ns_c64_cpu_ms_per_exec = r2((on.busySeconds * 1000) / total);

@@ -5,7 +5,7 @@ import { execFileSync } from "node:child_process";
 import { chmodSync, copyFileSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readlinkSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { cpus } from "node:os";
-import { buildExecutionFilter, buildSeccompFilter } from "./seccomp.js";
+import { buildExecutionFilter, buildSealFilter, buildSeccompFilter } from "./seccomp.js";
 import { NODE_BOOT_JS, SUPERVISOR_PY } from "./supervisor-source.js";
 import type { ResolvedRuntimes } from "./runtimes.js";
 import type { SandboxSettings } from "./settings.js";
@@ -64,10 +64,12 @@ export function describeFeatures(f: IsolationFeatures, uidRange?: [number, numbe
 export class RuntimeFolder {
   readonly dir: string;
   readonly seccompPath: string | null;
-  /** The same filter with unshare(2), setns(2) and mount(2) left to each execution's own filter (freshNamespaces). */
-  readonly seccompFreshPath: string | null;
   /** That per-execution filter, hex, for the supervisor's environment. */
   readonly executionFilterHex: string | null;
+  /** The filter the supervisor loads on itself once it pinned its hot pages (buildSealFilter), hex. */
+  readonly sealFilterHex: string | null;
+  /** The sandbox-wide filter's variants (seccompPathFor), by "fresh namespaces, pinned hot pages". */
+  private readonly filterPaths = new Map<string, string>();
   private readonly base: string;
 
   /** Whether sandboxes get the C per-execution loop (/.rs/forkserver.so). */
@@ -97,14 +99,26 @@ export class RuntimeFolder {
     etc("hostname", "sandbox\n");
     etc("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n");
     for (const d of [this.dir, join(this.dir, "etc")]) chmodSync(d, 0o755);
-    const filter = buildSeccompFilter();
-    // The filter stays root-only: bwrap gets it as an open fd, the sandbox never sees the file.
-    this.seccompPath = filter ? join(this.base, "seccomp.bpf") : null;
-    if (filter && this.seccompPath) writeFileSync(this.seccompPath, filter, { mode: 0o600 });
-    const fresh = buildSeccompFilter({ freshNamespaces: true });
-    this.seccompFreshPath = fresh ? join(this.base, "seccomp-fresh.bpf") : null;
-    if (fresh && this.seccompFreshPath) writeFileSync(this.seccompFreshPath, fresh, { mode: 0o600 });
+    // The filters stay root-only: bwrap gets one as an open fd, the sandbox never sees the file.
+    for (const freshNamespaces of [false, true])
+      for (const pinHotPages of [false, true]) {
+        const filter = buildSeccompFilter({ freshNamespaces, pinHotPages });
+        if (!filter) continue;
+        const path = join(this.base, `seccomp${freshNamespaces ? "-fresh" : ""}${pinHotPages ? "-pin" : ""}.bpf`);
+        writeFileSync(path, filter, { mode: 0o600 });
+        this.filterPaths.set(`${freshNamespaces},${pinHotPages}`, path);
+      }
+    this.seccompPath = this.seccompPathFor(false, false);
     this.executionFilterHex = buildExecutionFilter()?.toString("hex") ?? null;
+    this.sealFilterHex = buildSealFilter()?.toString("hex") ?? null;
+  }
+
+  /**
+   * The sandbox-wide filter for bwrap: with unshare(2), setns(2) and mount(2) left to each execution's own filter
+   * (freshNamespaces), io_uring_setup(2) and io_uring_register(2) to the supervisor's start (pinHotPages).
+   */
+  seccompPathFor(freshNamespaces: boolean, pinHotPages: boolean): string | null {
+    return this.filterPaths.get(`${freshNamespaces},${pinHotPages}`) ?? null;
   }
 
   remove(): void {
@@ -282,6 +296,7 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     "1",
     ...freshNamespaceEnv(layout),
     ...(settings.hugePageText ? ["--setenv", "RS_HUGE_TEXT", "1"] : []),
+    ...pinHotPagesEnv(layout),
     ...(features.perExecutionUid
       ? [
           "--setenv",
@@ -371,6 +386,25 @@ function freshNamespaceEnv(layout: SandboxLayout): string[] {
     .map((m) => m.join(":"))
     .join(";");
   return ["--setenv", "RS_FRESH_MOUNTS", mounts, "--setenv", "RS_EXEC_SECCOMP", runtime.executionFilterHex];
+}
+
+/**
+ * Whether this sandbox's supervisor pins the pages its executions write (settings.pinHotPages,
+ * supervisor/pin-hot.h): a sandbox that serves many commands, with the C loop.
+ */
+export function pinsHotPages(layout: SandboxLayout): boolean {
+  return layout.settings.pinHotPages && layout.runtime.nativeForkLoop && layout.settings.maxExecsPerSandbox > 1;
+}
+
+/**
+ * The supervisor pins, then (with seccomp) loads the seal filter on itself before it serves anything: the
+ * sandbox-wide filter left it io_uring_setup(2) and io_uring_register(2) for that (seccompPathFor). It refuses
+ * to start when it cannot load the seal.
+ */
+function pinHotPagesEnv(layout: SandboxLayout): string[] {
+  if (!pinsHotPages(layout)) return [];
+  const seal = layout.features.seccomp ? layout.runtime.sealFilterHex : null;
+  return ["--setenv", "RS_PIN_HOT", "1", ...(seal ? ["--setenv", "RS_SEAL_SECCOMP", seal] : [])];
 }
 
 /** Hands out host uids so that no two live sandboxes share one (FIFO reuse maximises the gap). */

@@ -33,6 +33,10 @@ except OSError as e:
     f["outbound"] = "refused:%s" % (e.errno,)
 libc = ctypes.CDLL(None, use_errno=True)
 f["unshareUser"] = libc.unshare(0x10000000) == 0
+_ring = libc.syscall(425, 1, ctypes.create_string_buffer(120)) if os.uname().machine in ("x86_64", "aarch64") else -1
+f["ioUring"] = _ring >= 0
+if _ring >= 0:
+    os.close(_ring)
 f["visible"] = [p for p in HIDDEN if os.path.exists(p)]
 def writable(p):
     try:
@@ -61,6 +65,8 @@ export interface ProbeFacts {
   netDevs: string[];
   outbound: string;
   unshareUser: boolean;
+  /** io_uring_setup(2) succeeded (the sandbox's filter refuses it; with pinHotPages the supervisor's seal). */
+  ioUring: boolean;
   visible: string[];
   rootWritable: boolean;
   usrWritable: boolean;
@@ -83,6 +89,7 @@ export function checkFacts(f: ProbeFacts, features: IsolationFeatures): string[]
   if (f.outbound === "connected") bad.push("outbound connection succeeded");
   if (features.seccomp && f.seccomp !== "2") bad.push(`seccomp mode is ${f.seccomp}, expected 2 (filter)`);
   if ((features.seccomp || features.disableUserns) && f.unshareUser) bad.push("program can create a user namespace");
+  if (features.seccomp && f.ioUring) bad.push("program can set up an io_uring");
   if (f.visible.length) bad.push(`host paths visible: ${f.visible.join(", ")}`);
   if (f.rootWritable || f.usrWritable) bad.push("system folders are writable");
   if (!f.workWritable) bad.push("/workspace is not writable");

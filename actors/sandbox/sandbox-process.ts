@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import type { Readable, Writable } from "node:stream";
 import type { SandboxExecResult, SandboxLanguage } from "../../environments/api/sandbox.js";
-import { bwrapArgs, INFO_FD, sandboxIdMap, USERNS_BLOCK_FD, type HostUidPool, type SandboxLayout } from "./isolation.js";
+import { bwrapArgs, INFO_FD, pinsHotPages, sandboxIdMap, USERNS_BLOCK_FD, type HostUidPool, type SandboxLayout } from "./isolation.js";
 import type { EffectiveLimits, RlimitSpec } from "./limits.js";
 import { OutputCollector } from "./output-collector.js";
 import { NativeChild, useNativeSpawn } from "./native-spawn.js";
@@ -134,7 +134,7 @@ export class SandboxProcess {
     // perExecutionUid: two more fds, bwrap's --info-fd and --userns-block-fd (see mapExecutionUids).
     const mapsIds = layout.features.perExecutionUid && this.hostUid !== undefined;
     try {
-      const filter = layout.features.freshNamespaces ? layout.runtime.seccompFreshPath : layout.runtime.seccompPath;
+      const filter = layout.runtime.seccompPathFor(layout.features.freshNamespaces, pinsHotPages(layout));
       if (layout.features.seccomp && filter) seccompFd = openSync(filter, "r");
       // posix_spawn when built (a start then costs the same whatever this process's size), else node's fork.
       this.child = useNativeSpawn(layout.settings.nativeSpawn, this.hostUid !== undefined)

@@ -188,9 +188,11 @@ export function deniedSyscalls(): string[] {
  * The filter as the raw `struct sock_filter[]` bytes bwrap reads from `--seccomp FD`, or null when
  * this architecture has no syscall table here. `freshNamespaces`: leave unshare(2), setns(2) and mount(2) to the
  * per-execution filter (buildExecutionFilter), so that the supervisor can give each execution its own
- * namespaces and tmpfs folders.
+ * namespaces and tmpfs folders. `pinHotPages`: leave io_uring_setup(2) and io_uring_register(2) to the
+ * supervisor's start (it pins pages with them, supervisor/pin-hot.h), which then seals them off itself
+ * (buildSealFilter) before any request; io_uring_enter(2) stays refused throughout.
  */
-export function buildSeccompFilter(opts: { freshNamespaces?: boolean } = {}): Buffer | null {
+export function buildSeccompFilter(opts: { freshNamespaces?: boolean; pinHotPages?: boolean } = {}): Buffer | null {
   const t = archTable();
   if (!t) return null;
   const prog: Insn[] = [];
@@ -201,7 +203,11 @@ export function buildSeccompFilter(opts: { freshNamespaces?: boolean } = {}): Bu
   jump(BPF_JEQ_K, t.auditArch, 0, "kill");
   ld(OFF_NR);
   if (t.x32Bit) jump(BPF_JGE_K, t.x32Bit, "enosys", 0);
-  for (const [name, nr] of Object.entries(t.denied)) if (!(opts.freshNamespaces && PER_EXECUTION.includes(name))) jump(BPF_JEQ_K, nr, "eperm", 0);
+  for (const [name, nr] of Object.entries(t.denied)) {
+    if (opts.freshNamespaces && PER_EXECUTION.includes(name)) continue;
+    if (opts.pinHotPages && SUPERVISOR_START.includes(name)) continue;
+    jump(BPF_JEQ_K, nr, "eperm", 0);
+  }
   // clone3 passes its flags in memory that a filter cannot read; ENOSYS makes libc fall back to clone.
   jump(BPF_JEQ_K, t.clone3, "enosys", 0);
   jump(BPF_JEQ_K, t.clone, 0, "allow");
@@ -216,19 +222,37 @@ export function buildSeccompFilter(opts: { freshNamespaces?: boolean } = {}): Bu
  */
 const PER_EXECUTION = ["unshare", "setns", "mount"];
 
+/** What the supervisor pins its hot pages with at start (pinHotPages), sealed off before any request. */
+const SUPERVISOR_START = ["io_uring_setup", "io_uring_register"];
+
 /**
  * What each execution adds to the sandbox's filter when the supervisor gives it fresh namespaces
  * (filters stack; the strictest answer wins): unshare(2), setns(2) and mount(2) refused, which the sandbox-wide
  * filter then allows for the supervisor alone. Null when this architecture has no table.
  */
 export function buildExecutionFilter(): Buffer | null {
+  return denyOnly(PER_EXECUTION);
+}
+
+/**
+ * What the supervisor loads on itself once it has pinned its hot pages (pinHotPages), before it serves
+ * anything: io_uring_setup(2) and io_uring_register(2) refused, to it and to every process it forks from then
+ * on, as the sandbox-wide filter refuses them where the supervisor pins nothing. Null when this architecture
+ * has no table.
+ */
+export function buildSealFilter(): Buffer | null {
+  return denyOnly(SUPERVISOR_START);
+}
+
+/** A filter that refuses these syscalls (EPERM), kills on another architecture and allows the rest. */
+function denyOnly(names: string[]): Buffer | null {
   const t = archTable();
   if (!t) return null;
   const prog: Insn[] = [];
   prog.push({ code: BPF_LD_W_ABS, jt: 0, jf: 0, k: OFF_ARCH });
   prog.push({ code: BPF_JEQ_K, jt: 0, jf: "kill", k: t.auditArch });
   prog.push({ code: BPF_LD_W_ABS, jt: 0, jf: 0, k: OFF_NR });
-  for (const name of PER_EXECUTION) prog.push({ code: BPF_JEQ_K, jt: "eperm", jf: 0, k: t.denied[name]! });
+  for (const name of names) prog.push({ code: BPF_JEQ_K, jt: "eperm", jf: 0, k: t.denied[name]! });
   return assemble(prog); // falls through to "allow"
 }
 

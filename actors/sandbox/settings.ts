@@ -162,6 +162,12 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "a sandbox that serves many commands (maxExecsPerSandbox > 1) copies its interpreter's code onto transparent huge pages once it has forked 8 executions (python's pid 1, the node fork server), when the kernel gives it 2 MiB pages (THP enabled or madvise): each execution then maps the code as a few entries instead of faulting hundreds of pages in (on a guest with shadow page tables ~20% of an execution's CPU). Costs that sandbox 4 MiB of memory for Debian's python3.11, 26 MiB for node (the code is no longer shared through the page cache); an idle session never pays it",
     ),
+  pinHotPages: z
+    .boolean()
+    .default(true)
+    .describe(
+      "a sandbox that serves many commands (maxExecsPerSandbox > 1) pins, at start, the pages of its python interpreter that an execution writes (found by running two known programs in it; ~200 pages), so that each fork copies them at once instead of faulting on each first write (python's pid 1: actors/sandbox/supervisor/pin-hot.h; on a guest with shadow page tables a fault costs 15-18 us and its TLB flush is a hypercall: +65% executions/s there). The supervisor pins with io_uring_setup(2)/io_uring_register(2), which the sandbox's seccomp filter leaves it for that; it then refuses both to itself and everything it forks before serving anything. Pinned pages count against RLIMIT_MEMLOCK of the sandbox's host uid; where it runs out, that sandbox pins nothing",
+    ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });
 

@@ -16,7 +16,7 @@ import { assertExecUidRanges, execUidRange, sandboxIdMap } from "../../actors/sa
 import { resolveLimits, toRlimits } from "../../actors/sandbox/limits.js";
 import { encodeFrame, FrameReader } from "../../actors/sandbox/control-frames.js";
 import { OutputCollector } from "../../actors/sandbox/output-collector.js";
-import { buildSeccompFilter, deniedSyscalls } from "../../actors/sandbox/seccomp.js";
+import { buildSealFilter, buildSeccompFilter, deniedSyscalls } from "../../actors/sandbox/seccomp.js";
 import { QueueFullError, Semaphore } from "../../actors/sandbox/semaphore.js";
 import { HostUidPool } from "../../actors/sandbox/isolation.js";
 
@@ -113,6 +113,29 @@ describe("sandbox plumbing", () => {
     for (let i = 0; i < f.length; i += 8) if (f.readUInt16LE(i) === 0x06) returns.add(f.readUInt32LE(i + 4));
     assert.ok(returns.has(0x7fff0000) && returns.has(0x00050001) && returns.has(0x80000000), "allow, EPERM and kill are all reachable outcomes");
     assert.ok(deniedSyscalls().includes("ptrace") && deniedSyscalls().includes("bpf"));
+  });
+
+  it("leaves io_uring_setup and io_uring_register to the supervisor's start only where it seals them off after", () => {
+    const f = buildSeccompFilter();
+    if (f === null) return;
+    // The syscall numbers a filter compares against (JEQ k), and whether each leads to EPERM.
+    const compared = (b: Buffer) => {
+      const ks = new Set<number>();
+      for (let i = 0; i < b.length; i += 8) if (b.readUInt16LE(i) === 0x15) ks.add(b.readUInt32LE(i + 4));
+      return ks;
+    };
+    const [setup, enter, register] = [425, 426, 427];
+    const plain = compared(f);
+    assert.ok(plain.has(setup) && plain.has(enter) && plain.has(register), "the sandbox's filter refuses all three");
+    const pin = compared(buildSeccompFilter({ pinHotPages: true })!);
+    assert.ok(!pin.has(setup) && !pin.has(register) && pin.has(enter), "pinHotPages leaves setup and register, never enter");
+    assert.equal(pin.size, plain.size - 2, "and nothing else");
+    const seal = buildSealFilter()!;
+    const sealed = compared(seal);
+    assert.ok(sealed.has(setup) && sealed.has(register), "the seal refuses what the sandbox's filter left");
+    const returns = new Set<number>();
+    for (let i = 0; i < seal.length; i += 8) if (seal.readUInt16LE(i) === 0x06) returns.add(seal.readUInt32LE(i + 4));
+    assert.ok(returns.has(0x00050001) && returns.has(0x80000000), "with EPERM, and a kill for another architecture");
   });
 
   it("queues beyond its permits in FIFO order and refuses beyond maxQueued", async () => {

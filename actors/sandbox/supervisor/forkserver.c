@@ -52,6 +52,7 @@
 
 #include "exec-isolation.h"
 #include "huge-text.h"
+#include "pin-hot.h"
 
 typedef struct _object PyObject;
 extern void PyOS_BeforeFork(void);
@@ -125,6 +126,8 @@ static unsigned long exec_id_seq;
 static int warm_fresh;
 static int session_mode;
 static struct rs_huge_text_plan huge_plan = {-1, 0};
+// Forking a survey child (rs_fs_survey): not an execution, so not counted towards the huge-text move.
+static int surveying;
 
 // ---- small helpers ---------------------------------------------------------------------------------
 
@@ -529,7 +532,7 @@ static int fork_warm(void) {
     close(code[1]);
     return -1;
   }
-  rs_huge_text_before_fork(&huge_plan);
+  if (!surveying) rs_huge_text_before_fork(&huge_plan);
   PyOS_BeforeFork();
   pid_t pid = fork();
   if (pid == 0) {
@@ -889,4 +892,53 @@ long rs_fs_before_fork(void) {
 long rs_fs_set_session(void) {
   session_mode = 1;
   return 0;
+}
+
+// The hot set (pin-hot.h): forks a survey child as an execution is forked (fork_warm), its output on
+// /dev/null, and gives it `code` as its program. Returns 1 in the child (supervisor.py runs it as a warm
+// interpreter, then calls rs_fs_survey_report), 0 here once it exited, or -errno.
+long rs_fs_survey(const char *code, long n) {
+  if (warm_pid > 0) return -EBUSY;
+  if (!rs_pin_survey_buf) {
+    int r = rs_pin_survey_begin();
+    if (r != 0) return r;
+  }
+  surveying = 1;
+  int r = fork_warm();
+  surveying = 0;
+  if (r == 1) {
+    int null = open("/dev/null", O_WRONLY);
+    if (null < 0 || dup2(null, 1) < 0 || dup2(null, 2) < 0) _exit(127);
+    close(null);
+    alarm(10);
+    return 1;
+  }
+  if (r < 0) return -errno;
+  write_all(warm_code_w, code, (size_t)n);
+  pid_t pid = warm_pid;
+  close_warm_fds();
+  warm_pid = -1;
+  while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+  }
+  return 0;
+}
+
+// In a survey child, after its program: lists the pages it wrote (a no-op in any other process).
+long rs_fs_survey_report(void) {
+  rs_pin_survey_report();
+  return 0;
+}
+
+// After the surveys: pins (at most max_pages of) the pages they listed. Returns how many, or -errno.
+long rs_fs_pin_surveyed(long max_pages) {
+  return rs_pin_survey_end(max_pages > 0 ? (uint64_t)max_pages : 0);
+}
+
+// Loads `filter` (struct sock_filter[]) on this process, on top of the sandbox's: what it forks from then on
+// inherits both. Returns 0, or -errno.
+long rs_fs_seal(const char *filter, long len) {
+  struct sock_fprog prog = {(unsigned short)(len / (long)sizeof(struct sock_filter)), (struct sock_filter *)filter};
+  if (len <= 0 || len % (long)sizeof(struct sock_filter) || len / (long)sizeof(struct sock_filter) > 4096) return -EINVAL;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
+  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0 ? 0 : -errno;
 }

@@ -51,6 +51,11 @@ EXEC_IDS = os.environ.pop("RS_EXEC_IDS", "")
 # one execution); an idle session never holds a copy.
 HUGE_TEXT = os.environ.pop("RS_HUGE_TEXT", "") == "1"
 HUGE_TEXT_AFTER = 8
+# settings.pinHotPages: pid 1 pins the pages a python execution writes (pin_hot_pages), then loads
+# SEAL_FILTER on itself (io_uring_setup and io_uring_register refused from then on, to it and to all it forks)
+# before it serves anything; it refuses to start when it cannot.
+PIN_HOT = os.environ.pop("RS_PIN_HOT", "") == "1"
+SEAL_FILTER = bytes.fromhex(os.environ.pop("RS_SEAL_SECCOMP", ""))
 ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
 LOOP = None  # the C loop (load_fork_loop), when built
 SESSION = False  # this sandbox serves a session: its commands share one set of namespaces and files
@@ -597,6 +602,8 @@ def run_python(code, main=None):
             f.flush()
         except BaseException:
             pass
+    if SURVEY_REPORT is not None:
+        SURVEY_REPORT()
     os._exit(rc)
 
 def code_fd(code):
@@ -1032,6 +1039,38 @@ def prestart(lang):
         print("rollstream sandbox: could not prestart %s: %s" % (lang, e), file=sys.stderr)
         return None
 
+# In a survey child (pin_hot_pages): the C function that lists the pages it wrote, called after its program.
+SURVEY_REPORT = None
+# The programs whose written pages pid 1 pins (pin-hot.h): print(1), and what a small solution does. An
+# execution writes most of the same pages whatever its program (the interpreter's own state, the objects
+# every program uses, the allocator's pools, the exit path); one listed but not written costs a fork ~1 us.
+SURVEY_PROGRAMS = (
+    b"print(1)\n",
+    b"def f(xs):\n    return sorted(x * 2 for x in xs if x % 3)\n"
+    b"data = '3 1 2 7'\nvals = [int(t) for t in data.split()]\n"
+    b"d = {str(v): v for v in vals}\nprint(f(vals), len(d), '%d-%s' % (1, 'x'), f'{2.5:.2f}', max(vals))\n",
+)
+PIN_MAX_PAGES = 1024
+
+def pin_hot_pages(loop):
+    """Surveys what a python execution writes and pins those pages (pin-hot.h), before the first fork of
+    a request's execution. Each survey child is forked as an execution is (fork_warm) and runs its program
+    as one does (warm_python_child), its output on /dev/null. Returns the pages pinned, or -errno."""
+    global SURVEY_REPORT
+    for program in SURVEY_PROGRAMS:
+        r = loop["survey"](program, len(program))
+        if r == 1:
+            try:
+                _signal.set_wakeup_fd(-1)
+                _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+                SURVEY_REPORT = loop["survey_report"]
+                warm_python_child()
+            finally:
+                os._exit(127)
+        if r != 0:
+            return r
+    return loop["pin"](PIN_MAX_PAGES)
+
 def before_python_fork():
     # The C loop counts this fork towards moving the interpreter's code onto huge pages (HUGE_TEXT_AFTER).
     if LOOP is not None:
@@ -1069,6 +1108,10 @@ def load_fork_loop():
         "take_exec_id": fn("rs_fs_take_exec_id", Long),
         "keep_setid_caps": fn("rs_fs_keep_setid_caps_across_exec", Long),
         "before_fork": fn("rs_fs_before_fork", Long),
+        "survey": fn("rs_fs_survey", Long),
+        "survey_report": fn("rs_fs_survey_report", Long),
+        "pin": fn("rs_fs_pin_surveyed", Long),
+        "seal": fn("rs_fs_seal", Long),
     }
     if FRESH_MOUNTS:
         if fn("rs_fs_configure", Long)(FRESH_MOUNTS.encode(), EXEC_FILTER, len(EXEC_FILTER)) != 0:
@@ -1130,6 +1173,11 @@ def main():
     in_c = loop is not None and PRESTART == "python"
     if in_c:
         load_site()  # before "ready", as Warm("python") does: a ready sandbox has its modules loaded
+        if PIN_HOT and REUSED:
+            pin_hot_pages(loop)
+    if SEAL_FILTER and (loop is None or loop["seal"](SEAL_FILTER, len(SEAL_FILTER)) != 0):
+        print("rollstream sandbox: could not load the seccomp filter that ends pid 1's start (settings.pinHotPages)", file=sys.stderr)
+        os._exit(1)
     warm = None if in_c else prestart(PRESTART)
     send("ready")
     while True:
