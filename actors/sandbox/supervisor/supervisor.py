@@ -1041,11 +1041,11 @@ def prestart(lang):
 
 # In a survey child (pin_hot_pages): the C function that lists the pages it wrote, called after its program.
 SURVEY_REPORT = None
-# The programs whose written pages pid 1 pins (pin-hot.h): print(1), and what a small solution does. An
+# The programs whose written pages pid 1 pins (pin-hot.h): one, print(1) then what a small solution does. An
 # execution writes most of the same pages whatever its program (the interpreter's own state, the objects
 # every program uses, the allocator's pools, the exit path); one listed but not written costs a fork ~1 us.
 SURVEY_PROGRAMS = (
-    b"print(1)\n",
+    b"print(1)\n"
     b"def f(xs):\n    return sorted(x * 2 for x in xs if x % 3)\n"
     b"data = '3 1 2 7'\nvals = [int(t) for t in data.split()]\n"
     b"d = {str(v): v for v in vals}\nprint(f(vals), len(d), '%d-%s' % (1, 'x'), f'{2.5:.2f}', max(vals))\n",
@@ -1054,7 +1054,7 @@ PIN_MAX_PAGES = 1024
 
 def pin_hot_pages(loop):
     """Surveys what a python execution writes and pins those pages (pin-hot.h), before the first fork of
-    a request's execution. Each survey child is forked as an execution is (fork_warm) and runs its program
+    a request's execution. A survey child is forked as an execution is (fork_warm) and runs its program
     as one does (warm_python_child), its output on /dev/null. Returns the pages pinned, or -errno."""
     global SURVEY_REPORT
     for program in SURVEY_PROGRAMS:
