@@ -15,8 +15,8 @@
 // anonymous, in a writable private mapping), at most `max_pages`. No program of a request is surveyed.
 //
 // The ring is registered with the task (IORING_REGISTER_RING_FDS) and its fd closed: no execution
-// inherits an fd to it (and io_uring's task context is not copied at fork). Pinned pages count against
-// RLIMIT_MEMLOCK; where registration fails nothing is pinned and forks copy on write as before.
+// inherits an fd to it (and io_uring's task context is not copied at fork). That needs Linux 5.18; pinned
+// pages count against RLIMIT_MEMLOCK. Where a step fails nothing is pinned and forks copy on write as before.
 #ifndef RS_PIN_HOT_H
 #define RS_PIN_HOT_H
 #ifndef _GNU_SOURCE
