@@ -4,9 +4,32 @@
 // off: no execution may set up or reach an io_uring, with pinning on or off, shared or fresh namespaces.
 // Controls: a service with the setting off pins nothing (VmPin 0) and its executions fault more; within one
 // execution, a change it makes is visible to itself (so its absence in the next one means something).
+// On a machine that cannot pin (io_uring off, Linux before 5.18, RLIMIT_MEMLOCK under 1 MiB: pinningPossible),
+// pid 1 pins nothing and serves as before, the seal still in force (checked with `prlimit --memlock=65536`).
+import { readFileSync } from "node:fs";
+import { release } from "node:os";
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
+
+/**
+ * Whether this machine lets a sandbox pin: io_uring enabled for everyone (kernel.io_uring_disabled 0), Linux
+ * 5.18 or later (a ring registered with the task) and RLIMIT_MEMLOCK of at least 1 MiB (the sandboxes inherit
+ * this process's). Where it does not, pid 1 must pin nothing and everything else must hold the same.
+ */
+function pinningPossible(): boolean {
+  try {
+    const disabled = readFileSync("/proc/sys/kernel/io_uring_disabled", "utf8").trim();
+    if (disabled !== "0") return false;
+  } catch {
+    /* older kernels have no such switch */
+  }
+  const [major = 0, minor = 0] = release().split(".").map(Number);
+  if (major < 5 || (major === 5 && minor < 18)) return false;
+  const m = /^Max locked memory\s+(\S+)/m.exec(readFileSync("/proc/self/limits", "utf8"));
+  return m?.[1] === "unlimited" || Number(m?.[1]) >= 1 << 20;
+}
+const PINS = pinningPossible();
 
 // pid 1's pinned memory (its /proc status is readable; its memory and fds are not), what io_uring_setup(2) and
 // io_uring_register(2) give this execution, its fds that are an io_uring, and its seccomp filter count.
@@ -60,7 +83,7 @@ describe("hot pages pinned (pinHotPages)", { timeout: 120_000 }, () => {
         const r = await fx.client.exec({ language: "python", code: IO_URING_PROBE });
         assert.equal(r.exitCode, 0, describeResult(r));
         const p = JSON.parse(r.stdout);
-        if (pinned) assert.ok(p.pid1_pinned_kb >= 200, `pid 1 pinned ${p.pid1_pinned_kb} kB: ${r.stdout}`);
+        if (pinned && PINS) assert.ok(p.pid1_pinned_kb >= 200, `pid 1 pinned ${p.pid1_pinned_kb} kB: ${r.stdout}`);
         else assert.equal(p.pid1_pinned_kb, 0, r.stdout);
         assert.deepEqual(p.setup, [-1, EPERM], r.stdout);
         assert.deepEqual(p.sqpoll, [-1, EPERM], r.stdout);
@@ -80,8 +103,9 @@ describe("hot pages pinned (pinHotPages)", { timeout: 120_000 }, () => {
     };
     const a = [await faults(on), await faults(on), await faults(on)];
     const b = [await faults(off), await faults(off), await faults(off)];
-    // Seen: 96 against 259.
-    assert.ok(Math.max(...a) < 0.6 * Math.min(...b), `faults with pinned pages ${a}, without ${b}`);
+    // Seen: 96 against 259. Where this machine cannot pin, the same.
+    if (PINS) assert.ok(Math.max(...a) < 0.6 * Math.min(...b), `faults with pinned pages ${a}, without ${b}`);
+    else assert.ok(Math.max(...a) > 0.8 * Math.min(...b), `faults ${a} without pins, ${b} with the setting off`);
     // The survey programs pid 1 ran at start printed to /dev/null, not into a command's output.
     const first = await startSandboxFixture({ poolSize: 1 });
     try {
@@ -131,7 +155,7 @@ describe("hot pages pinned, fresh namespaces per execution", { timeout: 60_000 }
     const r = await fx.client.exec({ language: "python", code: IO_URING_PROBE });
     assert.equal(r.exitCode, 0, describeResult(r));
     const p = JSON.parse(r.stdout);
-    assert.ok(p.pid1_pinned_kb >= 200, r.stdout);
+    assert.ok(PINS ? p.pid1_pinned_kb >= 200 : p.pid1_pinned_kb === 0, r.stdout);
     assert.deepEqual([p.setup, p.sqpoll, p.register, p.ring_fds], [[-1, EPERM], [-1, EPERM], [-1, EPERM], []], r.stdout);
   });
 });
