@@ -90,7 +90,7 @@ static int rs_pin_each_page(void (*each)(void *ctx, uint64_t addr, uint64_t pm),
   long n = rs_pin_writable_ranges(ranges, MAX_RANGES);
   // A process that is not dumpable (pid 1 is not: supervisor.py says why) cannot open its own pagemap,
   // which then belongs to root. Dumpable just for the open: nothing but this process runs meanwhile
-  // (the survey children have exited; no request was served yet).
+  // (the survey child has exited; no request was served yet).
   int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
   if (dumpable == 0) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
   int pm = n >= 0 ? open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC) : -1;
