@@ -24,6 +24,7 @@ import {
   assertReachableByOthers,
   assertCpusExist,
   RuntimeFolder,
+  pinsHotPages,
   type IsolationFeatures,
   type SandboxLayout,
 } from "./isolation.js";
@@ -155,6 +156,9 @@ export class SandboxExecutor {
           nativeSpawn
             ? "starts: posix_spawn (rs_spawn): a sandbox start holds this process's event loop the same whatever its size"
             : "starts: node's spawn, a fork of this process (rs_spawn not built, no setpriv as root, or nativeSpawn: false)",
+          pinsHotPages(layout)
+            ? "hot pages: each reused sandbox's pid 1 pins the pages a python execution writes (copied at fork, not faulted in); it seals io_uring off before serving"
+            : "hot pages: not pinned (pinHotPages: false, no C loop, or maxExecsPerSandbox: 1)",
           ...(settings.cpus ? [`CPUs: ${settings.cpus} (settings.cpus)`] : []),
         ],
         bwrap: bwrapVersion(bwrap),

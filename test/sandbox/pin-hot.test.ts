@@ -93,6 +93,9 @@ describe("hot pages pinned (pinHotPages)", { timeout: 120_000 }, () => {
         assert.equal(p.filters, pinned ? 2 : 1, r.stdout);
       }
     }
+    // The service says which in the isolation it logs at start (and in its metadata).
+    assert.ok(on.service.executor.isolation.lines.some((l) => l.startsWith("hot pages: each reused sandbox's pid 1 pins")));
+    assert.ok(off.service.executor.isolation.lines.some((l) => l.startsWith("hot pages: not pinned")));
   });
 
   it("an execution faults far less on pages pid 1 pinned, and its output is its own", async () => {
