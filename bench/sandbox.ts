@@ -225,17 +225,15 @@ function thpMode(): string {
   }
 }
 
-/** The executor counters of the (single) sandbox replica, through the micro-service STATS endpoint. */
 /** The median of what the service's sandboxes' supervisors pinned (VmPin, kB): pinHotPages at work. */
 function pinnedKb(servicePid: number): number {
   const kb: number[] = [];
   for (const p of descendants(servicePid)) {
     try {
       if (readFileSync(`/proc/${p}/comm`, "utf8").trim() !== "rs-supervisor") continue;
-      const status = readFileSync(`/proc/${p}/status`, "utf8");
       // pid 1 of each sandbox: its parent is bwrap, not another supervisor.
       if (readFileSync(`/proc/${procStat(p)?.ppid}/comm`, "utf8").trim() === "rs-supervisor") continue;
-      kb.push(Number(/^VmPin:\s+(\d+)/m.exec(status)?.[1] ?? 0));
+      kb.push(Number(/^VmPin:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, "utf8"))?.[1] ?? 0));
     } catch {
       /* exited meanwhile */
     }
@@ -243,6 +241,7 @@ function pinnedKb(servicePid: number): number {
   return kb.length ? pct(kb, 0.5) : 0;
 }
 
+/** The executor counters of the (single) sandbox replica, through the micro-service STATS endpoint. */
 async function serviceStats(nc: NatsConnection): Promise<Record<string, number>> {
   const client = new Svcm(nc as unknown as ConstructorParameters<typeof Svcm>[0]).client({ maxWait: 500 } as unknown as Parameters<Svcm["client"]>[0]);
   for await (const s of await client.stats(SANDBOX_SERVICE_NAME)) {

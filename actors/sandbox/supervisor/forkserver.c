@@ -914,11 +914,9 @@ long rs_fs_set_session(void) {
 // /dev/null, and gives it `code` as its program. Returns 1 in the child (supervisor.py runs it as a warm
 // interpreter, then calls rs_fs_survey_report), 0 here once it exited, or -errno.
 long rs_fs_survey(const char *code, long n) {
-  if (warm_pid > 0) return -EBUSY;
-  if (!rs_pin_survey_buf) {
-    int r = rs_pin_survey_begin();
-    if (r != 0) return r;
-  }
+  if (warm_pid > 0 || rs_pin_survey_buf) return -EBUSY;
+  int begun = rs_pin_survey_begin();
+  if (begun != 0) return begun;
   surveying = 1;
   int r = fork_warm();
   surveying = 0;
@@ -945,7 +943,7 @@ long rs_fs_survey_report(void) {
   return 0;
 }
 
-// After the surveys: pins (at most max_pages of) the pages they listed. Returns how many, or -errno.
+// After the survey: pins (at most max_pages of) the pages it listed. Returns how many, or -errno.
 long rs_fs_pin_surveyed(long max_pages) {
   return rs_pin_survey_end(max_pages > 0 ? (uint64_t)max_pages : 0);
 }

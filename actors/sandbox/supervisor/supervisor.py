@@ -1041,35 +1041,37 @@ def prestart(lang):
 
 # In a survey child (pin_hot_pages): the C function that lists the pages it wrote, called after its program.
 SURVEY_REPORT = None
-# The programs whose written pages pid 1 pins (pin-hot.h): one, print(1) then what a small solution does. An
+# The program whose written pages pid 1 pins (pin-hot.h): print(1), then what a small solution does. An
 # execution writes most of the same pages whatever its program (the interpreter's own state, the objects
 # every program uses, the allocator's pools, the exit path); one listed but not written costs a fork ~1 us.
-SURVEY_PROGRAMS = (
+SURVEY_PROGRAM = (
     b"print(1)\n"
     b"def f(xs):\n    return sorted(x * 2 for x in xs if x % 3)\n"
     b"data = '3 1 2 7'\nvals = [int(t) for t in data.split()]\n"
-    b"d = {str(v): v for v in vals}\nprint(f(vals), len(d), '%d-%s' % (1, 'x'), f'{2.5:.2f}', max(vals))\n",
+    b"d = {str(v): v for v in vals}\nprint(f(vals), len(d), '%d-%s' % (1, 'x'), f'{2.5:.2f}', max(vals))\n"
 )
 PIN_MAX_PAGES = 1024
 
+def run_forked_warm_child():
+    """In a warm interpreter the C loop forked (fds placed, dumpable): the same path as Warm's child."""
+    try:
+        _signal.set_wakeup_fd(-1)
+        _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
+        _signal.signal(_signal.SIGINT, _signal.default_int_handler)
+        warm_python_child()
+    finally:
+        os._exit(127)
+
 def pin_hot_pages(loop):
     """Surveys what a python execution writes and pins those pages (pin-hot.h), before the first fork of
-    a request's execution. A survey child is forked as an execution is (fork_warm) and runs its program
-    as one does (warm_python_child), its output on /dev/null. Returns the pages pinned, or -errno."""
+    a request's execution. The survey child is forked as an execution is (fork_warm) and runs its program
+    as one does (run_forked_warm_child), its output on /dev/null. Returns the pages pinned, or -errno."""
     global SURVEY_REPORT
-    for program in SURVEY_PROGRAMS:
-        r = loop["survey"](program, len(program))
-        if r == 1:
-            try:
-                _signal.set_wakeup_fd(-1)
-                _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-                SURVEY_REPORT = loop["survey_report"]
-                warm_python_child()
-            finally:
-                os._exit(127)
-        if r != 0:
-            return r
-    return loop["pin"](PIN_MAX_PAGES)
+    r = loop["survey"](SURVEY_PROGRAM, len(SURVEY_PROGRAM))
+    if r == 1:
+        SURVEY_REPORT = loop["survey_report"]
+        run_forked_warm_child()
+    return r if r != 0 else loop["pin"](PIN_MAX_PAGES)
 
 def before_python_fork():
     # The C loop counts this fork towards moving the interpreter's code onto huge pages (HUGE_TEXT_AFTER).
@@ -1136,14 +1138,7 @@ def serve_in_c(loop, fork_first):
     if r is None:
         return None, None
     if r == 0:
-        # A warm interpreter the C loop forked (fds placed, dumpable): the same path as Warm's child.
-        try:
-            _signal.set_wakeup_fd(-1)
-            _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
-            _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-            warm_python_child()
-        finally:
-            os._exit(127)
+        run_forked_warm_child()
     if r == 1:
         return "node", None
     warm = None
