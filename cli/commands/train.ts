@@ -101,7 +101,9 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
       return 3;
     }
   } else {
-    server = await startNatsServer({ storeDir: join(runDir, "nats"), logFile: join(runDir, "logs", "nats-server.log") });
+    // A session of its own, as the actors have (launcher.ts): its CPU share, and a terminal's Ctrl-C reaches
+    // `train` alone, which stops the server after its actors have drained through it.
+    server = await startNatsServer({ storeDir: join(runDir, "nats"), logFile: join(runDir, "logs", "nats-server.log"), ownSession: true });
     url = server.url;
     // `doctor`, `inspect` and `replay` look here first, so they read this live server, not a copy of its store.
     writeFileSync(join(runDir, LIVE_URL_FILE), `${url}\n`);
@@ -161,6 +163,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
             port: srv.port,
             monitorPort: srv.monitorPort,
             logFile: join(runDir, "logs", "nats-server.log"),
+            ownSession: true,
           });
           superviseServer(server);
         } catch (e) {

@@ -25,6 +25,8 @@ export interface LauncherOptions {
   natsUrl: string;
   logDir: string;
   maxRestarts?: number;
+  /** Start each actor in a session of its own (default true; see start()). */
+  ownSessions?: boolean;
   metricsPortBase?: number;
   onExit?: (spec: ActorSpec, code: number | null, signal: string | null, willRestart: boolean) => void;
 }
@@ -50,7 +52,14 @@ export class ActorLauncher {
     const args = [this.o.binPath, "actor", spec.name, "--config", this.o.configPath, "--nats", this.o.natsUrl, "--instance", id];
     if (this.o.metricsPortBase && this.o.metricsPortBase > 0) args.push("--metrics-port", String(this.o.metricsPortBase + this.portCounter++));
     const log = this.running.get(id)?.log ?? createWriteStream(join(this.o.logDir, `${id}.log`), { flags: "a" });
-    const child = killWithParent(spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env } }));
+    // Each actor a session of its own (detached: setsid), as each is its own service in a deployment. Where the
+    // kernel shares the CPU between sessions first (autogroups: a host whose processes all sit in the root
+    // cgroup), the learner, inference and the sandbox service would otherwise split one share between them
+    // against every sandbox's and every execution's own (actors/sandbox/README.md). A terminal's Ctrl-C then
+    // reaches `train` alone, which drains them (stopAll); they still end with it (killWithParent).
+    const child = killWithParent(
+      spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env }, detached: this.o.ownSessions !== false }),
+    );
     child.stdout!.pipe(log, { end: false });
     child.stderr!.pipe(log, { end: false });
     const entry: Running = { spec, child, restarts, log };

@@ -3,13 +3,29 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect as netConnect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { cliMain, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { startTestNats } from "../helpers/nats.js";
+import { procStat } from "../sandbox/proc.js";
+
+/** The live children of a process, with their command lines. */
+function childrenOf(ppid: number): Array<{ pid: number; args: string }> {
+  const out: Array<{ pid: number; args: string }> = [];
+  for (const name of readdirSync("/proc")) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (procStat(Number(name), 1) !== ppid) continue;
+      out.push({ pid: Number(name), args: readFileSync(`/proc/${name}/cmdline`, "utf8").split("\0").join(" ").trim() });
+    } catch {
+      // gone since the listing
+    }
+  }
+  return out;
+}
 
 function exitOf(child: ChildProcess): Promise<number | null> {
   return new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
@@ -60,6 +76,16 @@ test("train: Ctrl-C drains the actors and stops its nats-server; rerunning resum
     );
     const port = Number(/nats:\/\/127\.0\.0\.1:(\d+)/.exec(out)![1]);
     assert.ok(await portOpen(port));
+    // Each actor and the server lead a session of their own (the CPU share autogroups give a session); train
+    // itself, spawned here without one, is the control: it shares this test's session.
+    const started = childrenOf(first.pid!);
+    assert.ok(started.length >= 5, `train's children: ${started.map((c) => c.args).join(" | ")}`);
+    for (const c of started) assert.equal(procStat(c.pid, 3), c.pid, `${c.args} leads its own session`);
+    assert.ok(
+      started.some((c) => c.args.includes("nats-server")),
+      "the nats-server is among them",
+    );
+    assert.notEqual(procStat(first.pid!, 3), first.pid, "train itself was started in this test's session");
     first.kill("SIGINT");
     assert.equal(await exitOf(first), 130, out);
     assert.match(out, /stopped; run the same command to resume/);
