@@ -521,6 +521,12 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       );
       if (c === 64) {
         for (const [k, v] of Object.entries(split)) out[`c64_${k}`] = v;
+        // Little's law: in a closed loop of 64 the mean latency is 64 / throughput, so no tail can be shorter;
+        // a p99 of 200 ms needs 320 executions/s whatever the sandbox does between them.
+        out.c64_closed_loop_mean_ms = r2((64 * 1000) / s.perSec);
+        print(
+          `  a closed loop of 64 waits 64 / throughput = ${out.c64_closed_loop_mean_ms} ms on average (p99 / that: ${r2(out.c64_p99_ms / out.c64_closed_loop_mean_ms)}x): a p99 of 200 ms needs 320 exec/s on this host`,
+        );
         print(
           `  its CPU, ms an execution: client ${split.client_ms}, nats-server ${split.nats_ms}, service ${split.service_ms}, sandbox supervisors ${split.supervisor_ms} (${split.supervisor_faults} page faults), executions ${split.execution_ms} (${split.execution_faults} page faults)`,
         );
