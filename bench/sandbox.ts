@@ -226,19 +226,27 @@ function thpMode(): string {
 }
 
 /** The median of what the service's sandboxes' supervisors pinned (VmPin, kB): pinHotPages at work. */
-function pinnedKb(servicePid: number): number {
-  const kb: number[] = [];
+function pinnedKb(servicePid: number): { python: number; node: number } {
+  const python: number[] = [];
+  const node: number[] = [];
+  const vmPin = (p: number) => Number(/^VmPin:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, "utf8"))?.[1] ?? 0);
   for (const p of descendants(servicePid)) {
     try {
-      if (readFileSync(`/proc/${p}/comm`, "utf8").trim() !== "rs-supervisor") continue;
-      // pid 1 of each sandbox: its parent is bwrap, not another supervisor.
-      if (readFileSync(`/proc/${procStat(p)?.ppid}/comm`, "utf8").trim() === "rs-supervisor") continue;
-      kb.push(Number(/^VmPin:\s+(\d+)/m.exec(readFileSync(`/proc/${p}/status`, "utf8"))?.[1] ?? 0));
+      const parent = procStat(p)?.ppid;
+      const comm = readFileSync(`/proc/${p}/comm`, "utf8").trim();
+      const parentComm = readFileSync(`/proc/${parent}/comm`, "utf8").trim();
+      // pid 1 of a python sandbox: its parent is bwrap, not another supervisor; a node sandbox's pid 1 pins nothing.
+      if (comm === "rs-supervisor" && parentComm !== "rs-supervisor") {
+        const kb = vmPin(p);
+        if (kb > 0) python.push(kb);
+      }
+      // A node fork server: started by pid 1 (its executions are its own children, and say --zygote too).
+      if (parentComm === "rs-supervisor" && readFileSync(`/proc/${p}/cmdline`, "utf8").includes("--zygote")) node.push(vmPin(p));
     } catch {
       /* exited meanwhile */
     }
   }
-  return kb.length ? pct(kb, 0.5) : 0;
+  return { python: python.length ? pct(python, 0.5) : 0, node: node.length ? pct(node, 0.5) : 0 };
 }
 
 /** The executor counters of the (single) sandbox replica, through the micro-service STATS endpoint. */
@@ -384,8 +392,11 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     for (let w = 0; w < 100 && (await serviceStats(nc)).pool_idle_python < poolSize; w++) await sleep(5);
   };
   const st0 = await serviceStats(nc);
+  const pinned = pinnedKb(service.pid);
+  out.pinned_kb = pinned.python;
+  out.node_pinned_kb = pinned.node;
   print(
-    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0} (THP ${thpMode()}); pin-hot-pages=${pinHotPages ? 1 : 0} (${(out.pinned_kb = pinnedKb(service.pid))} kB pinned by each sandbox's pid 1)`,
+    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0} (THP ${thpMode()}); pin-hot-pages=${pinHotPages ? 1 : 0} (${out.pinned_kb} kB pinned by each python sandbox's pid 1, ${out.node_pinned_kb} kB by each node fork server)`,
   );
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.

@@ -157,7 +157,7 @@ export class SandboxExecutor {
             ? "starts: posix_spawn (rs_spawn): a sandbox start holds this process's event loop the same whatever its size"
             : "starts: node's spawn, a fork of this process (rs_spawn not built, no setpriv as root, or nativeSpawn: false)",
           pinsHotPages(layout)
-            ? "hot pages: each reused sandbox's pid 1 pins the pages a python execution writes (copied at fork, not faulted in); it seals io_uring off before serving"
+            ? "hot pages: each reused sandbox's pid 1 pins the pages a python execution writes, its node fork server those a node execution writes (copied at fork, not faulted in); each seals io_uring off before serving"
             : "hot pages: not pinned (pinHotPages: false, no C loop, or maxExecsPerSandbox: 1)",
           ...(settings.cpus ? [`CPUs: ${settings.cpus} (settings.cpus)`] : []),
         ],

@@ -114,12 +114,18 @@ function zygote() {
   const mounts = process.env.RS_NF_MOUNTS ?? "";
   const filter = process.env.RS_NF_FILTER ?? "";
   const execUids = process.env.RS_NF_EXEC_UIDS === "1";
+  // settings.pinHotPages: the most pages to pin and pid 1's seal, which serve() loads on this process after
+  // pinning (nodefork.c: survey). Absent when pid 1 had sealed itself before starting this server.
+  const pinMax = Number(process.env.RS_NF_PIN ?? "0");
+  const seal = process.env.RS_NF_SEAL ?? "";
   delete process.env.RS_NF_MOUNTS;
   delete process.env.RS_NF_FILTER;
   delete process.env.RS_NF_EXEC_UIDS;
-  nf.init(3, mounts, filter, execUids);
-  fs.writeSync(nf.socketFd(), "r");
-  // Returns only in a child: the zygote itself stays in serve() until pid 1 goes away.
+  delete process.env.RS_NF_PIN;
+  delete process.env.RS_NF_SEAL;
+  nf.init(3, mounts, filter, execUids, pinMax, seal);
+  // Returns only in a child (an execution, or the survey's): the zygote itself says it is ready on the socket
+  // and stays in serve() until pid 1 goes away.
   const pid = nf.serve();
   // What node cached in the zygote and a child must not inherit: its pid, and the seed of Math.random. The
   // zygote never calls Math.random, so a child's first call seeds it from --random-seed: one of its own.

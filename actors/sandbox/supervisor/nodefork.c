@@ -6,6 +6,9 @@
 // program as boot.cjs always has; the zygote reports the child's pid, waits for it, reports its status and
 // CPU time, and waits for the next. A fork of a warm node costs ~1 ms where starting node costs ~40.
 //
+// With settings.pinHotPages it first pins the pages a node execution writes (pin-hot.h; survey() below), so that
+// each fork copies them at once instead of each child faulting on them, and then seals io_uring off itself.
+//
 // Forking node needs what V8 and libuv do not do for us:
 //   - V8 marks its heap MADV_DONTFORK, so a child would have no heap: every mapping is marked DOFORK again
 //     when serve() starts (from then on the zygote runs no JavaScript, so V8 maps nothing new);
@@ -48,8 +51,23 @@
 
 #include "exec-isolation.h"
 #include "huge-text.h"
+#include "pin-hot.h"
 
 static struct rs_huge_text_plan huge_plan = {-1, 0};
+// settings.pinHotPages (pin-hot.h): at serve()'s start the zygote surveys what a node execution writes and pins
+// those pages (at most pin_max), then loads pid 1's seal on itself (no io_uring from then on, in it or in any
+// child) before it reports ready. pid 1 starts the zygote before sealing itself, for this, and only then.
+static long pin_max;
+static struct sock_filter seal[256];
+static unsigned seal_len;
+static int survey_child;  // in the survey child: list the pages it wrote when it leaves (exit_now)
+// The survey's program: what most node programs do (print, parse, a few arrays, strings and objects).
+static const char SURVEY_PROGRAM[] =
+    "console.log(1);\n"
+    "const f = (xs) => xs.filter((x) => x % 3).map((x) => x * 2).sort((a, b) => a - b);\n"
+    "const vals = '3 1 2 7'.split(' ').map(Number);\n"
+    "const d = Object.fromEntries(vals.map((v) => [String(v), v]));\n"
+    "console.log(f(vals), Object.keys(d).length, `${(2.5).toFixed(2)}-x`, JSON.stringify(d), Math.max(...vals));\n";
 
 #if defined(__x86_64__)
 #define RS_AUDIT_ARCH AUDIT_ARCH_X86_64
@@ -398,8 +416,8 @@ static int hex_value(char c) {
 // execUids: pid 1 hands each child a uid of its own, so every child unshares its own user namespace and the
 // server makes no template.
 static napi_value init(napi_env env, napi_callback_info info) {
-  size_t argc = 4;
-  napi_value argv[4];
+  size_t argc = 6;
+  napi_value argv[6];
   bool exec_uids = false;
   int32_t fd = -1;
   char mounts[512], hex[2 * RS_MAX_FILTER_INSNS * sizeof(struct sock_filter) + 2];
@@ -408,8 +426,30 @@ static napi_value init(napi_env env, napi_callback_info info) {
       napi_get_value_string_utf8(env, argv[1], mounts, sizeof mounts, &mounts_len) != napi_ok ||
       napi_get_value_string_utf8(env, argv[2], hex, sizeof hex, &hex_len) != napi_ok ||
       (argc >= 4 && napi_get_value_bool(env, argv[3], &exec_uids) != napi_ok)) {
-    napi_throw_type_error(env, NULL, "nodefork.init(sockFd, freshMounts, execFilterHex, execUids)");
+    napi_throw_type_error(env, NULL, "nodefork.init(sockFd, freshMounts, execFilterHex, execUids, pinMaxPages, sealHex)");
     return NULL;
+  }
+  if (argc >= 6) {
+    int32_t max = 0;
+    char seal_hex[2 * sizeof seal + 2];
+    size_t seal_hex_len = 0;
+    if (napi_get_value_int32(env, argv[4], &max) != napi_ok ||
+        napi_get_value_string_utf8(env, argv[5], seal_hex, sizeof seal_hex, &seal_hex_len) != napi_ok || seal_hex_len % 16 != 0 ||
+        seal_hex_len >= sizeof seal_hex - 1) {
+      napi_throw_type_error(env, NULL, "nodefork.init: bad pinMaxPages or sealHex");
+      return NULL;
+    }
+    unsigned char *bytes = (unsigned char *)seal;
+    for (size_t i = 0; i < seal_hex_len / 2; i++) {
+      int hi = hex_value(seal_hex[2 * i]), lo = hex_value(seal_hex[2 * i + 1]);
+      if (hi < 0 || lo < 0) {
+        napi_throw_type_error(env, NULL, "nodefork.init: bad sealHex");
+        return NULL;
+      }
+      bytes[i] = (unsigned char)(hi << 4 | lo);
+    }
+    seal_len = (unsigned)(seal_hex_len / 16);
+    pin_max = max > 0 ? max : 0;
   }
   if (mounts_len > 0) {
     unsigned char bytes[RS_MAX_FILTER_INSNS * sizeof(struct sock_filter)];
@@ -532,9 +572,57 @@ fail:
 // Protocol on the socket: pid 1 sends "x", fresh (one byte, 0/1) and the execution's uid (uint32, 0: none)
 // with SCM_RIGHTS [stdin, code]; the zygote answers
 // "p" + pid (int32), then, when that child is gone, "s" + wait status (int32) + user and system CPU (int64 µs).
+// The survey (pin-hot.h): a child forked and set up as an execution is, its output on /dev/null, runs
+// SURVEY_PROGRAM and lists the pages it wrote as it leaves (exit_now); this process then pins those it has.
+// Returns the child's pid in the survey child, -1 here. Nothing is pinned where a step fails.
+static int survey(void) {
+  int code[2], null = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (null < 0) return -1;
+  if (pipe2(code, O_CLOEXEC) != 0) {
+    close(null);
+    return -1;
+  }
+  // The program fits in the pipe's buffer: written whole before the child reads it.
+  int ok = write(code[1], SURVEY_PROGRAM, sizeof SURVEY_PROGRAM - 1) == (ssize_t)(sizeof SURVEY_PROGRAM - 1);
+  close(code[1]);
+  pid_t pid = ok && rs_pin_survey_begin() == 0 ? fork() : -1;
+  if (pid == 0) {
+    survey_child = 1;
+    child_setup(null, code[0], 0, 0);
+    if (dup2(0, 1) < 0 || dup2(0, 2) < 0) _exit(127);  // fd 0 is /dev/null, opened read-write
+    alarm(10);
+    return getpid();
+  }
+  close(null);
+  close(code[0]);
+  if (pid > 0) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    rs_pin_survey_end((uint64_t)pin_max);
+  } else if (ok) {
+    rs_pin_survey_end(0);  // only frees the list
+  }
+  return -1;
+}
+
 static napi_value serve(napi_env env, napi_callback_info info) {
   (void)info;
   mark_all_dofork();
+  if (pin_max > 0) {
+    int child = survey();
+    if (child > 0) {
+      napi_value self;
+      napi_create_int32(env, child, &self);
+      return self;
+    }
+  }
+  if (seal_len > 0) {
+    struct sock_fprog prog = {(unsigned short)seal_len, seal};
+    // Fails closed: a zygote that cannot seal itself off io_uring never serves.
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) _exit(126);
+  }
+  // Ready: pid 1 waits for this byte before it sends a request.
+  if (send_all("r", 1) != 0) _exit(0);
   for (;;) {
     unsigned char req[6];
     struct iovec iov = {req, sizeof req};
@@ -621,6 +709,7 @@ static napi_value exit_now(napi_env env, napi_callback_info info) {
   napi_value argv[1];
   int32_t code = 0;
   if (napi_get_cb_info(env, info, &argc, argv, NULL, NULL) == napi_ok && argc >= 1) napi_get_value_int32(env, argv[0], &code);
+  if (survey_child) rs_pin_survey_report();
   _exit(code & 0xff);
 }
 

@@ -4,8 +4,9 @@
 // to one is a fault that copies it and flushes its old translation. On a paravirtualized host with shadow
 // page tables that is 15-18 us a page (the flush is a hypercall), against ~1.3 us for a page fork copies
 // itself; a python execution writes ~130-190 such pages (reference counts of the objects it uses, the
-// allocator's pools, frames), whatever its program. The kernel copies a page at fork, for the child, when
-// it is pinned (a long-term pin, as a DMA buffer has: fork cannot share it). io_uring's registered buffers
+// allocator's pools, frames), whatever its program, and a node execution ~300-470 of its fork server's.
+// The kernel copies a page at fork, for the child, when it is pinned (a long-term pin, as a DMA buffer has:
+// fork cannot share it). io_uring's registered buffers
 // are such pins, taken from user space: this process pins the pages an execution writes and every child
 // gets them already copied, with no fault and no flush in it or here.
 //

@@ -773,6 +773,10 @@ class Zygote:
                             os._exit(126)
                 if HUGE_TEXT and REUSED:
                     env["RS_NF_HUGE_TEXT_AFTER"] = str(HUGE_TEXT_AFTER)  # node's code onto huge pages (huge-text.h)
+                if ZYGOTE_PINS:
+                    # Started before pid 1 seals itself (main): the server pins, then loads the same seal.
+                    env["RS_NF_PIN"] = str(PIN_MAX_PAGES)
+                    env["RS_NF_SEAL"] = SEAL_FILTER.hex()
                 # --single-threaded: a forked child has no V8 worker threads, so V8 must never need them.
                 os.execve(NODE, [NODE, "--single-threaded", BOOT_JS, "--zygote"], env)
             finally:
@@ -1051,6 +1055,8 @@ SURVEY_PROGRAM = (
     b"d = {str(v): v for v in vals}\nprint(f(vals), len(d), '%d-%s' % (1, 'x'), f'{2.5:.2f}', max(vals))\n"
 )
 PIN_MAX_PAGES = 1024
+# Set while main() starts a node sandbox's fork server ahead of pid 1's seal (Zygote passes it the seal).
+ZYGOTE_PINS = False
 
 def run_forked_warm_child():
     """In a warm interpreter the C loop forked (fds placed, dumpable): the same path as Warm's child."""
@@ -1170,6 +1176,12 @@ def main():
         load_site()  # before "ready", as Warm("python") does: a ready sandbox has its modules loaded
         if PIN_HOT and REUSED:
             pin_hot_pages(loop)
+    # A node sandbox's fork server pins its own hot pages: started before the seal, it seals itself after.
+    global ZYGOTE_PINS
+    if not in_c and PRESTART == "node" and PIN_HOT and REUSED and SEAL_FILTER and loop is not None:
+        ZYGOTE_PINS = True
+        zygote()  # only the fork server: a node started per execution is started after the seal (prestart)
+        ZYGOTE_PINS = False
     if SEAL_FILTER and (loop is None or loop["seal"](SEAL_FILTER, len(SEAL_FILTER)) != 0):
         print("rollstream sandbox: could not load the seccomp filter that ends pid 1's start (settings.pinHotPages)", file=sys.stderr)
         os._exit(1)
