@@ -1,6 +1,6 @@
 // settings.pinHotPages: a sandbox that serves many commands pins, at start, the pages its python executions
-// write (actors/sandbox/supervisor/pin-hot.h), so that each fork copies them at once instead of faulting on
-// first write. It pins with io_uring, which the sandbox's filter leaves to pid 1's start and pid 1 then seals
+// write (actors/sandbox/supervisor/pin-hot.h), and its node fork server those of node executions, so that each
+// fork copies them at once instead of faulting on first write. It pins with io_uring, which the sandbox's filter leaves to pid 1's start and pid 1 then seals
 // off: no execution may set up or reach an io_uring, with pinning on or off, shared or fresh namespaces.
 // Controls: a service with the setting off pins nothing (VmPin 0) and its executions fault more; within one
 // execution, a change it makes is visible to itself (so its absence in the next one means something).
@@ -59,6 +59,23 @@ print(json.dumps({
 
 // Page faults of this execution so far (a fork starts the count at 0): copy-on-write faults are most of them.
 const FAULTS = "import resource\nx = [str(i) for i in range(50)]\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)\n";
+
+// The node fork server (nodefork.c) pins what its node executions write the same way: pid 1 starts it before
+// sealing itself, and it loads the same seal on itself after pinning. A node program reaches syscalls only
+// through what it starts: the python it spawns must find io_uring refused as a python execution does.
+const NODE_IO_URING_PROBE = `
+const fs = require("node:fs");
+const { execFileSync } = require("node:child_process");
+const field = (pid, key) => Number(new RegExp("^" + key + ":\\\\s+(\\\\d+)", "m").exec(fs.readFileSync("/proc/" + pid + "/status", "utf8"))[1]);
+const probe = ${JSON.stringify(IO_URING_PROBE)};
+const spawned = JSON.parse(execFileSync("/usr/bin/python3", ["-c", probe], { encoding: "utf8" }));
+console.log(JSON.stringify({
+  serverPinnedKb: field(process.ppid, "VmPin"),
+  filters: field("self", "Seccomp_filters"),
+  faults: process.resourceUsage().minorPageFault,
+  spawned,
+}));
+`;
 
 const EPERM = 1;
 
@@ -141,58 +158,8 @@ print(len([1]), "/left-behind" in sys.path, "left" in globals(), sys.getrecursio
       assert.equal(r.stdout, "1 False False False False\n", describeResult(r));
     }
   });
-});
 
-// Fresh namespaces per execution (and, as root, a uid per execution): the seal holds there too.
-describe("hot pages pinned, fresh namespaces per execution", { timeout: 60_000 }, () => {
-  let fx: SandboxFixture;
-  before(async () => {
-    fx = await startSandboxFixture({ poolSize: 1, isolation: { freshNamespaces: true } });
-  });
-  after(async () => {
-    await fx?.stop();
-  });
-
-  it("pid 1 pins pages; an execution can neither set up nor reach an io_uring", async () => {
-    assert.equal(fx.service.stats().isolation_fresh_namespaces, 1);
-    const r = await fx.client.exec({ language: "python", code: IO_URING_PROBE });
-    assert.equal(r.exitCode, 0, describeResult(r));
-    const p = JSON.parse(r.stdout);
-    assert.ok(PINS ? p.pid1_pinned_kb >= 200 : p.pid1_pinned_kb === 0, r.stdout);
-    assert.deepEqual([p.setup, p.sqpoll, p.register, p.ring_fds], [[-1, EPERM], [-1, EPERM], [-1, EPERM], []], r.stdout);
-  });
-});
-
-// The node fork server (nodefork.c) pins what its node executions write the same way: pid 1 starts it before
-// sealing itself, and it loads the same seal on itself after pinning. A node program reaches syscalls only
-// through what it starts: the python it spawns must find io_uring refused as a python execution does.
-const NODE_IO_URING_PROBE = `
-const fs = require("node:fs");
-const { execFileSync } = require("node:child_process");
-const field = (pid, key) => Number(new RegExp("^" + key + ":\\\\s+(\\\\d+)", "m").exec(fs.readFileSync("/proc/" + pid + "/status", "utf8"))[1]);
-const probe = ${JSON.stringify(IO_URING_PROBE)};
-const spawned = JSON.parse(execFileSync("/usr/bin/python3", ["-c", probe], { encoding: "utf8" }));
-console.log(JSON.stringify({
-  serverPinnedKb: field(process.ppid, "VmPin"),
-  filters: field("self", "Seccomp_filters"),
-  faults: process.resourceUsage().minorPageFault,
-  spawned,
-}));
-`;
-
-describe("hot pages pinned by the node fork server", { timeout: 120_000 }, () => {
-  let on: SandboxFixture;
-  let off: SandboxFixture;
-  before(async () => {
-    on = await startSandboxFixture({ poolSize: 1 });
-    off = await startSandboxFixture({ poolSize: 1, pinHotPages: false });
-  });
-  after(async () => {
-    await on?.stop();
-    await off?.stop();
-  });
-
-  it("the server pins pages; a node execution, and what it starts, can neither set up nor reach an io_uring (setting off: nothing pinned)", async () => {
+  it("the node fork server pins pages; a node execution, and what it starts, can neither set up nor reach an io_uring (setting off: nothing pinned)", async () => {
     const faults: Record<string, number[]> = { on: [], off: [] };
     for (const [fx, pinned] of [
       [on, true],
@@ -216,7 +183,7 @@ describe("hot pages pinned by the node fork server", { timeout: 120_000 }, () =>
     if (PINS) assert.ok(Math.max(...faults.on!) < 0.8 * Math.min(...faults.off!), `faults pinned ${faults.on}, not ${faults.off}`);
   });
 
-  it("the survey's output never reaches a command, and a change one node execution makes does not reach the next", async () => {
+  it("the node survey's output never reaches a command, and a change one node execution makes does not reach the next", async () => {
     const first = await startSandboxFixture({ poolSize: 1 });
     try {
       const r = await first.client.exec({ language: "node", code: "console.log(7)" });
@@ -231,5 +198,25 @@ describe("hot pages pinned by the node fork server", { timeout: 120_000 }, () =>
       const r = await on.client.exec({ language: "node", code: "console.log(typeof globalThis.left, [2, 1].sort().join())" });
       assert.equal(r.stdout, "undefined 1,2\n", describeResult(r));
     }
+  });
+});
+
+// Fresh namespaces per execution (and, as root, a uid per execution): the seal holds there too.
+describe("hot pages pinned, fresh namespaces per execution", { timeout: 60_000 }, () => {
+  let fx: SandboxFixture;
+  before(async () => {
+    fx = await startSandboxFixture({ poolSize: 1, isolation: { freshNamespaces: true } });
+  });
+  after(async () => {
+    await fx?.stop();
+  });
+
+  it("pid 1 pins pages; an execution can neither set up nor reach an io_uring", async () => {
+    assert.equal(fx.service.stats().isolation_fresh_namespaces, 1);
+    const r = await fx.client.exec({ language: "python", code: IO_URING_PROBE });
+    assert.equal(r.exitCode, 0, describeResult(r));
+    const p = JSON.parse(r.stdout);
+    assert.ok(PINS ? p.pid1_pinned_kb >= 200 : p.pid1_pinned_kb === 0, r.stdout);
+    assert.deepEqual([p.setup, p.sqpoll, p.register, p.ring_fds], [[-1, EPERM], [-1, EPERM], [-1, EPERM], []], r.stdout);
   });
 });
