@@ -225,7 +225,7 @@ function thpMode(): string {
   }
 }
 
-/** The median of what the service's sandboxes' supervisors pinned (VmPin, kB): pinHotPages at work. */
+/** The median of what the service's python sandboxes' pid 1s and its node fork servers pinned (VmPin, kB): pinHotPages at work. */
 function pinnedKb(servicePid: number): { python: number; node: number } {
   const python: number[] = [];
   const node: number[] = [];

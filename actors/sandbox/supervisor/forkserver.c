@@ -951,8 +951,6 @@ long rs_fs_pin_surveyed(long max_pages) {
 // Loads `filter` (struct sock_filter[]) on this process, on top of the sandbox's: what it forks from then on
 // inherits both. Returns 0, or -errno.
 long rs_fs_seal(const char *filter, long len) {
-  struct sock_fprog prog = {(unsigned short)(len / (long)sizeof(struct sock_filter)), (struct sock_filter *)filter};
-  if (len <= 0 || len % (long)sizeof(struct sock_filter) || len / (long)sizeof(struct sock_filter) > 4096) return -EINVAL;
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
-  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0 ? 0 : -errno;
+  if (len % (long)sizeof(struct sock_filter)) return -EINVAL;
+  return rs_pin_seal((const struct sock_filter *)filter, len / (long)sizeof(struct sock_filter));
 }

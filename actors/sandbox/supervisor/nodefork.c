@@ -411,6 +411,17 @@ static int hex_value(char c) {
   return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
 }
 
+// Decodes `len` hex digits into `out` (room for `cap` bytes). Returns the bytes written, or -1.
+static long hex_decode(const char *hex, size_t len, unsigned char *out, size_t cap) {
+  if (len % 2 || len / 2 > cap) return -1;
+  for (size_t i = 0; i < len / 2; i++) {
+    int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return -1;
+    out[i] = (unsigned char)(hi << 4 | lo);
+  }
+  return (long)(len / 2);
+}
+
 // init(sockFd, freshMounts, execFilterHex, execUids): called once, after the zygote's warm-up and before
 // serve(). freshMounts "" leaves fresh namespaces off; else both are what pid 1's C loop was configured with.
 // execUids: pid 1 hands each child a uid of its own, so every child unshares its own user namespace and the
@@ -433,34 +444,20 @@ static napi_value init(napi_env env, napi_callback_info info) {
     int32_t max = 0;
     char seal_hex[2 * sizeof seal + 2];
     size_t seal_hex_len = 0;
+    long n = -1;
     if (napi_get_value_int32(env, argv[4], &max) != napi_ok ||
-        napi_get_value_string_utf8(env, argv[5], seal_hex, sizeof seal_hex, &seal_hex_len) != napi_ok || seal_hex_len % 16 != 0 ||
-        seal_hex_len >= sizeof seal_hex - 1) {
+        napi_get_value_string_utf8(env, argv[5], seal_hex, sizeof seal_hex, &seal_hex_len) != napi_ok || seal_hex_len >= sizeof seal_hex - 1 ||
+        (n = hex_decode(seal_hex, seal_hex_len, (unsigned char *)seal, sizeof seal)) < 0 || n % (long)sizeof(struct sock_filter)) {
       napi_throw_type_error(env, NULL, "nodefork.init: bad pinMaxPages or sealHex");
       return NULL;
     }
-    unsigned char *bytes = (unsigned char *)seal;
-    for (size_t i = 0; i < seal_hex_len / 2; i++) {
-      int hi = hex_value(seal_hex[2 * i]), lo = hex_value(seal_hex[2 * i + 1]);
-      if (hi < 0 || lo < 0) {
-        napi_throw_type_error(env, NULL, "nodefork.init: bad sealHex");
-        return NULL;
-      }
-      bytes[i] = (unsigned char)(hi << 4 | lo);
-    }
-    seal_len = (unsigned)(seal_hex_len / 16);
+    seal_len = (unsigned)(n / (long)sizeof(struct sock_filter));
     pin_max = max > 0 ? max : 0;
   }
   if (mounts_len > 0) {
     unsigned char bytes[RS_MAX_FILTER_INSNS * sizeof(struct sock_filter)];
-    size_t n = hex_len / 2;
-    int ok = hex_len % 2 == 0 && n <= sizeof bytes && mounts_len < sizeof mounts - 1 && hex_len < sizeof hex - 1;
-    for (size_t i = 0; ok && i < n; i++) {
-      int hi = hex_value(hex[2 * i]), lo = hex_value(hex[2 * i + 1]);
-      ok = hi >= 0 && lo >= 0;
-      bytes[i] = (unsigned char)(hi << 4 | lo);
-    }
-    if (!ok || rs_exec_isolation_parse(&iso, mounts, (const char *)bytes, (long)n) != 0) {
+    long n = mounts_len < sizeof mounts - 1 && hex_len < sizeof hex - 1 ? hex_decode(hex, hex_len, bytes, sizeof bytes) : -1;
+    if (n < 0 || rs_exec_isolation_parse(&iso, mounts, (const char *)bytes, n) != 0) {
       napi_throw_error(env, NULL, "nodefork: bad fresh-namespace settings");
       return NULL;
     }
@@ -616,11 +613,8 @@ static napi_value serve(napi_env env, napi_callback_info info) {
       return self;
     }
   }
-  if (seal_len > 0) {
-    struct sock_fprog prog = {(unsigned short)seal_len, seal};
-    // Fails closed: a zygote that cannot seal itself off io_uring never serves.
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) _exit(126);
-  }
+  // Fails closed: a zygote that cannot seal itself off io_uring never serves.
+  if (seal_len > 0 && rs_pin_seal(seal, seal_len) != 0) _exit(126);
   // Ready: pid 1 waits for this byte before it sends a request.
   if (send_all("r", 1) != 0) _exit(0);
   for (;;) {

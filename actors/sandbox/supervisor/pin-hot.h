@@ -6,9 +6,9 @@
 // itself; a python execution writes ~130-190 such pages (reference counts of the objects it uses, the
 // allocator's pools, frames), whatever its program, and a node execution ~300-470 of its fork server's.
 // The kernel copies a page at fork, for the child, when it is pinned (a long-term pin, as a DMA buffer has:
-// fork cannot share it). io_uring's registered buffers
-// are such pins, taken from user space: this process pins the pages an execution writes and every child
-// gets them already copied, with no fault and no flush in it or here.
+// fork cannot share it). io_uring's registered buffers are such pins, taken from user space: this process
+// pins the pages an execution writes and every child gets them already copied, with no fault and no flush
+// in it or here.
 //
 // Which pages: a survey. A child forked as an execution is, running a known program, lists the pages of
 // its writable private mappings that are present and exclusively its own (pagemap: copied on write, or
@@ -25,7 +25,9 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
 #include <linux/io_uring.h>
+#include <linux/seccomp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +205,15 @@ static long rs_pin_survey_end(uint64_t max_pages) {
   }
   munmap(b, (RS_PIN_SURVEY_CAP + 1) * 8);
   return ret;
+}
+
+// The seal: loads `insns` seccomp instructions (io_uring refused) on this process, on top of the sandbox's
+// filter, once its pins are taken; what it forks from then on inherits both. Returns 0, or -errno.
+static int rs_pin_seal(const struct sock_filter *insns, long n) {
+  struct sock_fprog prog = {(unsigned short)n, (struct sock_filter *)insns};
+  if (n <= 0 || n > 4096) return -EINVAL;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -errno;
+  return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0 ? 0 : -errno;
 }
 
 #endif

@@ -753,7 +753,7 @@ class Zygote:
     isolates itself before its program as the C loop's children do (exec-isolation.h): the server gets the C
     loop's settings and, with per-execution uids, keeps CAP_SETUID and CAP_SETGID to switch each child to the
     uid pid 1 hands it. The server itself never runs program code."""
-    def __init__(self):
+    def __init__(self, pin=False):
         import _socket
         self._socket = _socket
         a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -773,7 +773,7 @@ class Zygote:
                             os._exit(126)
                 if HUGE_TEXT and REUSED:
                     env["RS_NF_HUGE_TEXT_AFTER"] = str(HUGE_TEXT_AFTER)  # node's code onto huge pages (huge-text.h)
-                if ZYGOTE_PINS:
+                if pin:
                     # Started before pid 1 seals itself (main): the server pins, then loads the same seal.
                     env["RS_NF_PIN"] = str(PIN_MAX_PAGES)
                     env["RS_NF_SEAL"] = SEAL_FILTER.hex()
@@ -858,15 +858,16 @@ class Zygote:
 ZYGOTE = None  # the node fork server, once started
 ZYGOTE_FAILED = False  # it could not start here: node executions start a node each, without retrying
 
-def zygote():
-    """The node fork server, started if need be; None where it cannot serve."""
+def zygote(pin=False):
+    """The node fork server, started if need be (pin: it pins its hot pages and seals itself); None where it
+    cannot serve."""
     global ZYGOTE, ZYGOTE_FAILED
     if ZYGOTE is not None and not ZYGOTE.alive():
         ZYGOTE.discard()
         ZYGOTE = None
     if ZYGOTE is None and not ZYGOTE_FAILED and NODE and os.path.exists(NODE_FORK_SO):
         try:
-            ZYGOTE = Zygote()
+            ZYGOTE = Zygote(pin)
         except OSError as e:
             ZYGOTE_FAILED = True
             print("rollstream sandbox: could not start the node fork server: %s" % (e,), file=sys.stderr)
@@ -1055,8 +1056,6 @@ SURVEY_PROGRAM = (
     b"d = {str(v): v for v in vals}\nprint(f(vals), len(d), '%d-%s' % (1, 'x'), f'{2.5:.2f}', max(vals))\n"
 )
 PIN_MAX_PAGES = 1024
-# Set while main() starts a node sandbox's fork server ahead of pid 1's seal (Zygote passes it the seal).
-ZYGOTE_PINS = False
 
 def run_forked_warm_child():
     """In a warm interpreter the C loop forked (fds placed, dumpable): the same path as Warm's child."""
@@ -1177,11 +1176,8 @@ def main():
         if PIN_HOT and REUSED:
             pin_hot_pages(loop)
     # A node sandbox's fork server pins its own hot pages: started before the seal, it seals itself after.
-    global ZYGOTE_PINS
     if not in_c and PRESTART == "node" and PIN_HOT and REUSED and SEAL_FILTER and loop is not None:
-        ZYGOTE_PINS = True
-        zygote()  # only the fork server: a node started per execution is started after the seal (prestart)
-        ZYGOTE_PINS = False
+        zygote(pin=True)  # only the fork server: a node started per execution is started after the seal (prestart)
     if SEAL_FILTER and (loop is None or loop["seal"](SEAL_FILTER, len(SEAL_FILTER)) != 0):
         print("rollstream sandbox: could not load the seccomp filter that ends pid 1's start (settings.pinHotPages)", file=sys.stderr)
         os._exit(1)
