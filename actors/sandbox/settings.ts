@@ -160,7 +160,7 @@ export const SandboxSettingsSchema = z.object({
     .boolean()
     .default(true)
     .describe(
-      "a sandbox that serves many commands (maxExecsPerSandbox > 1) copies its interpreter's code onto transparent huge pages once it has forked 8 executions (python's pid 1, the node fork server), when the kernel gives it 2 MiB pages (THP enabled or madvise): each execution then maps the code as a few entries instead of faulting hundreds of pages in (on a guest with shadow page tables ~20% of an execution's CPU). Costs that sandbox 4 MiB of memory for Debian's python3.11, 26 MiB for node (the code is no longer shared through the page cache); an idle session never pays it",
+      "a sandbox that serves many commands (maxExecsPerSandbox > 1) copies its interpreter's code onto transparent huge pages once it has forked 8 executions (python's pid 1 at once, before it forks its next interpreter; the node fork server 2 MiB after each fork, while that execution runs), when the kernel gives it 2 MiB pages (THP enabled or madvise): each execution then maps the code as a few entries instead of faulting hundreds of pages in (on a guest with shadow page tables ~20% of an execution's CPU). Costs that sandbox 4 MiB of memory for Debian's python3.11, 26 MiB for node (the code is no longer shared through the page cache); an idle session never pays it",
     ),
   pinHotPages: z
     .boolean()

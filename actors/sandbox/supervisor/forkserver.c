@@ -125,7 +125,7 @@ static unsigned long exec_id_seq;
 // Whether the warm interpreter has fresh namespaces; a session's sandbox keeps one set (its files persist).
 static int warm_fresh;
 static int session_mode;
-static struct rs_huge_text_plan huge_plan = {-1, 0};
+static struct rs_huge_text_plan huge_plan = {.after = -1, .per_step = 0};  // python: 4 MiB, at once
 // Forking a survey child (rs_fs_survey): not an execution, so not counted towards the huge-text move.
 static int surveying;
 
@@ -548,7 +548,7 @@ static int fork_warm(void) {
     close(code[1]);
     return -1;
   }
-  if (!surveying) rs_huge_text_before_fork(&huge_plan);
+  if (!surveying) rs_huge_text_step(&huge_plan);
   PyOS_BeforeFork();
   pid_t pid = fork();
   if (pid == 0) {
@@ -899,7 +899,7 @@ long rs_fs_huge_text_after(long after) {
 
 // Before a fork of a python execution by the Python loop. Returns 0.
 long rs_fs_before_fork(void) {
-  rs_huge_text_before_fork(&huge_plan);
+  rs_huge_text_step(&huge_plan);
   return 0;
 }
 

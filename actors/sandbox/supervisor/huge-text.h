@@ -10,10 +10,15 @@
 //
 // What moves: each 2 MiB of the executable that holds code and is all read-only file mapping (no hole, no
 // writable part), made read+execute (a 2 MiB page has one permission): for Debian's python3.11 the ELF
-// header, .text and the start of .rodata (4 MiB), for node 26 MiB, most of its .text. The copy replaces
-// the file mapping in one mremap, so no instruction ever runs from a half-made copy; the bytes are the same.
-// Nothing moves unless the copy is on huge pages (THP off, or no 2 MiB page free): an anonymous copy on
-// 4 KiB pages would only cost memory.
+// header, .text and the start of .rodata (4 MiB), for node 26 MiB, most of its .text. Each 2 MiB replaces
+// its part of the file mapping in one mremap, so no instruction ever runs from a half-made copy; the bytes
+// are the same. Nothing moves unless the copy is on huge pages (THP off, or no 2 MiB page free): an
+// anonymous copy on 4 KiB pages would only cost memory.
+//
+// When: python's pid 1 moves its 4 MiB at once, before it forks the next warm interpreter (after the reply,
+// off the request's path). The node fork server forks on request, so it moves 2 MiB after each fork, while
+// that execution runs: all 26 MiB before one fork held that request up ~13 ms alone, and 100-300 ms when
+// the 8 sandboxes of a pool reached that fork together (the copy's first touch of fresh memory).
 //
 // The price: the moved code is this process's own memory instead of the page cache's, shared by every
 // sandbox; and tools that name code by file (perf, /proc/PID/maps) see an anonymous mapping there. Hence
@@ -94,81 +99,120 @@ static long rs_anon_huge_kb(unsigned long addr) {
   return kb;
 }
 
-// Moves [start, start + len) (2 MiB-aligned) onto a huge-page copy. Returns len, 0 when the copy did not get
-// huge pages, or -errno (nothing moved either way).
-static long rs_move_onto_huge_pages(unsigned long start, size_t len) {
-  // A 2 MiB-aligned place for the copy: over-allocate, then trim both ends.
+// Whether the 2 MiB at `p` (filled) sit on one huge page. MADV_COLLAPSE (Linux 6.1+) answers at once for a
+// huge page, and turns 4 KiB pages into one when it can (a fault finds no free 2 MiB page now and then);
+// where the kernel lacks it, /proc/self/smaps tells (slow: ms for node's maps, hence not first).
+static int rs_on_huge_page(char *p) {
+  if (madvise(p, RS_HUGE, MADV_COLLAPSE) == 0) return 1;
+  if (errno != EINVAL) return 0;
+  return rs_anon_huge_kb((unsigned long)p) * 1024L >= (long)RS_HUGE;
+}
+
+// A run of the executable's code to move: [at, hi), and where its copy is made (2 MiB-aligned, reserved
+// when planned, memory only as each 2 MiB is copied). The pieces of one copy, moved one at a time, stay one
+// anonymous mapping at their destination (same origin, consecutive offsets), as the whole copy would.
+struct rs_huge_run {
+  unsigned long at, hi;
+  char *copy;
+};
+
+// When and how to move: once `after` forks are made (-1: never), at most `per_step` 2 MiB at a time (0: all
+// at once). `after_fork`: the step is called right after each fork (the one just made counts), not before.
+struct rs_huge_text_plan {
+  long after, forks;
+  int per_step, after_fork;
+  int planned, n, next;
+  struct rs_huge_run run[16];
+};
+
+// A 2 MiB-aligned anonymous reservation of len bytes for huge pages, or NULL.
+static char *rs_huge_reserve(size_t len) {
   char *raw = mmap(NULL, len + RS_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (raw == MAP_FAILED) return -errno;
+  if (raw == MAP_FAILED) return NULL;
   char *copy = (char *)(((unsigned long)raw + RS_HUGE - 1) & ~(RS_HUGE - 1));
   if (copy > raw) munmap(raw, (size_t)(copy - raw));
   if (copy + len < raw + len + RS_HUGE) munmap(copy + len, (size_t)(raw + len + RS_HUGE - (copy + len)));
-  long r = 0;
-  if (madvise(copy, len, MADV_HUGEPAGE) != 0) {
-    r = errno == EINVAL ? 0 : -errno;  // EINVAL: a kernel without THP
-    goto drop;
+  if (madvise(copy, len, MADV_HUGEPAGE) != 0) {  // EINVAL: a kernel without THP
+    munmap(copy, len);
+    return NULL;
   }
-  memcpy(copy, (const void *)start, len);
-  if (rs_anon_huge_kb((unsigned long)copy) * 1024L < (long)len) {
-    // Filled with 4 KiB pages (no 2 MiB page was free at the fault): ask once for a collapse (Linux 6.1+).
-    madvise(copy, len, MADV_COLLAPSE);
-    if (rs_anon_huge_kb((unsigned long)copy) * 1024L < (long)len) goto drop;
-  }
-  if (mprotect(copy, len, PROT_READ | PROT_EXEC) != 0) {
-    r = -errno;
-    goto drop;
-  }
-  if (mremap(copy, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)start) == MAP_FAILED) {
-    r = -errno;
-    goto drop;
-  }
-  return (long)len;
-drop:
-  munmap(copy, len);
-  return r;
+  return copy;
 }
 
-// Moves every 2 MiB of the executable that is read-only, without a hole, and holds code (each run of them
-// one copy). Returns the bytes now on huge pages (0: none), or -errno from the first failed move (the
-// runs before it stay moved).
-static long rs_huge_text(void) {
+// Lists every run of 2 MiB pages of the executable that are read-only, without a hole, and hold code, and
+// reserves each run's copy. Returns how many runs (0: nothing to move).
+static int rs_huge_text_plan_runs(struct rs_huge_text_plan *plan) {
   struct rs_exe_map m[64];
   int n = rs_exe_maps(m, 64);
-  if (n <= 0) return -ENOENT;
-  long moved = 0;
+  plan->n = plan->next = 0;
+  if (n <= 0) return 0;
   // Each run of adjacent read-only mappings on its own: the executable may also be mapped far away (node
   // maps parts of itself again), and the gap between is no place to look for 2 MiB pages.
   for (int i = 0; i < n;) {
     int j = i;
     while (j + 1 < n && !m[j + 1].writable && m[j + 1].lo == m[j].hi) j++;
     unsigned long first = (m[i].lo + RS_HUGE - 1) & ~(RS_HUGE - 1), last = m[j].hi & ~(RS_HUGE - 1);
-    for (unsigned long p = first; p < last;) {
+    for (unsigned long p = first; p < last && plan->n < (int)(sizeof plan->run / sizeof plan->run[0]);) {
       if (!rs_movable_huge_page(m, n, p)) {
         p += RS_HUGE;
         continue;
       }
       unsigned long q = p + RS_HUGE;
       while (q < last && rs_movable_huge_page(m, n, q)) q += RS_HUGE;
-      long r = rs_move_onto_huge_pages(p, q - p);
-      if (r < 0) return moved ? moved : r;
-      moved += r;
+      char *copy = rs_huge_reserve(q - p);
+      if (copy == NULL) return plan->n;
+      plan->run[plan->n++] = (struct rs_huge_run){p, q, copy};
       p = q;
     }
     i = j + 1;
   }
-  return moved;
+  return plan->n;
 }
 
-// When to move: before the fork that follows `after` forks (-1: never).
-struct rs_huge_text_plan {
-  long after, forks;
-};
+// Moves the next 2 MiB of the plan: copies it into its run's reservation, and, if that landed on a huge
+// page, makes it read+execute and puts it in place of the file mapping in one mremap, so no instruction
+// ever runs from a half-made copy; the bytes are the same. Returns 1 (moved), 0 (nothing left), or -1 (the
+// copy did not get a huge page, or a call failed: nothing more will move; what moved stays).
+static int rs_huge_text_move_one(struct rs_huge_text_plan *plan) {
+  while (plan->next < plan->n && plan->run[plan->next].at >= plan->run[plan->next].hi) plan->next++;
+  if (plan->next >= plan->n) return 0;
+  struct rs_huge_run *r = &plan->run[plan->next];
+  char *piece = r->copy;
+  memcpy(piece, (const void *)r->at, RS_HUGE);
+  if (!rs_on_huge_page(piece) || mprotect(piece, RS_HUGE, PROT_READ | PROT_EXEC) != 0 ||
+      mremap(piece, RS_HUGE, RS_HUGE, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->at) == MAP_FAILED)
+    return -1;
+  r->at += RS_HUGE;
+  r->copy += RS_HUGE;
+  return 1;
+}
 
-// Called before each fork of an execution (single-threaded, no program running in this process).
-static void rs_huge_text_before_fork(struct rs_huge_text_plan *plan) {
-  if (plan->after < 0 || plan->forks++ < plan->after) return;
-  rs_huge_text();  // nothing moved (no huge pages, an error) leaves the code where it was: nothing to undo
-  plan->after = -1;
+// Gives back what is reserved and not moved.
+static void rs_huge_text_drop(struct rs_huge_text_plan *plan) {
+  for (int i = 0; i < plan->n; i++)
+    if (plan->run[i].at < plan->run[i].hi) munmap(plan->run[i].copy, plan->run[i].hi - plan->run[i].at);
+  plan->n = plan->next = 0;
+}
+
+// Called once per fork of an execution (single-threaded, no program running in this process): once `after`
+// forks are made, moves `per_step` 2 MiB of code (0: all of it). Nothing moved (no huge pages, an error)
+// leaves the code where it was: nothing to undo.
+static void rs_huge_text_step(struct rs_huge_text_plan *plan) {
+  if (plan->after < 0 || plan->forks++ + plan->after_fork < plan->after) return;
+  if (!plan->planned) {
+    plan->planned = 1;
+    if (rs_huge_text_plan_runs(plan) == 0) {
+      plan->after = -1;
+      return;
+    }
+  }
+  for (int moved = 0; plan->per_step == 0 || moved < plan->per_step; moved++) {
+    int r = rs_huge_text_move_one(plan);
+    if (r == 1) continue;
+    rs_huge_text_drop(plan);
+    plan->after = -1;
+    return;
+  }
 }
 
 #endif
