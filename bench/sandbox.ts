@@ -564,7 +564,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
         "node",
         { poolSize, nodeForkServer: false, hugePageText, pinHotPages, isolation: { freshNamespaces, perExecutionUid } },
         async (other) => {
-          await closedLoop(8, nodeWarmup, nodeExec(other));
+          // No fork server, so nothing to move: one start-up round per pool sandbox is enough.
+          await closedLoop(8, poolSize * 2, nodeExec(other));
           return machineCpuDuring(() => closedLoop(8, total, nodeExec(other)));
         },
       );

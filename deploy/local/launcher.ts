@@ -25,8 +25,6 @@ export interface LauncherOptions {
   natsUrl: string;
   logDir: string;
   maxRestarts?: number;
-  /** Start each actor in a session of its own (default true; see start()). */
-  ownSessions?: boolean;
   metricsPortBase?: number;
   onExit?: (spec: ActorSpec, code: number | null, signal: string | null, willRestart: boolean) => void;
 }
@@ -57,9 +55,7 @@ export class ActorLauncher {
     // cgroup), the learner, inference and the sandbox service would otherwise split one share between them
     // against every sandbox's and every execution's own (actors/sandbox/README.md). A terminal's Ctrl-C then
     // reaches `train` alone, which drains them (stopAll); they still end with it (killWithParent).
-    const child = killWithParent(
-      spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env }, detached: this.o.ownSessions !== false }),
-    );
+    const child = killWithParent(spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env }, detached: true }));
     child.stdout!.pipe(log, { end: false });
     child.stderr!.pipe(log, { end: false });
     const entry: Running = { spec, child, restarts, log };

@@ -121,7 +121,7 @@ struct rs_huge_run {
 struct rs_huge_text_plan {
   long after, forks;
   int per_step, after_fork;
-  int planned, n, next;
+  int n;  // runs planned and not all moved (0: not planned yet; once all moved or given up, after is -1)
   struct rs_huge_run run[16];
 };
 
@@ -144,7 +144,7 @@ static char *rs_huge_reserve(size_t len) {
 static int rs_huge_text_plan_runs(struct rs_huge_text_plan *plan) {
   struct rs_exe_map m[64];
   int n = rs_exe_maps(m, 64);
-  plan->n = plan->next = 0;
+  plan->n = 0;
   if (n <= 0) return 0;
   // Each run of adjacent read-only mappings on its own: the executable may also be mapped far away (node
   // maps parts of itself again), and the gap between is no place to look for 2 MiB pages.
@@ -174,9 +174,10 @@ static int rs_huge_text_plan_runs(struct rs_huge_text_plan *plan) {
 // ever runs from a half-made copy; the bytes are the same. Returns 1 (moved), 0 (nothing left), or -1 (the
 // copy did not get a huge page, or a call failed: nothing more will move; what moved stays).
 static int rs_huge_text_move_one(struct rs_huge_text_plan *plan) {
-  while (plan->next < plan->n && plan->run[plan->next].at >= plan->run[plan->next].hi) plan->next++;
-  if (plan->next >= plan->n) return 0;
-  struct rs_huge_run *r = &plan->run[plan->next];
+  int i = 0;
+  while (i < plan->n && plan->run[i].at >= plan->run[i].hi) i++;
+  if (i >= plan->n) return 0;
+  struct rs_huge_run *r = &plan->run[i];
   char *piece = r->copy;
   memcpy(piece, (const void *)r->at, RS_HUGE);
   if (!rs_on_huge_page(piece) || mprotect(piece, RS_HUGE, PROT_READ | PROT_EXEC) != 0 ||
@@ -191,7 +192,7 @@ static int rs_huge_text_move_one(struct rs_huge_text_plan *plan) {
 static void rs_huge_text_drop(struct rs_huge_text_plan *plan) {
   for (int i = 0; i < plan->n; i++)
     if (plan->run[i].at < plan->run[i].hi) munmap(plan->run[i].copy, plan->run[i].hi - plan->run[i].at);
-  plan->n = plan->next = 0;
+  plan->n = 0;
 }
 
 // Called once per fork of an execution (single-threaded, no program running in this process): once `after`
@@ -199,12 +200,9 @@ static void rs_huge_text_drop(struct rs_huge_text_plan *plan) {
 // leaves the code where it was: nothing to undo.
 static void rs_huge_text_step(struct rs_huge_text_plan *plan) {
   if (plan->after < 0 || plan->forks++ + plan->after_fork < plan->after) return;
-  if (!plan->planned) {
-    plan->planned = 1;
-    if (rs_huge_text_plan_runs(plan) == 0) {
-      plan->after = -1;
-      return;
-    }
+  if (plan->n == 0 && rs_huge_text_plan_runs(plan) == 0) {
+    plan->after = -1;
+    return;
   }
   for (int moved = 0; plan->per_step == 0 || moved < plan->per_step; moved++) {
     int r = rs_huge_text_move_one(plan);

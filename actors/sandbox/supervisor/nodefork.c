@@ -424,10 +424,11 @@ static long hex_decode(const char *hex, size_t len, unsigned char *out, size_t c
   return (long)(len / 2);
 }
 
-// init(sockFd, freshMounts, execFilterHex, execUids): called once, after the zygote's warm-up and before
-// serve(). freshMounts "" leaves fresh namespaces off; else both are what pid 1's C loop was configured with.
-// execUids: pid 1 hands each child a uid of its own, so every child unshares its own user namespace and the
-// server makes no template.
+// init(sockFd, freshMounts, execFilterHex, execUids, pinMaxPages, sealHex): called once, after the zygote's
+// warm-up and before serve(). freshMounts "" leaves fresh namespaces off; else both are what pid 1's C loop was
+// configured with. execUids: pid 1 hands each child a uid of its own, so every child unshares its own user
+// namespace and the server makes no template. pinMaxPages and sealHex (optional; settings.pinHotPages): the
+// most pages serve() pins after its survey, and the seal it then loads on itself.
 static napi_value init(napi_env env, napi_callback_info info) {
   size_t argc = 6;
   napi_value argv[6];
