@@ -10,5 +10,5 @@ export const ACTORS: Record<string, () => Promise<ActorClass>> = {
   learner: async () => (await import("./learner/learner.js")).LearnerActor,
   checkpoint: async () => (await import("./checkpoint/checkpoint.js")).CheckpointActor,
   evaluator: async () => (await import("./evaluator/evaluator.js")).EvaluatorActor,
-  sandbox: async () => (await import("./sandbox/actor.js")).SandboxActor,
+  sandbox: async () => (await import("../sandbox/actor.js")).SandboxActor,
 };

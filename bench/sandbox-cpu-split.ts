@@ -1,7 +1,7 @@
 // Where a sandbox execution's CPU goes, process by process: the client (this process), nats-server, the
 // service, the sandboxes' supervisors (pid 1 of each sandbox: fork, wait, reset, report) and the executions
 // (the processes they fork, reaped by their supervisor, so counted in its children's time). Page faults
-// too: on a VM they are what a fork server's execution mostly costs (actors/sandbox/README.md).
+// too: on a VM they are what a fork server's execution mostly costs (sandbox/README.md).
 import { readFileSync } from "node:fs";
 import { descendants, procStat, type ProcStat } from "./proc-stat.js";
 

@@ -34,7 +34,7 @@ import { Svcm } from "@nats-io/services";
 import { pino } from "pino";
 import { startNatsServer } from "../deploy/local/nats-server.js";
 import { connectNats } from "../actors/runtime/nats-connect.js";
-import { createLocalSandbox, SandboxExecutor } from "../actors/sandbox/index.js";
+import { createLocalSandbox, SandboxExecutor } from "../sandbox/index.js";
 import { NatsSandboxClient, SANDBOX_SERVICE_NAME } from "../streams/index.js";
 import type { CodeSandbox, SandboxSession } from "../environments/api/sandbox.js";
 import type { DatasetRow, RolloutResult } from "../environments/api/index.js";
@@ -43,7 +43,7 @@ import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/
 import { machineCpuDuring } from "./machine-cpu.js";
 import { cowFaultMicros, forkExitCpuMs, forkScaling, pageFaultMicros } from "./machine-calibration.js";
 import { spawnHold } from "./spawn-hold.js";
-import { nativeSpawnAddon } from "../actors/sandbox/native-spawn.js";
+import { nativeSpawnAddon } from "../sandbox/native-spawn.js";
 import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
 import { descendants, procStat } from "./proc-stat.js";
 
@@ -149,7 +149,7 @@ const ECHO_SUBJECT = "rs.bench.echo";
  * event loop with the clients would charge its work (spawning sandboxes) to the clients' latency.
  */
 function startServiceProcess(natsUrl: string, settings: Record<string, unknown>): Promise<{ pid: number; stop(): Promise<void> }> {
-  const entry = new URL("../actors/sandbox/index.js", import.meta.url).href;
+  const entry = new URL("../sandbox/index.js", import.meta.url).href;
   const script = `
     import { connect } from "@nats-io/transport-node";
     import { pino } from "pino";

@@ -3,7 +3,7 @@
 // and again with `ballastMb` more of touched memory, the case of a sandbox embedded in a large process.
 import { spawn } from "node:child_process";
 import { once } from "node:events";
-import { NativeChild } from "../actors/sandbox/native-spawn.js";
+import { NativeChild } from "../sandbox/native-spawn.js";
 
 async function holdMs(native: boolean, n: number): Promise<number> {
   const ts: number[] = [];

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// Runs every compiled *.test.js under dist/test with node's own test runner.
+// Runs every compiled *.test.js under dist/test and dist/sandbox/test (the sandbox package's own tests) with
+// node's own test runner.
 // Node 20 has no glob support in `node --test`, so we collect the files here.
 // Usage: node scripts/run-tests.mjs [--dist DIR] [filter-substring ...]
 import { once } from "node:events";
@@ -26,7 +27,8 @@ if (di >= 0) {
   argv.splice(di, 2);
 }
 const filters = argv;
-const files = collect(join(distDir, "test"), [])
+const files = [join(distDir, "test"), join(distDir, "sandbox", "test")]
+  .flatMap((dir) => collect(dir, []))
   .filter((f) => filters.length === 0 || filters.some((s) => f.includes(s)))
   .sort();
 if (files.length === 0) {

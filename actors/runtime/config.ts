@@ -201,7 +201,7 @@ export const RunConfigSchema = z
     checkpoint: CheckpointSchema.default(CheckpointSchema.parse({})),
     nats: NatsSchema.default(NatsSchema.parse({})),
     actors: ActorsSchema.default(ActorsSchema.parse({})),
-    sandbox: z.record(z.string(), z.unknown()).default({}).describe("sandbox actor settings (see actors/sandbox)"),
+    sandbox: z.record(z.string(), z.unknown()).default({}).describe("sandbox actor settings (see sandbox/README.md)"),
   })
   .superRefine((c, ctx) => {
     // The rules live in crossFieldProblems, not here: zod skips this refinement when any field has a type

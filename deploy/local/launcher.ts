@@ -53,7 +53,7 @@ export class ActorLauncher {
     // Each actor a session of its own (detached: setsid), as each is its own service in a deployment. Where the
     // kernel shares the CPU between sessions first (autogroups: a host whose processes all sit in the root
     // cgroup), the learner, inference and the sandbox service would otherwise split one share between them
-    // against every sandbox's and every execution's own (actors/sandbox/README.md). A terminal's Ctrl-C then
+    // against every sandbox's and every execution's own (sandbox/README.md). A terminal's Ctrl-C then
     // reaches `train` alone, which drains them (stopAll); they still end with it (killWithParent).
     const child = killWithParent(spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env }, detached: true }));
     child.stdout!.pipe(log, { end: false });

@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
-import { procStat } from "../sandbox/proc.js";
+import { procStat } from "../../sandbox/test/proc.js";
 
 /** The session id of a process (/proc/<pid>/stat). */
 const sessionOf = (pid: number): number => procStat(pid, 3);

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { stringify } from "yaml";
 import { cliMain, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { startTestNats } from "../helpers/nats.js";
-import { procStat } from "../sandbox/proc.js";
+import { procStat } from "../../sandbox/test/proc.js";
 
 /** The live children of a process, with their command lines. */
 function childrenOf(ppid: number): Array<{ pid: number; args: string }> {

@@ -3,8 +3,8 @@
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { cpus } from "node:os";
-import { assertCpusExist, cpuList } from "../../actors/sandbox/isolation.js";
-import { parseSandboxSettings } from "../../actors/sandbox/settings.js";
+import { assertCpusExist, cpuList } from "../isolation.js";
+import { parseSandboxSettings } from "../settings.js";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 
 const AFFINITY = "import os; print(sorted(os.sched_getaffinity(0)))";

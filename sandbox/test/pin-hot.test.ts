@@ -1,5 +1,5 @@
 // settings.pinHotPages: a sandbox that serves many commands pins, at start, the pages its python executions
-// write (actors/sandbox/supervisor/pin-hot.h), and its node fork server those of node executions, so that each
+// write (sandbox/supervisor/pin-hot.h), and its node fork server those of node executions, so that each
 // fork copies them at once instead of faulting on first write. It pins with io_uring, which the sandbox's filter leaves to pid 1's start and pid 1 then seals
 // off: no execution may set up or reach an io_uring, with pinning on or off, shared or fresh namespaces.
 // Controls: a service with the setting off pins nothing (VmPin 0) and its executions fault more; within one

@@ -12,7 +12,7 @@
 // mirrors supervisor.py's reset_after_command (every process killed and reaped, /workspace, /tmp and
 // /dev/shm emptied with their mode, times and xattrs restored, SysV IPC removed, the shared output
 // pipes' flags restored, pid 1's own state compared with its state at start); both are covered by the
-// same security tests (test/sandbox/reuse.test.ts runs them against both loops).
+// same security tests (sandbox/test/reuse.test.ts runs them against both loops).
 //
 // Built without Python headers: the few C-API functions used are declared here and resolved against
 // the interpreter at load time. Functions are called with the GIL held (FUNCFLAG_PYTHONAPI), as

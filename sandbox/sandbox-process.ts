@@ -5,7 +5,7 @@
 import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import type { Readable, Writable } from "node:stream";
-import type { SandboxExecResult, SandboxLanguage } from "../../environments/api/sandbox.js";
+import type { SandboxExecResult, SandboxLanguage } from "../environments/api/sandbox.js";
 import { bwrapArgs, INFO_FD, pinsHotPages, sandboxIdMap, USERNS_BLOCK_FD, type HostUidPool, type SandboxLayout } from "./isolation.js";
 import type { EffectiveLimits, RlimitSpec } from "./limits.js";
 import { OutputCollector } from "./output-collector.js";

@@ -1,4 +1,4 @@
-// The in-sandbox programs are plain files (actors/sandbox/supervisor/); tsc never sees them, so a syntax
+// The in-sandbox programs are plain files (sandbox/supervisor/); tsc never sees them, so a syntax
 // error would only show when a sandbox starts. Syntax-check every one, with a broken file as control.
 import { describe, it, before, after } from "node:test";
 import assert from "node:assert/strict";
@@ -6,7 +6,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { extname, join, relative, resolve, sep } from "node:path";
-import { NODE_BOOT_JS, SUPERVISOR_PY, supervisorDir } from "../../actors/sandbox/supervisor-source.js";
+import { NODE_BOOT_JS, SUPERVISOR_PY, supervisorDir } from "../supervisor-source.js";
 
 let tmp = "";
 
@@ -44,7 +44,7 @@ describe("sandbox supervisor sources", () => {
 
   it("are found in the source tree, not the build folder, and are what the runtime folder gets", () => {
     const dir = supervisorDir();
-    assert.ok(dir.endsWith(join("actors", "sandbox", "supervisor")), dir);
+    assert.ok(dir.endsWith(join("sandbox", "supervisor")), dir);
     assert.ok(!relative(process.cwd(), dir).split(sep)[0]!.startsWith("dist"), `${dir} is inside a build folder`);
     assert.equal(SUPERVISOR_PY, readFileSync(join(dir, "supervisor.py"), "utf8"));
     assert.equal(NODE_BOOT_JS, readFileSync(join(dir, "boot.cjs"), "utf8"));

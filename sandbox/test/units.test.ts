@@ -11,14 +11,14 @@ import {
   SandboxFilePathSchema,
   SandboxSubjects,
 } from "../../streams/sandbox-protocol.js";
-import { parseSandboxSettings } from "../../actors/sandbox/settings.js";
-import { assertExecUidRanges, execUidRange, sandboxIdMap } from "../../actors/sandbox/isolation.js";
-import { resolveLimits, toRlimits } from "../../actors/sandbox/limits.js";
-import { encodeFrame, FrameReader } from "../../actors/sandbox/control-frames.js";
-import { OutputCollector } from "../../actors/sandbox/output-collector.js";
-import { buildSealFilter, buildSeccompFilter, deniedSyscalls } from "../../actors/sandbox/seccomp.js";
-import { QueueFullError, Semaphore } from "../../actors/sandbox/semaphore.js";
-import { HostUidPool } from "../../actors/sandbox/isolation.js";
+import { parseSandboxSettings } from "../settings.js";
+import { assertExecUidRanges, execUidRange, sandboxIdMap } from "../isolation.js";
+import { resolveLimits, toRlimits } from "../limits.js";
+import { encodeFrame, FrameReader } from "../control-frames.js";
+import { OutputCollector } from "../output-collector.js";
+import { buildSealFilter, buildSeccompFilter, deniedSyscalls } from "../seccomp.js";
+import { QueueFullError, Semaphore } from "../semaphore.js";
+import { HostUidPool } from "../isolation.js";
 
 describe("sandbox protocol", () => {
   it("round-trips requests and results and rejects bad ones with the field named", () => {

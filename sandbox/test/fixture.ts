@@ -1,8 +1,8 @@
 // One real nats-server + one sandbox service + a client, shared by the tests of a file.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { pino } from "pino";
-import { startTestNats, type TestNats } from "../helpers/nats.js";
-import { startSandboxService, type SandboxServiceHandle, type SandboxSettingsInput } from "../../actors/sandbox/index.js";
+import { startTestNats, type TestNats } from "../../test/helpers/nats.js";
+import { startSandboxService, type SandboxServiceHandle, type SandboxSettingsInput } from "../index.js";
 import { NatsSandboxClient } from "../../streams/sandbox-client.js";
 import type { SandboxExecRequest, SandboxExecResult } from "../../environments/api/sandbox.js";
 

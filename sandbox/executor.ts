@@ -13,7 +13,7 @@ import {
   type SandboxExecResult,
   type SandboxLanguage,
   type SandboxSession,
-} from "../../environments/api/sandbox.js";
+} from "../environments/api/sandbox.js";
 import { badRequest, overloaded } from "./errors.js";
 import {
   bwrapVersion,
@@ -115,10 +115,10 @@ export class SandboxExecutor {
     const runtimes = resolveRuntimes(settings);
     const forkLoop = settings.nativeForkLoop ? forkLoopLibrary() : null;
     if (settings.nativeForkLoop && !forkLoop)
-      log.warn("sandbox: the C fork loop is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); sandboxes run the Python loop");
+      log.warn("sandbox: the C fork loop is not built (npm ci builds it: sandbox/supervisor/build.sh); sandboxes run the Python loop");
     const nodeFork = settings.nodeForkServer ? nodeForkLibrary() : null;
     if (settings.nodeForkServer && !nodeFork)
-      log.warn("sandbox: the node fork server is not built (npm ci builds it: actors/sandbox/supervisor/build.sh); each node execution starts a node");
+      log.warn("sandbox: the node fork server is not built (npm ci builds it: sandbox/supervisor/build.sh); each node execution starts a node");
     const runtime = new RuntimeFolder(settings.workRoot, forkLoop, nodeFork);
     if (settings.isolation.freshNamespaces && !forkLoop)
       log.warn("sandbox: isolation.freshNamespaces needs the C fork loop; executions share their sandbox's namespaces");
@@ -128,7 +128,7 @@ export class SandboxExecutor {
       const nativeSpawn = useNativeSpawn(settings.nativeSpawn, canSetUid);
       if (settings.nativeSpawn && !nativeSpawn)
         log.warn(
-          "sandbox: no rs_spawn addon (npm ci builds it: actors/sandbox/spawn) or, as root, no setpriv; sandboxes start with node's spawn, a fork of this process",
+          "sandbox: no rs_spawn addon (npm ci builds it: sandbox/spawn) or, as root, no setpriv; sandboxes start with node's spawn, a fork of this process",
         );
       if (canSetUid) for (const p of extraBinds) assertReachableByOthers(p);
       const iso = settings.isolation;

@@ -5,7 +5,7 @@
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { supervisorDir } from "../../actors/sandbox/supervisor-source.js";
+import { supervisorDir } from "../supervisor-source.js";
 import { join } from "node:path";
 
 const SCRIPT = `

@@ -7,7 +7,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { pino } from "pino";
-import { SandboxExecutor } from "../../actors/sandbox/index.js";
+import { SandboxExecutor } from "../index.js";
 import { describeResult } from "./fixture.js";
 
 const LITTER = "for i in range(4000):\n    open(f'/tmp/litter{i}', 'w').close()\nprint('made')";

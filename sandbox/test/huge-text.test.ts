@@ -1,5 +1,5 @@
 // settings.hugePageText: a sandbox that serves many commands moves its interpreter's code (python's, and the
-// node fork server's) onto transparent huge pages once it has forked 8 executions (actors/sandbox/supervisor/
+// node fork server's) onto transparent huge pages once it has forked 8 executions (sandbox/supervisor/
 // huge-text.h): python's at once, node's 2 MiB an execution. Each execution reads its own /proc/self/smaps: from then on, the
 // code sits in an anonymous read+execute mapping on huge pages, right beside the interpreter's file mappings;
 // before, it is the file's.

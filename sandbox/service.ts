@@ -20,7 +20,7 @@ import {
   SANDBOX_SERVICE_NAME,
   SANDBOX_SERVICE_VERSION,
   SandboxSubjects,
-} from "../../streams/index.js";
+} from "../streams/index.js";
 import { SandboxRequestError } from "./errors.js";
 import { SandboxExecutor } from "./executor.js";
 import { ThreadedExecutor, type SandboxBackend } from "./executor-thread.js";

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { setTimeout as sleep } from "node:timers/promises";
 import { pino } from "pino";
 import { SandboxServiceError } from "../../streams/sandbox-protocol.js";
-import { createLocalSandbox, SandboxExecutor, SandboxRequestError } from "../../actors/sandbox/index.js";
+import { createLocalSandbox, SandboxExecutor, SandboxRequestError } from "../index.js";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 
 let fx: SandboxFixture;

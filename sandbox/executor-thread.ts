@@ -7,7 +7,7 @@
 // sandboxes die with it.
 import { Worker } from "node:worker_threads";
 import type { Level, Logger } from "pino";
-import type { SandboxBatchRequest, SandboxBatchResult, SandboxExecRequest, SandboxExecResult } from "../../environments/api/sandbox.js";
+import type { SandboxBatchRequest, SandboxBatchResult, SandboxExecRequest, SandboxExecResult } from "../environments/api/sandbox.js";
 import { SandboxRequestError } from "./errors.js";
 import type { IsolationReport } from "./executor.js";
 import { SandboxFailure } from "./sandbox-process.js";

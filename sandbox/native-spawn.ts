@@ -21,7 +21,7 @@ interface SpawnAddon {
 const SETPRIV = "/usr/bin/setpriv";
 let addon: SpawnAddon | null | undefined;
 
-/** The rs_spawn addon (built by npm ci: node-gyp in actors/sandbox/spawn), or null when it is not built. */
+/** The rs_spawn addon (built by npm ci: node-gyp in sandbox/spawn), or null when it is not built. */
 export function nativeSpawnAddon(): SpawnAddon | null {
   if (addon !== undefined) return addon;
   const path = join(supervisorDir(), "..", "spawn", "build", "Release", "rs_spawn.node");

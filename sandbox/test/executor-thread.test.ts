@@ -5,9 +5,9 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { pino } from "pino";
-import { ThreadedExecutor, workerExecArgv } from "../../actors/sandbox/executor-thread.js";
-import { SandboxRequestError } from "../../actors/sandbox/errors.js";
-import { SandboxFailure } from "../../actors/sandbox/sandbox-process.js";
+import { ThreadedExecutor, workerExecArgv } from "../executor-thread.js";
+import { SandboxRequestError } from "../errors.js";
+import { SandboxFailure } from "../sandbox-process.js";
 
 /** Running (a zombie has died: it waits for this process to reap it, which the actor's exit does). */
 const alive = (pid: number) => {

@@ -1,8 +1,8 @@
 // `rollstream actor sandbox`: runs the sandbox service until the process is told to stop, and
 // mirrors the executor's counters into Prometheus gauges.
 import { inject, injectable } from "tsyringe";
-import { Tokens } from "../runtime/tokens.js";
-import { ActorExit, ExitCodes, type Actor, type ActorContext } from "../runtime/actor.js";
+import { Tokens } from "../actors/runtime/tokens.js";
+import { ActorExit, ExitCodes, type Actor, type ActorContext } from "../actors/runtime/actor.js";
 import { parseSandboxSettings } from "./settings.js";
 import { startSandboxService } from "./service.js";
 

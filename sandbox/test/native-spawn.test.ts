@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { once } from "node:events";
 import { Worker } from "node:worker_threads";
-import { NativeChild, nativeSpawnAddon } from "../../actors/sandbox/native-spawn.js";
+import { NativeChild, nativeSpawnAddon } from "../native-spawn.js";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 import { hostUid, procStat, statField } from "./proc.js";
 
@@ -24,7 +24,7 @@ async function run(script: string, input?: string): Promise<{ out: string; err: 
 
 describe("NativeChild (posix_spawn)", () => {
   it("the addon is built by npm ci", () => {
-    assert.ok(nativeSpawnAddon(), "actors/sandbox/spawn/build/Release/rs_spawn.node is missing");
+    assert.ok(nativeSpawnAddon(), "sandbox/spawn/build/Release/rs_spawn.node is missing");
   });
 
   it("fds 1-4 are sockets to us, fd 0 is /dev/null, and nothing else is open", async () => {
@@ -67,7 +67,7 @@ describe("NativeChild (posix_spawn)", () => {
   it("in a worker thread (executorThread) it closes its fds without node's unmanaged-fd warnings", async () => {
     // fs in a worker tracks the fds it opened and warns when it closes any other; the control closes one
     // of the addon's fds through fs.closeSync in the same worker and must see that warning.
-    const moduleUrl = new URL("../../actors/sandbox/native-spawn.js", import.meta.url).href;
+    const moduleUrl = new URL("../native-spawn.js", import.meta.url).href;
     const code = `
       const { parentPort, workerData } = require("node:worker_threads");
       const { once } = require("node:events");

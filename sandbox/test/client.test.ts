@@ -6,11 +6,11 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { pino } from "pino";
-import { startTestNats, type TestNats } from "../helpers/nats.js";
+import { startTestNats, type TestNats } from "../../test/helpers/nats.js";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { NatsSandboxClient, SandboxServiceError } from "../../streams/sandbox-client.js";
 import { SANDBOX_QUEUE_GROUP, SandboxSubjects } from "../../streams/sandbox-protocol.js";
-import { startSandboxService, type SandboxServiceHandle } from "../../actors/sandbox/index.js";
+import { startSandboxService, type SandboxServiceHandle } from "../index.js";
 
 let nats: TestNats;
 

@@ -2,7 +2,7 @@
 // (executor-thread.ts / executor-worker.ts). Everything crosses by structured clone: requests and
 // results are plain data already (validated at the NATS edge), errors travel as their kind, code and
 // message and are rebuilt on the other side so the service maps them to the same error replies.
-import type { SandboxBatchRequest, SandboxExecRequest } from "../../environments/api/sandbox.js";
+import type { SandboxBatchRequest, SandboxExecRequest } from "../environments/api/sandbox.js";
 import type { IsolationReport } from "./executor.js";
 import type { SessionOptions } from "./sessions.js";
 import type { SandboxSettingsInput } from "./settings.js";

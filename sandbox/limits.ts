@@ -1,7 +1,7 @@
 // Turns the limits of a request into the numbers the in-sandbox supervisor applies: request values
 // override the defaults and are clamped to the operator's caps (a deployment with smaller caps still
 // serves an environment written for a bigger one, with its own bounds).
-import type { SandboxLimits } from "../../environments/api/sandbox.js";
+import type { SandboxLimits } from "../environments/api/sandbox.js";
 import type { SandboxSettings } from "./settings.js";
 
 export interface EffectiveLimits {

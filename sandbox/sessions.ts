@@ -9,7 +9,7 @@
 // and the prestarted interpreter in read(2). What it costs is memory, a few MB per session (measured
 // by the benchmark), which is why sessions are capped (maxSessions) and closed when idle.
 import type { Logger } from "pino";
-import type { SandboxExecRequest, SandboxExecResult, SandboxLanguage } from "../../environments/api/sandbox.js";
+import type { SandboxExecRequest, SandboxExecResult, SandboxLanguage } from "../environments/api/sandbox.js";
 import { gone, notFound, overloaded } from "./errors.js";
 import type { WarmPool, PoolKind } from "./pool.js";
 import { SandboxFailure, type SandboxProcess } from "./sandbox-process.js";

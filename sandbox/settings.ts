@@ -136,7 +136,7 @@ export const SandboxSettingsSchema = z.object({
     .regex(/^\d+(-\d+)?(,\d+(-\d+)?)*$/, "a CPU list like 0-3,8")
     .optional()
     .describe(
-      "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: actors/sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
+      "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
     ),
   nativeSpawn: z
     .boolean()
@@ -148,13 +148,13 @@ export const SandboxSettingsSchema = z.object({
     .boolean()
     .default(true)
     .describe(
-      "each sandbox's per-execution loop (fork, wait, reset, report) runs in C (actors/sandbox/supervisor/forkserver.c, built by npm ci) when it is built: a Python loop's copy-on-write faults cost about a third of an execution's CPU; false, or not built: the same loop in Python",
+      "each sandbox's per-execution loop (fork, wait, reset, report) runs in C (sandbox/supervisor/forkserver.c, built by npm ci) when it is built: a Python loop's copy-on-write faults cost about a third of an execution's CPU; false, or not built: the same loop in Python",
     ),
   nodeForkServer: z
     .boolean()
     .default(true)
     .describe(
-      "node executions are forks of one node per sandbox started ahead (the zygote: actors/sandbox/supervisor/nodefork.c, built by npm ci) instead of a node started for each: ~3 ms instead of ~40 ms of CPU an execution. Node then runs with --single-threaded (no concurrent GC or compiler threads). With isolation.freshNamespaces each fork isolates itself as the C loop's executions do (one with request files is a node started for it). false, or not built: a node started ahead per execution",
+      "node executions are forks of one node per sandbox started ahead (the zygote: sandbox/supervisor/nodefork.c, built by npm ci) instead of a node started for each: ~3 ms instead of ~40 ms of CPU an execution. Node then runs with --single-threaded (no concurrent GC or compiler threads). With isolation.freshNamespaces each fork isolates itself as the C loop's executions do (one with request files is a node started for it). false, or not built: a node started ahead per execution",
     ),
   hugePageText: z
     .boolean()
@@ -166,7 +166,7 @@ export const SandboxSettingsSchema = z.object({
     .boolean()
     .default(true)
     .describe(
-      "a sandbox that serves many commands (maxExecsPerSandbox > 1) pins, at start, the pages of its python interpreter that an execution writes (found by running a known program in it; ~200 pages), so that each fork copies them at once instead of faulting on each first write (python's pid 1: actors/sandbox/supervisor/pin-hot.h; on a guest with shadow page tables a fault costs 15-18 us and its TLB flush is a hypercall: +65-120% executions/s there). The supervisor pins with io_uring_setup(2)/io_uring_register(2), which the sandbox's seccomp filter leaves it for that; it then refuses both to itself and everything it forks before serving anything. Pinned pages count against RLIMIT_MEMLOCK of the sandbox's host uid; where it runs out, or before Linux 5.18, that sandbox pins nothing",
+      "a sandbox that serves many commands (maxExecsPerSandbox > 1) pins, at start, the pages of its python interpreter that an execution writes (found by running a known program in it; ~200 pages), so that each fork copies them at once instead of faulting on each first write (python's pid 1: sandbox/supervisor/pin-hot.h; on a guest with shadow page tables a fault costs 15-18 us and its TLB flush is a hypercall: +65-120% executions/s there). The supervisor pins with io_uring_setup(2)/io_uring_register(2), which the sandbox's seccomp filter leaves it for that; it then refuses both to itself and everything it forks before serving anything. Pinned pages count against RLIMIT_MEMLOCK of the sandbox's host uid; where it runs out, or before Linux 5.18, that sandbox pins nothing",
     ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });

@@ -11,9 +11,9 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
-const REL = join("actors", "sandbox", "supervisor");
+const REL = join("sandbox", "supervisor");
 
-/** actors/sandbox/supervisor/ of the package this file belongs to (works from source, dist/ and dist-*). */
+/** sandbox/supervisor/ of the package this file belongs to (works from source, dist/ and dist-*). */
 export function supervisorDir(): string {
   const here = fileURLToPath(import.meta.url);
   for (let dir = dirname(here); ; ) {
