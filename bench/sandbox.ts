@@ -10,8 +10,8 @@
 //   - a code-RL scoring step: 128 samples x 10 unit tests through the code environment's rubric (one
 //     batched request per sample, one case per test);
 //   - cold-start latency (pool disabled: bwrap + interpreter start + run), vs python3 -c;
-//   - a burst of sandbox starts: how long the loop that answers requests is held up (STATS latency), the
-//     executor on its worker thread vs in that loop;
+//   - a burst of sandbox starts: how long the loop that answers requests is held up (STATS latency), with
+//     sandboxes started by posix_spawn vs node's spawn;
 //   - concurrent sessions held open, each answering, with their memory (PSS) and idle CPU, vs the
 //     memory of idle bare python3 processes.
 // Targets on 2 cores: warm p50 <= 5 ms, >= 5x bare python3 -c at concurrency 64 with p99 <= 200 ms,
@@ -297,8 +297,8 @@ async function codeRlStep(
 /**
  * A burst of sandbox starts (`sessions` sessions opened at once, each taking a sandbox the pool must
  * replace) while a probe asks the service for its STATS over and over: STATS is answered by the loop that
- * takes every request, so its latency shows how long that loop is held up by the starts. Run in the service's
- * own loop (the default) with posix_spawn and with node's spawn, and with the executor on its worker thread.
+ * takes every request, so its latency shows how long that loop is held up by the starts. Run with posix_spawn
+ * and with node's spawn.
  */
 interface BurstResult {
   p99: number;
@@ -306,11 +306,10 @@ interface BurstResult {
   burstS: number;
 }
 
-async function startBurst(natsUrl: string, nc: NatsConnection, sessions: number, executorThread: boolean, nativeSpawn = true): Promise<BurstResult> {
+async function startBurst(natsUrl: string, nc: NatsConnection, sessions: number, nativeSpawn: boolean): Promise<BurstResult> {
   const svc = await startServiceProcess(natsUrl, {
     poolSize: 2,
     maxSessions: sessions + 8,
-    executorThread,
     nativeSpawn,
     isolation: { hostUidBase: 1_650_000_000 },
   });
@@ -360,8 +359,6 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const nats = await startNatsServer({ storeDir, ownSession: true });
   // An actor's connection (no stack traces built ahead for each request), as the client is in a run.
   const nc = await connectNats(nats.url, "bench-sandbox");
-  // SANDBOX_EXECUTOR_THREAD=1: the executor on its worker thread (executorThread: true), for comparing the two.
-  const executorThread = process.env["SANDBOX_EXECUTOR_THREAD"] === "1";
   // SANDBOX_FRESH_NAMESPACES=1: each execution in namespaces of its own (isolation.freshNamespaces), for
   // measuring what they cost.
   const freshNamespaces = process.env["SANDBOX_FRESH_NAMESPACES"] === "1";
@@ -374,7 +371,6 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const service = await startServiceProcess(nats.url, {
     poolSize,
     maxSessions: sessionsTarget + 16,
-    executorThread,
     hugePageText,
     pinHotPages,
     isolation: { freshNamespaces, perExecutionUid },
@@ -681,9 +677,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       }
     }
 
-    // 3b. A burst of sandbox starts: how long the loop that answers requests is held up, with the executor in
-    // that loop (the default) starting bwrap by posix_spawn, the same with node's spawn (a fork of the service),
-    // and with the executor on its worker thread.
+    // 3b. A burst of sandbox starts: how long the loop that answers requests is held up, starting bwrap by
+    // posix_spawn (the default) and by node's spawn (a fork of the service).
     {
       const n = quick ? 16 : 48;
       // The first burst of a run pays for warming up (it measured 3x slower whichever came first): one is
@@ -691,27 +686,23 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       // latency is also the starts' CPU competing with the service: with posix_spawn the loop is free sooner
       // and all the sandboxes start at once, so it is not the loop's hold alone ("start call" measures that).
       const best = (a: BurstResult, b: BurstResult) => (a.p99 <= b.p99 ? a : b);
-      const burst = async (thread: boolean, native: boolean) => {
+      const burst = async (native: boolean) => {
         await sleep(300);
-        return startBurst(nats.url, nc, n, thread, native);
+        return startBurst(nats.url, nc, n, native);
       };
-      await burst(false, true);
-      const inLoop1 = await burst(false, true);
-      const forked1 = await burst(false, false);
-      const inLoop = best(inLoop1, await burst(false, true));
-      const forked = best(forked1, await burst(false, false));
-      const threaded = await burst(true, true);
+      await burst(true);
+      const inLoop1 = await burst(true);
+      const forked1 = await burst(false);
+      const inLoop = best(inLoop1, await burst(true));
+      const forked = best(forked1, await burst(false));
       out.burst_sessions = n;
       out.burst_stats_p99_ms_in_loop = inLoop.p99;
       out.burst_stats_max_ms_in_loop = inLoop.max;
       out.burst_stats_p99_ms_node_spawn = forked.p99;
       out.burst_stats_max_ms_node_spawn = forked.max;
-      out.burst_stats_p99_ms = threaded.p99;
-      out.burst_stats_max_ms = threaded.max;
       out.burst_p99_ratio_spawn = r2(forked.p99 / Math.max(0.01, inLoop.p99));
-      out.burst_p99_ratio = r2(inLoop.p99 / Math.max(0.01, threaded.p99));
       print(
-        `start burst       ${n} sessions opened at once (${inLoop.burstS} s): STATS replies p99 ${inLoop.p99} ms max ${inLoop.max} ms | with node's spawn p99 ${forked.p99} ms max ${forked.max} ms (${out.burst_p99_ratio_spawn}x) | executor on a worker thread p99 ${threaded.p99} ms max ${threaded.max} ms`,
+        `start burst       ${n} sessions opened at once (${inLoop.burstS} s): STATS replies p99 ${inLoop.p99} ms max ${inLoop.max} ms | with node's spawn p99 ${forked.p99} ms max ${forked.max} ms (${out.burst_p99_ratio_spawn}x)`,
       );
     }
 

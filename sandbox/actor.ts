@@ -36,13 +36,10 @@ export class SandboxActor implements Actor {
     ctx.health.waiting("requests", { idle: true }); // a service: idle between requests, as far as the heartbeat goes
     const timer = setInterval(publish, METRICS_EVERY_MS);
     try {
-      const stopped = new Promise<void>((resolve) => {
+      await new Promise<void>((resolve) => {
         if (ctx.signal.aborted) resolve();
         else ctx.signal.addEventListener("abort", () => resolve(), { once: true });
       });
-      // A dead executor thread took its sandboxes with it: exit non-zero so the supervisor restarts us.
-      const failure = await Promise.race([stopped.then(() => null), service.failed]);
-      if (failure) throw new ActorExit(failure, ExitCodes.error);
     } finally {
       clearInterval(timer);
       await service.stop();

@@ -4,7 +4,7 @@
 // rs_spawn addon, spawn/spawn.cc) shares the address space until the exec instead, so a start costs the same
 // whatever the caller's size. NativeChild is the part of ChildProcess that SandboxProcess uses.
 import { EventEmitter } from "node:events";
-import { existsSync } from "node:fs";
+import { closeSync, existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Socket } from "node:net";
 import { constants } from "node:os";
@@ -15,7 +15,6 @@ interface SpawnAddon {
   socketPair(): [number, number];
   spawn(file: string, argv: string[], fds: number[]): number;
   reap(pid: number): [number, number] | null;
-  close(fd: number): void;
 }
 
 const SETPRIV = "/usr/bin/setpriv";
@@ -196,10 +195,9 @@ export class NativeChild extends EventEmitter {
   }
 }
 
-// Through the addon: in a worker thread (executorThread) fs.closeSync warns about fds fs did not open.
 function closeFd(fd: number): void {
   try {
-    nativeSpawnAddon()?.close(fd);
+    closeSync(fd);
   } catch {
     /* already closed */
   }

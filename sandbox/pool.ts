@@ -8,8 +8,7 @@
 // Size: `target` sandboxes are kept per kind. A request that finds none idle waits for one to come
 // back (a reset takes well under a millisecond) or, while fewer than `maxOwned` exist, for a new one
 // to start, whichever is first. Sandboxes beyond the target that stay idle for IDLE_TRIM_MS are
-// stopped. At most `maxParallelStarts` starts run at once; in the service they run on the executor's worker
-// thread (executor-thread.ts), not on the loop that answers requests.
+// stopped. At most `maxParallelStarts` starts run at once (each a posix_spawn: native-spawn.ts).
 import type { Logger } from "pino";
 import { Semaphore } from "./semaphore.js";
 import { SandboxFailure, type PrestartKind, type SandboxProcess } from "./sandbox-process.js";

@@ -23,9 +23,8 @@ import {
 } from "../streams/index.js";
 import { SandboxRequestError } from "./errors.js";
 import { SandboxExecutor } from "./executor.js";
-import { ThreadedExecutor, type SandboxBackend } from "./executor-thread.js";
 import { SandboxFailure } from "./sandbox-process.js";
-import { parseSandboxSettings, type SandboxSettings, type SandboxSettingsInput } from "./settings.js";
+import type { SandboxSettings, SandboxSettingsInput } from "./settings.js";
 
 export interface SandboxServiceHandle {
   /** Stops taking requests, lets running ones finish (settings.drainMs), then kills every sandbox. */
@@ -33,9 +32,7 @@ export interface SandboxServiceHandle {
   stats(): Record<string, number>;
   /** This replica's id (part of its session subjects). */
   readonly instance: string;
-  readonly executor: SandboxBackend;
-  /** Resolves with the reason if the executor died under the service (its worker thread): exit and restart. */
-  readonly failed: Promise<string>;
+  readonly executor: SandboxExecutor;
 }
 
 /** Reply bodies must fit the server's max_payload; output caps are kept below it with this margin. */
@@ -47,9 +44,7 @@ export async function startSandboxService(opts: {
   settings: SandboxSettings | SandboxSettingsInput;
 }): Promise<SandboxServiceHandle> {
   const { nc, log } = opts;
-  // Sandboxes live on a worker thread when the settings ask (executorThread: true), else in this loop.
-  const settings = parseSandboxSettings(opts.settings);
-  const executor: SandboxBackend = settings.executorThread ? await ThreadedExecutor.create(settings, log) : await SandboxExecutor.create(settings, log);
+  const executor = await SandboxExecutor.create(opts.settings, log);
   const maxPayload = nc.info?.max_payload ?? 1024 * 1024;
   // stdout and stderr are each capped; both must fit one reply.
   executor.setOutputCeiling(Math.floor((maxPayload - REPLY_OVERHEAD_BYTES) / 2));
@@ -169,7 +164,6 @@ export async function startSandboxService(opts: {
   return {
     instance,
     executor,
-    failed: executor instanceof ThreadedExecutor ? executor.died : new Promise<string>(() => undefined),
     stats: () => ({ ...executor.stats(), malformed_total: counters.malformed, internal_errors_total: counters.internalErrors }),
     async stop() {
       if (stopped) return;

@@ -125,12 +125,6 @@ export const SandboxSettingsSchema = z.object({
     .prefault({})
     .describe("interpreters offered to programs; bash is always offered when /bin/bash exists"),
   isolation: IsolationSettingsSchema.prefault({}),
-  executorThread: z
-    .boolean()
-    .default(false)
-    .describe(
-      "the service runs its sandboxes (pool, starts, sessions) on a worker thread, so a burst of sandbox starts does not hold up the loop that takes requests; on 2 cores it costs 10-15% of throughput (rollstream bench sandbox), hence off by default",
-    ),
   cpus: z
     .string()
     .regex(/^\d+(-\d+)?(,\d+(-\d+)?)*$/, "a CPU list like 0-3,8")

@@ -1,10 +1,9 @@
 // posix_spawn for the sandbox's bwrap (see native-spawn.ts). glibc runs it as clone(CLONE_VM|CLONE_VFORK):
-// no copy of the caller's page tables, the caller waits only for the child's exec. Four calls:
+// no copy of the caller's page tables, the caller waits only for the child's exec. Three calls:
 //   socketPair()                  -> [a, b]   a connected AF_UNIX stream pair, both close-on-exec
 //   spawn(file, argv, fds)        -> pid      fds[i] becomes the child's fd i (-1: /dev/null); every other fd
 //                                             is closed; own session (kill(-pid) reaches all); signals default
 //   reap(pid)                     -> null while it runs, else [exitCode or -1, signal number or 0]
-//   close(fd)                     -> closes one of the fds above
 #include <napi.h>
 
 #include <errno.h>
@@ -34,13 +33,6 @@ Napi::Value SocketPair(const Napi::CallbackInfo &info) {
   out.Set(0u, sv[0]);
   out.Set(1u, sv[1]);
   return out;
-}
-
-// close(2) without node's fs: in a worker thread, fs.closeSync warns about every fd fs did not open itself.
-Napi::Value Close(const Napi::CallbackInfo &info) {
-  int fd = info[0].As<Napi::Number>().Int32Value();
-  if (close(fd) != 0 && errno != EINTR) ThrowErrno(info.Env(), "close", errno);
-  return info.Env().Undefined();
 }
 
 // Closes the fds it holds when it goes out of scope (the high duplicates made for the file actions).
@@ -123,7 +115,6 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("socketPair", Napi::Function::New(env, SocketPair));
   exports.Set("spawn", Napi::Function::New(env, Spawn));
   exports.Set("reap", Napi::Function::New(env, Reap));
-  exports.Set("close", Napi::Function::New(env, Close));
   return exports;
 }
 

@@ -5,7 +5,6 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { once } from "node:events";
-import { Worker } from "node:worker_threads";
 import { NativeChild, nativeSpawnAddon } from "../native-spawn.js";
 import { describeResult, startSandboxFixture, type SandboxFixture } from "./fixture.js";
 import { hostUid, procStat, statField } from "./proc.js";
@@ -62,48 +61,6 @@ describe("NativeChild (posix_spawn)", () => {
     assert.deepEqual(await exited, [null, "SIGKILL"]);
     await once(child, "close");
     assert.equal(child.kill("SIGKILL"), false, "nothing left to kill");
-  });
-
-  it("in a worker thread (executorThread) it closes its fds without node's unmanaged-fd warnings", async () => {
-    // fs in a worker tracks the fds it opened and warns when it closes any other; the control closes one
-    // of the addon's fds through fs.closeSync in the same worker and must see that warning.
-    const moduleUrl = new URL("../native-spawn.js", import.meta.url).href;
-    const code = `
-      const { parentPort, workerData } = require("node:worker_threads");
-      const { once } = require("node:events");
-      const warnings = [];
-      process.on("warning", (w) => warnings.push(w.message));
-      (async () => {
-        const { NativeChild, nativeSpawnAddon } = await import(workerData.moduleUrl);
-        for (let i = 0; i < 3; i++) {
-          const child = new NativeChild("/bin/sh", ["-c", "echo hi"], { fds: 5, extraFd: null });
-          for (const s of child.stdio) s?.resume();
-          await once(child, "close");
-        }
-        await new Promise((r) => setTimeout(r, 50));
-        const ours = warnings.length;
-        if (workerData.control) {
-          const [a, b] = nativeSpawnAddon().socketPair();
-          require("node:fs").closeSync(a);
-          nativeSpawnAddon().close(b);
-          await new Promise((r) => setTimeout(r, 50));
-        }
-        parentPort.postMessage({ ours, all: warnings });
-      })();`;
-    const inWorker = async (control: boolean) => {
-      const w = new Worker(code, { eval: true, workerData: { moduleUrl, control } });
-      const [reply] = (await once(w, "message")) as [{ ours: number; all: string[] }];
-      await w.terminate();
-      return reply;
-    };
-    const plain = await inWorker(false);
-    assert.deepEqual(plain.all, [], "three starts in a worker warned");
-    const control = await inWorker(true);
-    assert.equal(control.ours, 0);
-    assert.ok(
-      control.all.some((m) => /closed but not opened in unmanaged mode/.test(m)),
-      `control: ${JSON.stringify(control.all)}`,
-    );
   });
 
   it("a program that cannot be started throws, naming it", () => {
