@@ -10,8 +10,8 @@
 //   - a code-RL scoring step: 128 samples x 10 unit tests through the code environment's rubric (one
 //     batched request per sample, one case per test);
 //   - cold-start latency (pool disabled: bwrap + interpreter start + run), vs python3 -c;
-//   - a burst of sandbox starts: how long the loop that answers requests is held up (STATS latency), with
-//     sandboxes started by posix_spawn vs node's spawn;
+//   - a burst of sandbox starts: how long the loop that answers requests is held up (STATS latency);
+//   - one sandbox start: how long it holds the caller's loop (posix_spawn), vs node's spawn (a fork);
 //   - concurrent sessions held open, each answering, with their memory (PSS) and idle CPU, vs the
 //     memory of idle bare python3 processes.
 // Targets on 2 cores: warm p50 <= 5 ms, >= 5x bare python3 -c at concurrency 64 with p99 <= 200 ms,
@@ -43,7 +43,6 @@ import { ByteChatTokenizer, ScriptedModelClient } from "../environments/testing/
 import { machineCpuDuring } from "./machine-cpu.js";
 import { cowFaultMicros, forkExitCpuMs, forkScaling, pageFaultMicros } from "./machine-calibration.js";
 import { spawnHold } from "./spawn-hold.js";
-import { nativeSpawnAddon } from "../sandbox/native-spawn.js";
 import { cpuSnapshot, cpuSplit } from "./sandbox-cpu-split.js";
 import { descendants, procStat } from "./proc-stat.js";
 
@@ -297,8 +296,7 @@ async function codeRlStep(
 /**
  * A burst of sandbox starts (`sessions` sessions opened at once, each taking a sandbox the pool must
  * replace) while a probe asks the service for its STATS over and over: STATS is answered by the loop that
- * takes every request, so its latency shows how long that loop is held up by the starts. Run with posix_spawn
- * and with node's spawn.
+ * takes every request, so its latency shows how long that loop is held up by the starts.
  */
 interface BurstResult {
   p99: number;
@@ -306,11 +304,10 @@ interface BurstResult {
   burstS: number;
 }
 
-async function startBurst(natsUrl: string, nc: NatsConnection, sessions: number, nativeSpawn: boolean): Promise<BurstResult> {
+async function startBurst(natsUrl: string, nc: NatsConnection, sessions: number): Promise<BurstResult> {
   const svc = await startServiceProcess(natsUrl, {
     poolSize: 2,
     maxSessions: sessions + 8,
-    nativeSpawn,
     isolation: { hostUidBase: 1_650_000_000 },
   });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
@@ -663,47 +660,35 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     }
 
     // 3a. What one start holds the caller's loop: node's spawn (a fork) vs posix_spawn, small and large caller.
-    if (nativeSpawnAddon()) {
-      for (const extraMb of [0, 1024]) {
-        const h = await spawnHold(extraMb);
-        const key = extraMb === 0 ? "spawn_hold" : "spawn_hold_big";
-        out[`${key}_rss_mb`] = h.rssMb;
-        out[`${key}_node_ms`] = r2(h.nodeMs);
-        out[`${key}_native_ms`] = r2(h.nativeMs);
-        out[`${key}_ratio`] = r2(h.nodeMs / Math.max(0.01, h.nativeMs));
-        print(
-          `start call        at ${h.rssMb} MB RSS one start holds the loop p50 ${out[`${key}_native_ms`]} ms with posix_spawn vs ${out[`${key}_node_ms`]} ms with node's spawn (${out[`${key}_ratio`]}x)`,
-        );
-      }
+    for (const extraMb of [0, 1024]) {
+      const h = await spawnHold(extraMb);
+      const key = extraMb === 0 ? "spawn_hold" : "spawn_hold_big";
+      out[`${key}_rss_mb`] = h.rssMb;
+      out[`${key}_node_ms`] = r2(h.nodeMs);
+      out[`${key}_native_ms`] = r2(h.nativeMs);
+      out[`${key}_ratio`] = r2(h.nodeMs / Math.max(0.01, h.nativeMs));
+      print(
+        `start call        at ${h.rssMb} MB RSS one start holds the loop p50 ${out[`${key}_native_ms`]} ms with posix_spawn vs ${out[`${key}_node_ms`]} ms with node's spawn (${out[`${key}_ratio`]}x)`,
+      );
     }
 
-    // 3b. A burst of sandbox starts: how long the loop that answers requests is held up, starting bwrap by
-    // posix_spawn (the default) and by node's spawn (a fork of the service).
+    // 3b. A burst of sandbox starts: how long the loop that answers requests is held up.
     {
       const n = quick ? 16 : 48;
-      // The first burst of a run pays for warming up (it measured 3x slower whichever came first): one is
-      // thrown away, then the two spawns alternate and each keeps its better p99 of two. On 2 cores this
-      // latency is also the starts' CPU competing with the service: with posix_spawn the loop is free sooner
-      // and all the sandboxes start at once, so it is not the loop's hold alone ("start call" measures that).
-      const best = (a: BurstResult, b: BurstResult) => (a.p99 <= b.p99 ? a : b);
-      const burst = async (native: boolean) => {
+      // The first burst of a run pays for warming up: one is thrown away, then the better p99 of two is kept. On
+      // 2 cores this latency is also the starts' CPU competing with the service, so it is not the loop's hold
+      // alone ("start call" measures that).
+      const burst = async () => {
         await sleep(300);
-        return startBurst(nats.url, nc, n, native);
+        return startBurst(nats.url, nc, n);
       };
-      await burst(true);
-      const inLoop1 = await burst(true);
-      const forked1 = await burst(false);
-      const inLoop = best(inLoop1, await burst(true));
-      const forked = best(forked1, await burst(false));
+      await burst();
+      const [a, b] = [await burst(), await burst()];
+      const inLoop = a.p99 <= b.p99 ? a : b;
       out.burst_sessions = n;
       out.burst_stats_p99_ms_in_loop = inLoop.p99;
       out.burst_stats_max_ms_in_loop = inLoop.max;
-      out.burst_stats_p99_ms_node_spawn = forked.p99;
-      out.burst_stats_max_ms_node_spawn = forked.max;
-      out.burst_p99_ratio_spawn = r2(forked.p99 / Math.max(0.01, inLoop.p99));
-      print(
-        `start burst       ${n} sessions opened at once (${inLoop.burstS} s): STATS replies p99 ${inLoop.p99} ms max ${inLoop.max} ms | with node's spawn p99 ${forked.p99} ms max ${forked.max} ms (${out.burst_p99_ratio_spawn}x)`,
-      );
+      print(`start burst       ${n} sessions opened at once (${inLoop.burstS} s): STATS replies p99 ${inLoop.p99} ms max ${inLoop.max} ms`);
     }
 
     // 4. Sessions held open at once: open, run one command each, then all answer again; memory and idle CPU.

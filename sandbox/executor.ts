@@ -37,7 +37,7 @@ import { buildSeccompFilter } from "./seccomp.js";
 import { QueueFullError, Semaphore } from "./semaphore.js";
 import { SessionManager, type SessionOptions } from "./sessions.js";
 import { parseSandboxSettings, type SandboxSettings, type SandboxSettingsInput } from "./settings.js";
-import { useNativeSpawn } from "./native-spawn.js";
+import { assertCanSpawn } from "./native-spawn.js";
 import { forkLoopLibrary, nodeForkLibrary } from "./supervisor-source.js";
 
 export interface IsolationReport {
@@ -125,11 +125,7 @@ export class SandboxExecutor {
     const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
     try {
       const canSetUid = process.getuid?.() === 0;
-      const nativeSpawn = useNativeSpawn(settings.nativeSpawn, canSetUid);
-      if (settings.nativeSpawn && !nativeSpawn)
-        log.warn(
-          "sandbox: no rs_spawn addon (npm ci builds it: sandbox/spawn) or, as root, no setpriv; sandboxes start with node's spawn, a fork of this process",
-        );
+      assertCanSpawn(canSetUid);
       if (canSetUid) for (const p of extraBinds) assertReachableByOthers(p);
       const iso = settings.isolation;
       const uidPool = canSetUid ? new HostUidPool(iso.hostUidBase, iso.hostUidCount) : null;
@@ -153,9 +149,6 @@ export class SandboxExecutor {
           runtime.nodeForkServer
             ? "node executions: forks of a warm node per sandbox (nodefork.node, node --single-threaded)"
             : "node executions: a node started ahead per execution (nodefork.node not built, or nodeForkServer: false)",
-          nativeSpawn
-            ? "starts: posix_spawn (rs_spawn): a sandbox start holds this process's event loop the same whatever its size"
-            : "starts: node's spawn, a fork of this process (rs_spawn not built, no setpriv as root, or nativeSpawn: false)",
           pinsHotPages(layout)
             ? "hot pages: each reused sandbox's pid 1 pins the pages a python execution writes, its node fork server those a node execution writes (copied at fork, not faulted in); each seals io_uring off before serving"
             : "hot pages: not pinned (pinHotPages: false, no C loop, or maxExecsPerSandbox: 1)",
@@ -399,7 +392,6 @@ export class SandboxExecutor {
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
       native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
       node_fork_server: this.layout.runtime.nodeForkServer ? 1 : 0,
-      native_spawn: useNativeSpawn(this.layout.settings.nativeSpawn, this.layout.features.perSandboxHostUid) ? 1 : 0,
     };
   }
 

@@ -18,30 +18,26 @@ interface SpawnAddon {
 }
 
 const SETPRIV = "/usr/bin/setpriv";
-let addon: SpawnAddon | null | undefined;
+let addon: SpawnAddon | undefined;
 
-/** The rs_spawn addon (built by npm ci: node-gyp in sandbox/spawn), or null when it is not built. */
-export function nativeSpawnAddon(): SpawnAddon | null {
-  if (addon !== undefined) return addon;
+/** The rs_spawn addon (built by npm ci: node-gyp in sandbox/spawn); throws, naming the fix, when it is not built. */
+export function nativeSpawnAddon(): SpawnAddon {
+  if (addon) return addon;
   const path = join(supervisorDir(), "..", "spawn", "build", "Release", "rs_spawn.node");
-  try {
-    addon = existsSync(path) ? (createRequire(import.meta.url)(path) as SpawnAddon) : null;
-  } catch {
-    addon = null;
-  }
+  if (!existsSync(path))
+    throw new Error(`sandbox: ${path} is not built; run \`npm ci\` (or \`npx node-gyp rebuild --directory=sandbox/spawn\`), which needs a C++ compiler`);
+  addon = createRequire(import.meta.url)(path) as SpawnAddon;
   return addon;
 }
 
-let setprivThere: boolean | undefined;
-
 /**
- * Whether sandboxes start through posix_spawn: asked for (settings.nativeSpawn), the addon built, and, for a
- * start under another host uid, setpriv there (posix_spawn cannot change uids; setpriv does, then execs bwrap).
+ * Throws, naming the fix, when sandboxes cannot be started here: the addon is not built, or, for starts under
+ * other host uids (as root), setpriv is missing (posix_spawn cannot change uids; setpriv does, then execs bwrap).
  */
-export function useNativeSpawn(wanted: boolean, asOtherUid: boolean): boolean {
-  if (!wanted || nativeSpawnAddon() === null) return false;
-  setprivThere ??= existsSync(SETPRIV);
-  return !asOtherUid || setprivThere;
+export function assertCanSpawn(asOtherUid: boolean): void {
+  nativeSpawnAddon();
+  if (asOtherUid && !existsSync(SETPRIV))
+    throw new Error(`sandbox: ${SETPRIV} is missing; as root each sandbox starts under a host uid of its own through it (Debian/Ubuntu: util-linux)`);
 }
 
 // Every live NativeChild, reaped when a SIGCHLD arrives (libuv reaps only the children it spawned itself).
@@ -98,7 +94,6 @@ export class NativeChild extends EventEmitter {
   constructor(file: string, args: string[], opts: NativeSpawnOptions) {
     super();
     const a = nativeSpawnAddon();
-    if (!a) throw new Error("the rs_spawn addon is not built");
     const ours: number[] = [];
     const theirs: number[] = [-1];
     // The child's ends of the socket pairs: its copies after the spawn, so ours are closed either way.
@@ -159,7 +154,7 @@ export class NativeChild extends EventEmitter {
     if (this.exitCode !== null || this.signalCode !== null) return;
     let r: [number, number] | null;
     try {
-      r = nativeSpawnAddon()!.reap(this.pid);
+      r = nativeSpawnAddon().reap(this.pid);
     } catch {
       r = [-1, 0]; // not our child any more (reaped elsewhere): treat as gone
     }

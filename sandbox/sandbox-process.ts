@@ -2,14 +2,13 @@
 // control protocol on fds 3/4, collects output with caps, and always has a backstop: if the
 // supervisor does not report in time, the whole sandbox is killed (bwrap --die-with-parent takes
 // the supervisor with it, and the kernel kills everything else in the pid namespace).
-import { spawn, type ChildProcess } from "node:child_process";
 import { closeSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import type { Readable, Writable } from "node:stream";
 import type { SandboxExecResult, SandboxLanguage } from "../environments/api/sandbox.js";
 import { bwrapArgs, INFO_FD, pinsHotPages, sandboxIdMap, USERNS_BLOCK_FD, type HostUidPool, type SandboxLayout } from "./isolation.js";
 import type { EffectiveLimits, RlimitSpec } from "./limits.js";
 import { OutputCollector } from "./output-collector.js";
-import { NativeChild, useNativeSpawn } from "./native-spawn.js";
+import { NativeChild } from "./native-spawn.js";
 import { encodeFrame, FrameReader } from "./control-frames.js";
 
 export type PrestartKind = "python" | "node" | "";
@@ -113,7 +112,7 @@ export class SandboxProcess {
   private state: "starting" | "idle" | "busy" | "resetting" | "dead" = "starting";
   /** While resetting: whether the command could leave the sandbox reusable, the reset's deadline, who waits. */
   private reset: { reusable: boolean; timer: NodeJS.Timeout; waiters: Array<() => void> } | null = null;
-  private readonly child: ChildProcess | NativeChild;
+  private readonly child: NativeChild;
   private readonly ctlIn: Writable;
   private readonly frames = new FrameReader();
   private current: RunningCommand | null = null;
@@ -136,21 +135,13 @@ export class SandboxProcess {
     try {
       const filter = layout.runtime.seccompPathFor(layout.features.freshNamespaces, pinsHotPages(layout));
       if (layout.features.seccomp && filter) seccompFd = openSync(filter, "r");
-      // posix_spawn when built (a start then costs the same whatever this process's size), else node's fork.
-      this.child = useNativeSpawn(layout.settings.nativeSpawn, this.hostUid !== undefined)
-        ? new NativeChild(layout.bwrap, bwrapArgs(layout, kind), {
-            fds: 5,
-            extraFd: seccompFd,
-            socketsAfter: mapsIds ? 2 : 0,
-            ...(this.hostUid !== undefined ? { uid: this.hostUid } : {}),
-          })
-        : spawn(layout.bwrap, bwrapArgs(layout, kind), {
-            stdio: ["ignore", "pipe", "pipe", "pipe", "pipe", seccompFd ?? "ignore", ...(mapsIds ? (["pipe", "pipe"] as const) : [])],
-            uid: this.hostUid,
-            gid: this.hostUid,
-            detached: true,
-            env: {},
-          });
+      // posix_spawn: a start costs this process the same whatever its size (native-spawn.ts).
+      this.child = new NativeChild(layout.bwrap, bwrapArgs(layout, kind), {
+        fds: 5,
+        extraFd: seccompFd,
+        socketsAfter: mapsIds ? 2 : 0,
+        ...(this.hostUid !== undefined ? { uid: this.hostUid } : {}),
+      });
     } catch (e) {
       if (this.hostUid !== undefined) uidPool?.release(this.hostUid);
       throw new SandboxFailure(`could not spawn bwrap: ${(e as Error).message}`);

@@ -132,12 +132,6 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
     ),
-  nativeSpawn: z
-    .boolean()
-    .default(true)
-    .describe(
-      "start bwrap with posix_spawn (the rs_spawn addon, built by npm ci) when it is built: a start then holds the service's event loop ~the same whatever the process's size; node's spawn forks, copying every page table first (7 ms at 49 MB, 32 ms at 1 GB on a slow PVM day). false, or not built: node's spawn",
-    ),
   nativeForkLoop: z
     .boolean()
     .default(true)

@@ -52,21 +52,18 @@ async function uidOfAnExecution(fx: SandboxFixture, sup: number): Promise<{ host
   return { host, inside: r.stdout.trim() };
 }
 
-// Started both ways (posix_spawn and node's spawn hand bwrap its info and userns-block fds differently).
 const MODES = [
-  { perExecutionUid: true, nativeSpawn: true, name: "on" },
-  { perExecutionUid: true, nativeSpawn: false, name: "on, sandboxes started with node's spawn" },
-  { perExecutionUid: false, nativeSpawn: true, name: "off (control)" },
+  { perExecutionUid: true, name: "on" },
+  { perExecutionUid: false, name: "off (control)" },
 ];
 
-for (const { perExecutionUid, nativeSpawn, name } of MODES) {
+for (const { perExecutionUid, name } of MODES) {
   describe(`perExecutionUid ${name}`, { timeout: 120_000, skip: !asRoot && "needs root (per-sandbox host uids)" }, () => {
     let fx: SandboxFixture;
     before(async () => {
       fx = await startSandboxFixture({
         poolSize: 1,
         maxConcurrent: 1,
-        nativeSpawn,
         isolation: { freshNamespaces: true, perExecutionUid, execUidBase: EXEC_UID_BASE },
         runtimes: { node: { poolSize: 1 } },
       });
