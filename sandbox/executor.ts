@@ -113,15 +113,11 @@ export class SandboxExecutor {
     assertCpusExist(settings.cpus);
     const bwrap = findBwrap();
     const runtimes = resolveRuntimes(settings);
-    const forkLoop = settings.nativeForkLoop ? forkLoopLibrary() : null;
-    if (settings.nativeForkLoop && !forkLoop)
-      log.warn("sandbox: the C fork loop is not built (npm ci builds it: sandbox/supervisor/build.sh); sandboxes run the Python loop");
+    const forkLoop = forkLoopLibrary();
     const nodeFork = settings.nodeForkServer ? nodeForkLibrary() : null;
     if (settings.nodeForkServer && !nodeFork)
       log.warn("sandbox: the node fork server is not built (npm ci builds it: sandbox/supervisor/build.sh); each node execution starts a node");
     const runtime = new RuntimeFolder(settings.workRoot, forkLoop, nodeFork);
-    if (settings.isolation.freshNamespaces && !forkLoop)
-      log.warn("sandbox: isolation.freshNamespaces needs the C fork loop; executions share their sandbox's namespaces");
     const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
     try {
       const canSetUid = process.getuid?.() === 0;
@@ -133,7 +129,7 @@ export class SandboxExecutor {
         seccompAvailable: runtime.seccompPath !== null && buildSeccompFilter() !== null,
         seccompMode: iso.seccomp,
         canSetUid,
-        freshNamespaces: iso.freshNamespaces && runtime.nativeForkLoop && runtime.executionFilterHex !== null,
+        freshNamespaces: iso.freshNamespaces && runtime.executionFilterHex !== null,
         perExecutionUid: iso.perExecutionUid,
       });
       if (iso.freshNamespaces && iso.perExecutionUid && canSetUid) assertExecUidRanges(settings);
@@ -143,15 +139,12 @@ export class SandboxExecutor {
         features: outcome.features,
         lines: [
           ...describeFeatures(outcome.features, uidPool ? [iso.hostUidBase, iso.hostUidBase + iso.hostUidCount] : undefined),
-          runtime.nativeForkLoop
-            ? "per-execution loop: C (forkserver.so): fork, wait, kill, reset and report without running Python in pid 1"
-            : "per-execution loop: Python (forkserver.so not built or nativeForkLoop: false)",
           runtime.nodeForkServer
             ? "node executions: forks of a warm node per sandbox (nodefork.node, node --single-threaded)"
             : "node executions: a node started ahead per execution (nodefork.node not built, or nodeForkServer: false)",
           pinsHotPages(layout)
             ? "hot pages: each reused sandbox's pid 1 pins the pages a python execution writes, its node fork server those a node execution writes (copied at fork, not faulted in); each seals io_uring off before serving"
-            : "hot pages: not pinned (pinHotPages: false, no C loop, or maxExecsPerSandbox: 1)",
+            : "hot pages: not pinned (pinHotPages: false, or maxExecsPerSandbox: 1)",
           ...(settings.cpus ? [`CPUs: ${settings.cpus} (settings.cpus)`] : []),
         ],
         bwrap: bwrapVersion(bwrap),
@@ -390,7 +383,6 @@ export class SandboxExecutor {
       isolation_fresh_namespaces: f.freshNamespaces ? 1 : 0,
       isolation_per_execution_uid: f.perExecutionUid ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
-      native_fork_loop: this.layout.runtime.nativeForkLoop ? 1 : 0,
       node_fork_server: this.layout.runtime.nodeForkServer ? 1 : 0,
     };
   }

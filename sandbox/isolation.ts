@@ -24,7 +24,7 @@ export interface IsolationFeatures {
   /**
    * Each one-shot execution gets its own mount and ipc namespaces from the supervisor (made in the
    * supervisor's template user namespace, or with perExecutionUid in one of its own), with a fresh
-   * /workspace, /tmp and /dev/shm (needs the C fork loop and seccomp: the sandbox's filter then allows
+   * /workspace, /tmp and /dev/shm (needs seccomp: the sandbox's filter then allows
    * unshare(2), setns(2) and mount(2) for the supervisor, and each execution's own filter refuses them).
    */
   freshNamespaces: boolean;
@@ -72,13 +72,10 @@ export class RuntimeFolder {
   private readonly filterPaths = new Map<string, string>();
   private readonly base: string;
 
-  /** Whether sandboxes get the C per-execution loop (/.rs/forkserver.so). */
-  readonly nativeForkLoop: boolean;
-
   /** Whether node executions are forks of a zygote (/.rs/nodefork.node). */
   readonly nodeForkServer: boolean;
 
-  constructor(workRoot: string, forkLoopSo: string | null = null, nodeForkSo: string | null = null) {
+  constructor(workRoot: string, forkLoopSo: string, nodeForkSo: string | null = null) {
     mkdirSync(workRoot, { recursive: true, mode: 0o711 });
     RuntimeFolder.removeStale(workRoot);
     this.base = mkdtempSync(join(workRoot, `svc-${process.pid}-`));
@@ -88,8 +85,7 @@ export class RuntimeFolder {
     mkdirSync(join(this.dir, "etc"), { recursive: true });
     writeFileSync(join(this.dir, "supervisor.py"), SUPERVISOR_PY, { mode: 0o644 });
     writeFileSync(join(this.dir, "boot.js"), NODE_BOOT_JS, { mode: 0o644 });
-    this.nativeForkLoop = forkLoopSo !== null;
-    if (forkLoopSo) copyFileSync(forkLoopSo, join(this.dir, "forkserver.so"));
+    copyFileSync(forkLoopSo, join(this.dir, "forkserver.so"));
     this.nodeForkServer = nodeForkSo !== null;
     if (nodeForkSo) copyFileSync(nodeForkSo, join(this.dir, "nodefork.node"));
     const etc = (name: string, text: string) => writeFileSync(join(this.dir, "etc", name), text, { mode: 0o644 });
@@ -390,10 +386,10 @@ function freshNamespaceEnv(layout: SandboxLayout): string[] {
 
 /**
  * Whether this sandbox's supervisor pins the pages its executions write (settings.pinHotPages,
- * supervisor/pin-hot.h): a sandbox that serves many commands, with the C loop.
+ * supervisor/pin-hot.h): a sandbox that serves many commands.
  */
 export function pinsHotPages(layout: SandboxLayout): boolean {
-  return layout.settings.pinHotPages && layout.runtime.nativeForkLoop && layout.settings.maxExecsPerSandbox > 1;
+  return layout.settings.pinHotPages && layout.settings.maxExecsPerSandbox > 1;
 }
 
 /**

@@ -65,7 +65,7 @@ export const IsolationSettingsSchema = z.object({
     .boolean()
     .default(false)
     .describe(
-      "give each one-shot execution its own mount and ipc namespaces (made in the supervisor's template user namespace, or with perExecutionUid in one of its own) and a fresh tmpfs /workspace, /tmp and /dev/shm, on top of the reset between executions (needs the C fork loop and seccomp). Costs CPU an execution (setting up and tearing down its namespaces): 5-20% fewer executions/s at concurrency 64 on 2 cores, so off by default. Sessions keep one set: their files persist",
+      "give each one-shot execution its own mount and ipc namespaces (made in the supervisor's template user namespace, or with perExecutionUid in one of its own) and a fresh tmpfs /workspace, /tmp and /dev/shm, on top of the reset between executions (needs seccomp). Costs CPU an execution (setting up and tearing down its namespaces): 5-20% fewer executions/s at concurrency 64 on 2 cores, so off by default. Sessions keep one set: their files persist",
     ),
   perExecutionUid: z
     .boolean()
@@ -131,12 +131,6 @@ export const SandboxSettingsSchema = z.object({
     .optional()
     .describe(
       "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
-    ),
-  nativeForkLoop: z
-    .boolean()
-    .default(true)
-    .describe(
-      "each sandbox's per-execution loop (fork, wait, reset, report) runs in C (sandbox/supervisor/forkserver.c, built by npm ci) when it is built: a Python loop's copy-on-write faults cost about a third of an execution's CPU; false, or not built: the same loop in Python",
     ),
   nodeForkServer: z
     .boolean()

@@ -3,7 +3,7 @@
 // bind-mounted read-only at /.rs, so the sandboxed code can read but never change them.
 //   supervisor/supervisor.py  pid 1 of the sandbox (see its header for the control protocol)
 //   supervisor/boot.cjs       node's warm-start entry, mounted as /.rs/boot.js
-//   supervisor/build/forkserver.so  the supervisor's per-execution loop in C (forkserver.c), when built
+//   supervisor/build/forkserver.so  the supervisor's per-execution loop in C (forkserver.c)
 //   supervisor/build/nodefork.node  the node fork server's addon (nodefork.c), when built
 // tsc copies no non-TS files into dist/ or dist-*/, so they are read from the source tree, found by
 // walking up from this file to the package root (as kernels/native.ts finds kernels/build).
@@ -34,8 +34,9 @@ export function nodeForkLibrary(): string | null {
   return existsSync(path) ? path : null;
 }
 
-/** The C per-execution loop (supervisor/build.sh, run by npm ci), or null when it was not built. */
-export function forkLoopLibrary(): string | null {
+/** The C per-execution loop (supervisor/build.sh, run by npm ci); throws, naming the fix, when it was not built. */
+export function forkLoopLibrary(): string {
   const path = join(DIR, "build", "forkserver.so");
-  return existsSync(path) ? path : null;
+  if (!existsSync(path)) throw new Error(`sandbox: ${path} is not built; run \`npm ci\` (or \`bash sandbox/supervisor/build.sh\`), which needs a C compiler`);
+  return path;
 }

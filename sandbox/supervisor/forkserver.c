@@ -1,18 +1,17 @@
 // The fork server's per-execution loop in C, loaded by supervisor.py (pid 1 of a sandbox) through
-// _ctypes when it was built (npm ci builds it; without it the supervisor runs the same loop in Python).
+// _ctypes (npm ci builds it; the service refuses to start without it).
 //
 // Why C: every fork write-protects pid 1's pages, so each distinct page its loop writes afterwards costs
-// a copy-on-write fault, once per execution. A Python loop touches ~220 pages (reference counts,
-// pymalloc arenas, frames): on a paravirtualized guest that is ~13 ms of pid 1's CPU per execution, a
-// third of all the sandbox's CPU. This loop writes a few stack and buffer pages instead.
+// a copy-on-write fault, once per execution. A loop in Python touches hundreds of pages (reference counts,
+// pymalloc arenas, frames); this loop writes a few stack and buffer pages instead (sandbox/README.md).
 //
 // It serves only the hot path, a one-shot ("once") python command on the warm interpreter this loop
 // forked, with no files; anything else (sessions, node, bash, files, a failed launch) is handed back to
-// the Python loop as the raw frame, which handles it exactly as before. The reset after a command
-// mirrors supervisor.py's reset_after_command (every process killed and reaped, /workspace, /tmp and
-// /dev/shm emptied with their mode, times and xattrs restored, SysV IPC removed, the shared output
-// pipes' flags restored, pid 1's own state compared with its state at start); both are covered by the
-// same security tests (sandbox/test/reuse.test.ts runs them against both loops).
+// supervisor.py's loop (the Python loop) as the raw frame. The reset after a command mirrors
+// supervisor.py's reset_after_command (every process killed and reaped, /workspace, /tmp and /dev/shm
+// emptied with their mode, times and xattrs restored, SysV IPC removed, the shared output pipes' flags
+// restored, pid 1's own state compared with its state at start); sandbox/test/reuse.test.ts covers this
+// one with python executions and the Python one with node and bash executions.
 //
 // Built without Python headers: the few C-API functions used are declared here and resolved against
 // the interpreter at load time. Functions are called with the GIL held (FUNCFLAG_PYTHONAPI), as

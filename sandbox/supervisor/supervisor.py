@@ -57,7 +57,7 @@ HUGE_TEXT_AFTER = 8
 PIN_HOT = os.environ.pop("RS_PIN_HOT", "") == "1"
 SEAL_FILTER = bytes.fromhex(os.environ.pop("RS_SEAL_SECCOMP", ""))
 ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
-LOOP = None  # the C loop (load_fork_loop), when built
+LOOP = None  # the C loop (load_fork_loop)
 SESSION = False  # this sandbox serves a session: its commands share one set of namespaces and files
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 U32 = _struct.Struct(">I")
@@ -673,16 +673,9 @@ def release_program(pid, lim, code_w, code):
     write_all(code_w, code)
     return startup
 
-def warm_python_child():
-    # A warm python interpreter (forked by Warm or by the C loop): stdin on fd 0, its program on fd 3.
-    main = prepare_python()
-    code = read_all(3).decode("utf-8", "replace")
-    os.close(3)
-    run_python(code, main)
-
 class Warm:
-    """An interpreter started ahead of the request, blocked reading its program from fd 3.
-    python: a fork of this supervisor (site already loaded); node: node running boot.js."""
+    """An interpreter started ahead of the request, blocked reading its program from fd 3: python, a fork of
+    this supervisor the C loop made (adopt); node, node running boot.js."""
     @classmethod
     def adopt(cls, lang, pid, code_w, in_w, fresh):
         # One the C loop forked (see forkserver.c), handed over with a frame it does not serve.
@@ -693,31 +686,23 @@ class Warm:
     def __init__(self, lang, fresh=False):
         self.lang = lang
         self.fresh = fresh
-        if lang == "python":
-            load_site()
         code_r, self.code_w = os.pipe()
         in_r, self.in_w = os.pipe()
         ready_r, ready_w = os.pipe()
         for fd in (self.code_w, self.in_w, ready_r):
             os.set_inheritable(fd, False)
-        if lang == "python":
-            before_python_fork()
         pid = os.fork()
         if pid == 0:
             try:
                 child_common(in_r, {3: code_r, 4: ready_w}, fresh)
-                if lang == "python":
-                    os.close(4)
-                    warm_python_child()
-                else:
-                    exec_reset()
-                    os.execv(NODE, [NODE, BOOT_JS])
+                exec_reset()
+                os.execv(NODE, [NODE, BOOT_JS])
             finally:
                 os._exit(127)
         self.pid = pid
         for fd in (code_r, in_r, ready_w):
             os.close(fd)
-        ok = lang != "node" or os.read(ready_r, 1) == b"r"
+        ok = os.read(ready_r, 1) == b"r"
         os.close(ready_r)
         if not ok:
             self.discard()
@@ -1034,9 +1019,10 @@ def run_command(req, warm):
     return ("done", exit_code, sig, int(timed_out), int(killed), "%.3f" % cpu_ms, "%.3f" % wall_ms, nonce, "", clean)
 
 def prestart(lang):
-    if lang not in ("python", "node") or (lang == "node" and not NODE):
+    # A python command's warm interpreter is the C loop's (serve_in_c).
+    if lang != "node" or not NODE:
         return None
-    if lang == "node" and zygote() is not None:
+    if zygote() is not None:
         return None  # the fork server forks each execution when its request comes
     try:
         return Warm(lang, ISOLATE is not None and not SESSION)
@@ -1058,12 +1044,16 @@ SURVEY_PROGRAM = (
 PIN_MAX_PAGES = 1024
 
 def run_forked_warm_child():
-    """In a warm interpreter the C loop forked (fds placed, dumpable): the same path as Warm's child."""
+    """In a warm interpreter the C loop forked (fds placed, dumpable; stdin on fd 0): runs the program that
+    comes on fd 3."""
     try:
         _signal.set_wakeup_fd(-1)
         _signal.signal(_signal.SIGCHLD, _signal.SIG_DFL)
         _signal.signal(_signal.SIGINT, _signal.default_int_handler)
-        warm_python_child()
+        main = prepare_python()
+        code = read_all(3).decode("utf-8", "replace")
+        os.close(3)
+        run_python(code, main)
     finally:
         os._exit(127)
 
@@ -1080,13 +1070,10 @@ def pin_hot_pages(loop):
 
 def before_python_fork():
     # The C loop counts this fork towards moving the interpreter's code onto huge pages (HUGE_TEXT_AFTER).
-    if LOOP is not None:
-        LOOP["before_fork"]()
+    LOOP["before_fork"]()
 
 def load_fork_loop():
-    """The per-execution loop in C (/.rs/forkserver.so, see forkserver.c), or None: then Python runs it."""
-    if not os.path.exists(FORK_LOOP_SO):
-        return None
+    """The per-execution loop in C (/.rs/forkserver.so, see forkserver.c)."""
 
     class PyObj(_ctypes._SimpleCData):
         _type_ = "O"
@@ -1167,18 +1154,15 @@ def main():
     TCP_CHECK = tcp_left() is False
     global LOOP
     loop = LOOP = load_fork_loop()
-    if FRESH_MOUNTS and loop is None:
-        print("rollstream sandbox: fresh namespaces per execution need the C loop (/.rs/forkserver.so)", file=sys.stderr)
-        os._exit(1)
-    in_c = loop is not None and PRESTART == "python"
+    in_c = PRESTART == "python"
     if in_c:
         load_site()  # before "ready", as Warm("python") does: a ready sandbox has its modules loaded
         if PIN_HOT and REUSED:
             pin_hot_pages(loop)
     # A node sandbox's fork server pins its own hot pages: started before the seal, it seals itself after.
-    if not in_c and PRESTART == "node" and PIN_HOT and REUSED and SEAL_FILTER and loop is not None:
+    if not in_c and PRESTART == "node" and PIN_HOT and REUSED and SEAL_FILTER:
         zygote(pin=True)  # only the fork server: a node started per execution is started after the seal (prestart)
-    if SEAL_FILTER and (loop is None or loop["seal"](SEAL_FILTER, len(SEAL_FILTER)) != 0):
+    if SEAL_FILTER and loop["seal"](SEAL_FILTER, len(SEAL_FILTER)) != 0:
         print("rollstream sandbox: could not load the seccomp filter that ends pid 1's start (settings.pinHotPages)", file=sys.stderr)
         os._exit(1)
     warm = None if in_c else prestart(PRESTART)
@@ -1202,7 +1186,7 @@ def main():
         # Sessions: start the next interpreter now, while the caller reads the result. The C loop
         # forks a python one itself and serves the next command if it can.
         nxt = req[6].decode()
-        in_c = loop is not None and nxt == "python"
+        in_c = nxt == "python"
         warm = None if in_c else prestart(nxt)
     kill_all()
     os._exit(0)
