@@ -13,6 +13,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse, stringify } from "yaml";
 import { parseRunConfig } from "../actors/runtime/config.js";
+import { StepRecordSchema } from "../streams/index.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const cli = join(root, "bin", "rollstream.js");
@@ -59,12 +60,23 @@ function latestCheckpoint(runDir: string): string | null {
   return steps.length ? join(dir, steps.at(-1)!) : null;
 }
 
-function rlSteps(metricsFile: string): number[] {
-  if (!existsSync(metricsFile)) return [];
-  return readFileSync(metricsFile, "utf8")
+/** The times of the run's RL steps so far, from its steps.jsonl (a line cut short by a running write is passed over). */
+function rlSteps(stepsFile: string): number[] {
+  if (!existsSync(stepsFile)) return [];
+  return readFileSync(stepsFile, "utf8")
     .split("\n")
-    .filter((l) => l.includes('"actor":"learner","kind":"step"'))
-    .map((l) => (JSON.parse(l) as { time: number }).time);
+    .flatMap((l) => {
+      const r = StepRecordSchema.safeParse(parseJsonLine(l));
+      return r.success ? [r.data.time] : [];
+    });
+}
+
+function parseJsonLine(line: string): unknown {
+  try {
+    return JSON.parse(line);
+  } catch {
+    return null;
+  }
 }
 
 /** One training run, stopped `rlSeconds` after its first RL step; then its newest checkpoint evaluated. */
@@ -87,12 +99,12 @@ async function trainAndEval(base: Overrides, recipe: string, seed: number, rlSec
   let stderr = "";
   child.stderr!.on("data", (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
   const exited = new Promise<number | null>((r) => child.once("exit", (code) => r(code)));
-  const metrics = join(dir, run, "metrics.jsonl");
+  const metrics = join(dir, run, "steps.jsonl");
   let first: number | undefined;
   for (;;) {
     const done = await Promise.race([exited.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 500))]);
     if (done) throw new Error(`${run}: train exited before its time was up (exit ${child.exitCode}): ${stderr.split("\n").slice(-3).join(" | ")}`);
-    // The RL clock starts at the first step event; after that only the clock is watched.
+    // The RL clock starts at the first step record; after that only the clock is watched.
     if (first === undefined && rlSteps(metrics).length > 0) first = Date.now();
     if (first !== undefined && Date.now() - first >= rlSeconds * 1000) break;
   }

@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { connect } from "@nats-io/transport-node";
 import { DeliverPolicy, jetstream } from "@nats-io/jetstream";
 import { startNatsServer } from "../deploy/local/nats-server.js";
-import { ensureTopology, openWire, RunChannels } from "../streams/index.js";
+import { ensureTopology, openWire, RunChannels, stepRecordOf } from "../streams/index.js";
 import { startDashboard } from "../cli/dashboard/server.js";
 import { syntheticRolloutRows } from "./transport.js";
 
@@ -32,7 +32,7 @@ export async function runDashboardBench(opts: { quick?: boolean; log?: (l: strin
     await ensureTopology(nc, run);
     const wire = openWire(nc, run);
     const channels = new RunChannels(wire);
-    // A run's worth of scored groups (8 rows of 64 + 192 tokens each) and one learner step event per 64 rows.
+    // A run's worth of scored groups (8 rows of 64 + 192 tokens each) and one learner step record per 64 rows.
     const t0 = performance.now();
     const groups = Math.ceil(rows / GROUP);
     const pending: Promise<unknown>[] = [];
@@ -45,9 +45,8 @@ export async function runDashboardBench(opts: { quick?: boolean; log?: (l: strin
       pending.push(channels.scored.publish(batch, { batchId: `g${g}`, step: batch[0]!.step, env: "gsm8k@1", producer: "bench" }));
       if (pending.length >= 64) await Promise.all(pending.splice(0));
     }
-    const metrics = channels.metrics("learner");
     for (let s = 1; s <= steps; s++) {
-      pending.push(metrics.publish({ actor: "learner", kind: "step", time: Date.now(), step: s, values: { loss: 1 / s, gradNorm: 0.5, entropy: 2, steps } }));
+      pending.push(channels.steps.publish(stepRecordOf(wire.run, s, steps, { loss: 1 / s, gradNorm: 0.5, entropy: 2 })));
       if (pending.length >= 64) await Promise.all(pending.splice(0));
     }
     await Promise.all(pending);

@@ -7,6 +7,7 @@ import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse, stringify } from "yaml";
 import { train } from "../cli/commands/train.js";
+import { StepRecordSchema } from "../streams/index.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..");
 
@@ -20,12 +21,10 @@ async function secondsPerStep(base: Record<string, unknown>, asyncLevel: number,
   writeFileSync(path, stringify(cfg));
   const code = await train(path, { fresh: true, eval: false });
   if (code !== 0) throw new Error(`loop bench run with maxAsyncLevel ${asyncLevel} failed (exit ${code})`);
-  const times = readFileSync(join(dir, cfg.run, "metrics.jsonl"), "utf8")
+  const times = readFileSync(join(dir, cfg.run, "steps.jsonl"), "utf8")
     .split("\n")
     .filter(Boolean)
-    .map((l) => JSON.parse(l))
-    .filter((e) => e.actor === "learner" && e.kind === "step")
-    .map((e) => e.time as number)
+    .map((l) => StepRecordSchema.parse(JSON.parse(l)).time)
     .sort((a, b) => a - b);
   if (times.length < 2) throw new Error("too few steps recorded");
   // Skip the first step: it includes inference start-up.

@@ -1,6 +1,9 @@
 // The layering rules of DESIGN §1, checked on the sources (run by the test suite, usable alone:
 // `node scripts/import-rules.mjs`). An actor and cli/ reach the wire only through streams/index.ts;
-// no actor imports another actor; cli/ imports only actors/runtime/ and actors/registry.ts from actors/.
+// no actor imports another actor; cli/ imports only actors/runtime/ and actors/registry.ts from actors/;
+// rl/ (the algorithm, pure functions) imports only rl/. And control code never reads a metrics event: an
+// actor or a cli/ command that reads `.values[...]` or `.labels[...]` decides from a display channel; only
+// the display code (the dashboard, train's progress view) may.
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -46,6 +49,9 @@ export function checkFile(rel, imports) {
     if (from && from !== "runtime" && to && from !== to && to !== "runtime") {
       problems.push(`${rel}: imports ${target} (an actor never imports another actor)`);
     }
+    if (top === "rl" && !target.startsWith("rl/")) {
+      problems.push(`${rel}: imports ${target} (rl/ is the algorithm as pure functions: it imports rl/ only)`);
+    }
     if (from === "runtime" && target.startsWith("actors/") && to !== "runtime") {
       problems.push(`${rel}: imports ${target} (actors/runtime/ is shared by every actor and imports none)`);
     }
@@ -53,12 +59,29 @@ export function checkFile(rel, imports) {
   return problems;
 }
 
+/** The display code, which alone reads metrics events' values and labels. */
+const DISPLAY = [/^cli\/dashboard\//, /^cli\/train\/progress\.ts$/];
+/** A read of a metrics event's values or labels: `e.values["x"]`, `e.labels?.["task"]`, `e.values.loss`. */
+const METRICS_READ = /\.(values|labels)(\?\.|!)?(\[|\.[A-Za-z_$])/;
+
+/** Lines of a control source that read a metrics event, as "file:line: text (rule)". */
+export function metricsReads(rel, text) {
+  if (DISPLAY.some((d) => d.test(rel))) return [];
+  return text
+    .split("\n")
+    .flatMap((line, i) =>
+      METRICS_READ.test(line) ? [`${rel}:${i + 1}: ${line.trim()} (control code reads a metrics event: use a typed channel, e.g. groups or steps)`] : [],
+    );
+}
+
 export function checkTree(root) {
   const problems = [];
-  for (const top of ["actors", "cli"]) {
+  for (const top of ["actors", "cli", "rl"]) {
     for (const file of sourcesUnder(join(root, top))) {
       const rel = relative(root, file).split(sep).join("/");
-      problems.push(...checkFile(rel, importsOf(root, file, readFileSync(file, "utf8"))));
+      const text = readFileSync(file, "utf8");
+      problems.push(...checkFile(rel, importsOf(root, file, text)));
+      if (top !== "rl") problems.push(...metricsReads(rel, text));
     }
   }
   return problems;

@@ -12,13 +12,24 @@ export { StreamReader } from "./stream-reader.js";
 export { RunChannels } from "./channels/run-channels.js";
 export type { TaskChannel, RawRolloutChannel, EvalChannel, MetricsChannel } from "./channels/control-channels.js";
 export type { MsgpackReader, ReadMessage } from "./channels/msgpack-channel.js";
+export { readStepRecords, type GroupChannel, type StepChannel, type ReplayChannel } from "./channels/feedback-channels.js";
 export type { ScoredChannel, ScoredReader, CollectedBatch, BatchSource, CollectOptions, StalenessPolicy, ReaderResume } from "./channels/scored-channel.js";
-export { formatStepSeqs, parseStepSeqs } from "./channels/scored-channel.js";
 export { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 export type { WeightsChannel } from "./channels/weights-channel.js";
 export type { CheckpointChannel, RestoreChannel, RestoreRequest } from "./channels/checkpoint-channels.js";
 export type { ConsumeOptions, ConsumeActivity } from "./channels/consume-options.js";
 export type { DeadLetterChannel } from "./channels/dead-letter-channel.js";
+
+// Feedback records: what steers the loop (groups, steps) and what replays found
+export {
+  GroupOutcomeSchema,
+  StepRecordSchema,
+  ReplayRecordSchema,
+  stepRecordOf,
+  type GroupOutcome,
+  type StepRecord,
+  type ReplayRecord,
+} from "./feedback.js";
 
 // Message schemas and types
 export {

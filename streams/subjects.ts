@@ -18,7 +18,13 @@ export interface RunNames {
     rolloutsScored: string;
     weights: string;
     checkpoints: string;
-    /** metrics.<actor> */
+    /** One GroupOutcome per scored or left-out group (streams/feedback.ts). */
+    groups: string;
+    /** One StepRecord per learner step. */
+    steps: string;
+    /** One ReplayRecord per replayed step. */
+    replays: string;
+    /** metrics.<actor>: display only */
     metrics(actor: string): string;
     metricsAll: string;
     dlq: string;
@@ -52,6 +58,9 @@ export function runNames(run: string): RunNames {
       rolloutsScored: `${prefix}.rollouts.scored`,
       weights: `${prefix}.weights`,
       checkpoints: `${prefix}.checkpoints`,
+      groups: `${prefix}.groups`,
+      steps: `${prefix}.steps`,
+      replays: `${prefix}.replays`,
       metrics: (actor: string) => `${prefix}.metrics.${actor}`,
       metricsAll: `${prefix}.metrics.>`,
       dlq: `${prefix}.dlq`,

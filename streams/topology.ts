@@ -72,7 +72,16 @@ function streamConfigs(names: RunNames, o: Required<TopologyOptions>): Array<Par
     {
       ...common,
       name: names.streams.events,
-      subjects: [names.subjects.weights, names.subjects.checkpoints, names.subjects.metricsAll, names.subjects.dlq, names.subjects.eval],
+      subjects: [
+        names.subjects.weights,
+        names.subjects.checkpoints,
+        names.subjects.groups,
+        names.subjects.steps,
+        names.subjects.replays,
+        names.subjects.metricsAll,
+        names.subjects.dlq,
+        names.subjects.eval,
+      ],
       retention: RetentionPolicy.Limits,
       max_bytes: o.eventsMaxBytes,
       discard: DiscardPolicy.Old,

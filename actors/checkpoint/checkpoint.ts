@@ -7,7 +7,7 @@ import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { CheckpointDir } from "../runtime/checkpoint-dir.js";
-import { evalSchedule } from "../runtime/eval-schedule.js";
+import { evalSchedule } from "../../rl/eval-schedule.js";
 import {
   StateKeys,
   type CheckpointChannel,

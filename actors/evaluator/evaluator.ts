@@ -10,7 +10,7 @@ import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments } from "../runtime/environments.js";
 import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
 import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
-import { evalSchedule } from "../runtime/eval-schedule.js";
+import { evalSchedule } from "../../rl/eval-schedule.js";
 import { StateKeys, type EvalChannel, type RunState, type WeightsChannel } from "../../streams/index.js";
 import { evaluateVersion } from "./held-out.js";
 

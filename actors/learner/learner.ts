@@ -1,7 +1,7 @@
 // The learner: optional SFT stage, then RL. It reads scored Arrow batches from its own position and
 // never trains a sample staler than maxOffPolicySteps (counted by environment and length, never silent):
 // rl.staleness drop reads in stream order and drops them; pace holds what has arrived and trains the
-// oldest first (each step's stream sequences recorded in its event). It packs micro-batches, runs forward/backward/AdamW in the kernels (one optimizer step per batchSize samples),
+// oldest first (each step's stream sequences recorded in its StepRecord on rs.<run>.steps). It packs micro-batches, runs forward/backward/AdamW in the kernels (one optimizer step per batchSize samples),
 // and publishes each new policy version: safetensors in the object store, then KV policy.version.
 // Every checkpoint.interval steps it hands the full training state to the checkpoint actor.
 import { inject, injectable } from "tsyringe";
@@ -13,17 +13,18 @@ import { createPolicyModel, createTokenizer, rolloutLimitsOf } from "../runtime/
 import { blasInUse, parseBackendInfo, type PolicyModel } from "../../kernels/index.js";
 import {
   checkRolloutLimits,
-  formatStepSeqs,
-  parseStepSeqs,
+  readStepRecords,
   rejectReasonOf,
   StateKeys,
   type CheckpointChannel,
   type CollectedBatch,
   type DeadLetterChannel,
-  type MetricsChannel,
   type RestoreChannel,
   type RunState,
   type ScoredChannel,
+  type ScoredReader,
+  type StepChannel,
+  type StepRecord,
   type WeightsChannel,
 } from "../../streams/index.js";
 import type { TrainSample } from "../../kernels/packing.js";
@@ -32,7 +33,8 @@ import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../ke
 import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
 import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 import { StepGuard } from "./step-guard.js";
-import { tallyStaleness } from "./staleness-metrics.js";
+import { tallyStaleness } from "../../rl/staleness-tally.js";
+import { passRate } from "../../rl/group-filter.js";
 import { resolveBackend } from "../../kernels/native.js";
 
 @injectable()
@@ -50,7 +52,7 @@ export class LearnerActor implements Actor {
     @inject(Tokens.Checkpoints) private readonly checkpoints: CheckpointChannel,
     @inject(Tokens.Restore) private readonly restoreChannel: RestoreChannel,
     @inject(Tokens.DeadLetters) private readonly deadLetters: DeadLetterChannel,
-    @inject(Tokens.LearnerEvents) private readonly learnerEvents: MetricsChannel,
+    @inject(Tokens.Steps) private readonly steps: StepChannel,
   ) {}
 
   async run(): Promise<void> {
@@ -125,38 +127,12 @@ export class LearnerActor implements Actor {
     }
     await this.pinEarlierRoutes();
     await this.recordBackend();
-    const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject, by reason", ["reason"]);
-    // Batches an earlier life of this learner set aside: passed over when steps are recomputed after a
-    // restore, as replay passes over them, so both see the batches the run trained on.
-    const setAside = await this.deadLetters.originalSeqs(this.scored.subject);
-    // pace: what the checkpointed learner had trained past the first message it still held.
-    for (const seq of this.counters.consumedAhead ?? []) setAside.add(seq);
-    const reader = this.scored.reader(this.counters.readerSeq, {
-      skipSeqs: setAside,
-      actor: ctx.actor,
-      onTrouble: (what) => log.warn({ what }, "scored reader"),
-      onDeadLetter: (msg, reason) => {
-        deadLetters.inc({ reason: rejectReasonOf(reason) });
-        log.warn({ seq: msg.seq, err: reason }, "scored batch dead-lettered");
-      },
-      // Nothing reaches the kernels that they would reject or that would steer a step: ids in the
-      // vocabulary, rows within the context, no version from the future, advantages within bounds.
-      validate: (rows) => {
-        const limits = rolloutLimitsOf(config, this.counters.step);
-        rows.forEach((r, i) => {
-          checkRolloutLimits(r, limits, `row ${i} (task ${r.taskId})`);
-        });
-      },
-    });
-    const dropped = ctx.metrics.counter("samples_dropped_stale_total", "samples older than maxOffPolicySteps, dropped");
-    const staleCells = ctx.metrics.counter(
-      "samples_staleness_total",
-      "samples by outcome (trained; delayed: trained at staleness > 0; droppedStale: past maxOffPolicySteps), environment and length quarter of maxTokens",
-      ["outcome", "env", "length"],
-    );
-    const heldGauge = ctx.metrics.gauge("learner_held_rows", "rl.staleness pace: rows read and held for a later step");
-    const stepGauge = ctx.metrics.gauge("learner_step", "RL optimizer steps done");
-    stepGauge.set(this.counters.step);
+    const reader = await this.openScoredReader();
+    const gauges = {
+      step: ctx.metrics.gauge("learner_step", "RL optimizer steps done"),
+      held: ctx.metrics.gauge("learner_held_rows", "rl.staleness pace: rows read and held for a later step"),
+    };
+    gauges.step.set(this.counters.step);
     // pace: which messages a step takes depends on when they arrived. A learner restored from a checkpoint
     // redoes the steps its earlier life trained after it on exactly the messages that life recorded.
     const redo = rl.staleness === "pace" ? await this.recordedPacedSteps(this.counters.step) : new Map<number, number[]>();
@@ -166,84 +142,145 @@ export class LearnerActor implements Actor {
     );
     try {
       while (this.counters.step < rl.steps && !ctx.signal.aborted) {
-        const version = this.counters.step;
-        // Tell the orchestrator when we wait on samples (dropped as stale or dead-lettered samples are
-        // never coming): it tops the pipeline up if nothing is in flight.
-        const follow = redo.get(version);
-        const collectOpts = {
-          batchSize: rl.batchSize,
-          maxOffPolicySteps: rl.maxOffPolicySteps,
-          staleness: rl.staleness,
-          ...(follow ? { follow } : {}),
-          signal: ctx.signal,
-          onIdle: (missing: number) => {
-            ctx.health.note(`for step ${version + 1} (${rl.batchSize - missing} of ${rl.batchSize})`);
-            return this.state.put(StateKeys.learnerStarved, { step: version, missing });
-          },
-        };
-        const samples = { detail: `for step ${version + 1}` };
-        // The step-time breakdown (the dashboard's chart): waiting for samples, training, publishing weights.
-        const waitStart = performance.now();
-        let batch: CollectedBatch | null = await ctx.health.wait("samples", () => reader.collect(version, collectOpts), samples);
-        let waitMs = performance.now() - waitStart;
-        let report: StepReport | undefined;
-        while (batch && !ctx.signal.aborted) {
-          const collected = batch;
-          const outcome = await ctx.health.work(`train step ${version + 1}`, () => guard.step(version, collected, rl.loss));
-          if ("report" in outcome) {
-            report = outcome.report;
-            break;
-          }
-          const retryStart = performance.now();
-          batch = await ctx.health.wait("samples", () => reader.collect(version, collectOpts, outcome.retry), samples);
-          waitMs += performance.now() - retryStart;
-        }
-        if (!batch || !report || ctx.signal.aborted) break;
-        const { kept, dropped: droppedNow } = batch;
-        if (rl.staleness === "pace") {
-          const resume = reader.resumePoint();
-          this.counters.readerSeq = resume.seq;
-          this.counters.consumedAhead = resume.consumedAhead;
-          heldGauge.set(reader.heldRowCount);
-        } else this.counters.readerSeq = reader.position;
-        const tally = tallyStaleness(version, kept, batch.droppedRows, rl.sampling.maxTokens);
-        for (const c of tally.cells) staleCells.inc({ outcome: c.outcome, env: c.env, length: c.length }, c.count);
-        this.counters.droppedStale += droppedNow;
-        this.counters.samplesSeen += kept.length + droppedNow;
-        dropped.inc(droppedNow);
-        this.counters.step = version + 1;
-        stepGauge.set(this.counters.step);
-        const publishStart = performance.now();
-        await this.publishWeights(this.counters.step, "rl");
-        const publishMs = performance.now() - publishStart;
-        const rewardMean = kept.reduce((s, r) => s + r.reward, 0) / Math.max(1, kept.length);
-        await ctx.publishMetrics(
-          "step",
-          {
-            ...flatReport(report),
-            rewardMean,
-            passRate: kept.filter((r) => r.reward >= 1 - 1e-6).length / Math.max(1, kept.length),
-            samples: kept.length,
-            droppedStale: droppedNow,
-            droppedStaleTotal: this.counters.droppedStale,
-            stalenessMean: batch.stalenessMean,
-            stalenessMax: batch.stalenessMax,
-            ...tally.values,
-            ...(rl.staleness === "pace" ? { heldRows: reader.heldRowCount } : {}),
-            steps: rl.steps,
-            waitMs,
-            publishMs,
-          },
-          this.counters.step,
-          // The stream sequences this step trained on: under pace they depend on arrival, and replay follows them.
-          { staleness: rl.staleness, seqs: formatStepSeqs(batch.sources.map((s) => s.msg.seq)) },
-        );
-        log.info({ step: this.counters.step, loss: report.loss, rewardMean, dropped: droppedNow }, "step");
+        const done = await this.trainOneStep(reader, guard, redo.get(this.counters.step));
+        if (!done) break;
+        gauges.step.set(this.counters.step);
+        if (rl.staleness === "pace") gauges.held.set(reader.heldRowCount);
         if (this.counters.step % config.checkpoint.interval === 0 || this.counters.step === rl.steps) await this.saveState();
       }
     } finally {
       await reader.close();
     }
+  }
+
+  /** The scored reader from the checkpointed position, passing over what this run set aside, validating what it reads. */
+  private async openScoredReader(): Promise<ScoredReader> {
+    const { ctx } = this;
+    const deadLetters = ctx.metrics.counter("dead_letters_total", "messages sent to the dead-letter subject, by reason", ["reason"]);
+    // Batches an earlier life of this learner set aside: passed over when steps are recomputed after a
+    // restore, as replay passes over them, so both see the batches the run trained on.
+    const setAside = await this.deadLetters.originalSeqs(this.scored.subject);
+    // pace: what the checkpointed learner had trained past the first message it still held.
+    for (const seq of this.counters.consumedAhead ?? []) setAside.add(seq);
+    return this.scored.reader(this.counters.readerSeq, {
+      skipSeqs: setAside,
+      actor: ctx.actor,
+      onTrouble: (what) => ctx.log.warn({ what }, "scored reader"),
+      onDeadLetter: (msg, reason) => {
+        deadLetters.inc({ reason: rejectReasonOf(reason) });
+        ctx.log.warn({ seq: msg.seq, err: reason }, "scored batch dead-lettered");
+      },
+      // Nothing reaches the kernels that they would reject or that would steer a step: ids in the
+      // vocabulary, rows within the context, no version from the future, advantages within bounds.
+      validate: (rows) => {
+        const limits = rolloutLimitsOf(ctx.config, this.counters.step);
+        rows.forEach((r, i) => {
+          checkRolloutLimits(r, limits, `row ${i} (task ${r.taskId})`);
+        });
+      },
+    });
+  }
+
+  /** Collects, trains and publishes one RL step (following `follow`'s messages when set); false when stopped. */
+  private async trainOneStep(reader: ScoredReader, guard: StepGuard, follow: number[] | undefined): Promise<boolean> {
+    const { ctx } = this;
+    const rl = ctx.config.rl;
+    const version = this.counters.step;
+    const collectOpts = {
+      batchSize: rl.batchSize,
+      maxOffPolicySteps: rl.maxOffPolicySteps,
+      staleness: rl.staleness,
+      ...(follow ? { follow } : {}),
+      signal: ctx.signal,
+      // Tell the orchestrator when we wait on samples (dropped as stale or dead-lettered samples are never
+      // coming): it tops the pipeline up if nothing is in flight.
+      onIdle: (missing: number) => {
+        ctx.health.note(`for step ${version + 1} (${rl.batchSize - missing} of ${rl.batchSize})`);
+        return this.state.put(StateKeys.learnerStarved, { step: version, missing });
+      },
+    };
+    const samples = { detail: `for step ${version + 1}` };
+    // The step-time breakdown (the dashboard's chart): waiting for samples, training, publishing weights.
+    const waitStart = performance.now();
+    let batch: CollectedBatch | null = await ctx.health.wait("samples", () => reader.collect(version, collectOpts), samples);
+    let waitMs = performance.now() - waitStart;
+    let report: StepReport | undefined;
+    while (batch && !ctx.signal.aborted) {
+      const collected = batch;
+      const outcome = await ctx.health.work(`train step ${version + 1}`, () => guard.step(version, collected, rl.loss));
+      if ("report" in outcome) {
+        report = outcome.report;
+        break;
+      }
+      const retryStart = performance.now();
+      batch = await ctx.health.wait("samples", () => reader.collect(version, collectOpts, outcome.retry), samples);
+      waitMs += performance.now() - retryStart;
+    }
+    if (!batch || !report || ctx.signal.aborted) return false;
+    if (rl.staleness === "pace") {
+      const resume = reader.resumePoint();
+      this.counters.readerSeq = resume.seq;
+      this.counters.consumedAhead = resume.consumedAhead;
+    } else this.counters.readerSeq = reader.position;
+    this.counters.droppedStale += batch.dropped;
+    this.counters.samplesSeen += batch.kept.length + batch.dropped;
+    this.counters.step = version + 1;
+    const publishStart = performance.now();
+    await this.publishWeights(this.counters.step, "rl");
+    const timings = { waitMs, trainMs: report.ms, publishMs: performance.now() - publishStart };
+    await this.recordStep(version, batch, report, timings, rl.staleness === "pace" ? reader.heldRowCount : undefined);
+    return true;
+  }
+
+  /** The step's StepRecord on rs.<run>.steps (what restart, replay and the dashboard read) and its Prometheus counters. */
+  private async recordStep(
+    version: number,
+    batch: CollectedBatch,
+    report: StepReport,
+    timings: StepRecord["timings"],
+    heldRows: number | undefined,
+  ): Promise<void> {
+    const { ctx } = this;
+    const rl = ctx.config.rl;
+    const { kept } = batch;
+    const tally = tallyStaleness(version, kept, batch.droppedRows, rl.sampling.maxTokens);
+    const cells = ctx.metrics.counter(
+      "samples_staleness_total",
+      "samples by outcome (trained; delayed: trained at staleness > 0; droppedStale: past maxOffPolicySteps), environment and length quarter of maxTokens",
+      ["outcome", "env", "length"],
+    );
+    for (const c of tally.cells) cells.inc({ outcome: c.outcome, env: c.env, length: c.length }, c.count);
+    ctx.metrics.counter("samples_dropped_stale_total", "samples older than maxOffPolicySteps, dropped").inc(batch.dropped);
+    const rewardMean = kept.reduce((s, r) => s + r.reward, 0) / Math.max(1, kept.length);
+    await this.steps.publish({
+      run: ctx.config.run,
+      step: this.counters.step,
+      steps: rl.steps,
+      time: Date.now(),
+      staleness: rl.staleness,
+      // Under pace the messages a step takes depend on arrival: a restored learner and replay follow these.
+      seqs: batch.sources.map((s) => s.msg.seq),
+      rows: { trained: kept.length, delayed: tally.rows.delayed, droppedStale: batch.dropped },
+      droppedStaleTotal: this.counters.droppedStale,
+      ...(heldRows !== undefined ? { heldRows } : {}),
+      cells: tally.cells,
+      stalenessMean: batch.stalenessMean,
+      stalenessMax: batch.stalenessMax,
+      loss: report.loss,
+      gradNorm: report.gradNorm,
+      entropy: report.entropy,
+      mismatchKl: report.mismatchKl,
+      maskedFraction: report.maskedFraction,
+      lr: report.lr,
+      tokens: report.tokens,
+      lossTokens: report.lossTokens,
+      tokensPerSec: report.tokensPerSec,
+      rewardMean,
+      passRate: passRate(kept.map((r) => r.reward)),
+      timings,
+      backend: this.model.device,
+    });
+    ctx.log.info({ step: this.counters.step, loss: report.loss, rewardMean, dropped: batch.dropped }, "step");
   }
 
   private async trainStep(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
@@ -299,18 +336,7 @@ export class LearnerActor implements Actor {
   /** The stream sequences the earlier lives of this learner recorded for steps after `fromStep`, by the version each trained from. */
   private async recordedPacedSteps(fromStep: number): Promise<Map<number, number[]>> {
     const out = new Map<number, number[]>();
-    const reader = this.learnerEvents.reader(1);
-    try {
-      // The first read creates the consumer; then an empty wait means everything stored has been read.
-      for (let m = await reader.next(3000); m !== null; m = await reader.next(500)) {
-        const e = "value" in m ? m.value : null;
-        const seqs = e?.labels?.["seqs"];
-        if (e?.kind !== "step" || e.step === undefined || e.step <= fromStep || seqs === undefined) continue;
-        out.set(e.step - 1, parseStepSeqs(seqs));
-      }
-    } finally {
-      await reader.close();
-    }
+    for (const r of (await readStepRecords(this.steps, { deadLetterAs: this.ctx.actor })).values()) if (r.step > fromStep) out.set(r.step - 1, r.seqs);
     return out;
   }
 

@@ -2,7 +2,7 @@
 // gold assistant turn (plus the end-of-turn token) trained on.
 import type { Tokenizer } from "../../kernels/tokenizer.js";
 import type { LoadedEnvironment } from "../runtime/environments.js";
-import { hash32, pickEnvironment } from "../runtime/environments.js";
+import { hash32, pickEnvironment } from "../../rl/mixing.js";
 import type { TrainSample } from "../../kernels/packing.js";
 
 export function sftBatch(envs: LoadedEnvironment[], tokenizer: Tokenizer, seed: number, step: number, batchSize: number): TrainSample[] {

@@ -2,40 +2,47 @@
 // tasks for RL step n go out only while n - learnerStep <= maxAsyncLevel. Task msg-ids are
 // <run>:<epoch>:<index>, so a restarted orchestrator republishing a task is deduplicated by the server.
 //
-// With rl.filter.zeroVariance the reward actor leaves out groups that carry no signal and says so in its
-// group metrics event (filtered 1). The orchestrator reads those events in order and dispatches one
-// replacement task per left-out group (same environment, a fresh prompt, round + 1, task id
-// <replaced id>~r<round>), so the learner's steps fill with informative samples; the reward actor ends a chain
-// at rl.filter.maxRefillRounds. The msg-id derives from the group replaced and the read position is kept in
-// KV (orchestrator.filterSeq), so a restart neither loses a replacement nor sends one twice.
-//
-// With rl.staleness pace the gate also keeps samples inside the staleness bound: tasks for step n go out only
-// while n - learnerStep <= maxOffPolicySteps as well, each carries the learner's version (inference does not
-// start it on older weights), and no task goes out for a step past the deadline of a task still in flight
-// (its dispatch version + maxOffPolicySteps, until its reward group event arrives): the learner then runs out
-// of other samples and waits for the straggler instead of training past it and dropping it.
-//
-// With rl.pool the regular tasks' examples come from the difficulty-pool sampler (difficulty-pool.ts), fed
-// by the same reward group events, and rl.pool.quotas fixes each environment's share of every step.
+// Its feedback is the reward actor's GroupOutcome of each group on rs.<run>.groups, read in order:
+// - rl.filter: one replacement task per group the zero-variance filter left out (same environment, a fresh
+//   prompt, round + 1, task id rl/group-filter.ts replacementTaskId), so the learner's steps fill with
+//   informative samples. The read position is kept in KV (orchestrator.filterSeq), so a restart neither loses a
+//   replacement nor sends one twice.
+// - rl.staleness pace (rl/pace.ts): each task carries the learner's version, and no task goes out for a step past
+//   the deadline of a task still in flight (until its outcome arrives).
+// - rl.pool (rl/difficulty-pool.ts): each example's running pass rate, and rl.pool.quotas per environment.
+// Nothing here reads a metrics event: those are for display.
 import { inject, injectable } from "tsyringe";
+import type { Gauge } from "prom-client";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
-import { hash32, loadRunEnvironments, pickEnvironment, type LoadedEnvironment } from "../runtime/environments.js";
+import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { exportHeartbeatAges } from "../runtime/heartbeat-ages.js";
 import {
   StateKeys,
-  type MetricsChannel,
-  type MetricsEvent,
-  type PoolCursor,
-  type PoolStats,
+  type GroupChannel,
+  type GroupOutcome,
+  type MsgpackReader,
   type RawRolloutChannel,
   type RunState,
   type Task,
   type TaskChannel,
 } from "../../streams/index.js";
-import { applyGroups, chooseExample, emptyCursor, emptyStats, quotaEnvironment, quotaProblems, type ScoredGroupEvent } from "./difficulty-pool.js";
+import {
+  applyGroups,
+  chooseExample,
+  emptyCursor,
+  emptyStats,
+  quotaEnvironment,
+  quotaProblems,
+  type PoolCursor,
+  type PoolStats,
+  type ScoredGroup,
+} from "../../rl/difficulty-pool.js";
+import { replacementTaskId } from "../../rl/group-filter.js";
+import { hash32, pickEnvironment } from "../../rl/mixing.js";
+import { deadlineExpired, paceAllows, paceDeadline, withinAsyncLevel } from "../../rl/pace.js";
 
-/** A group the reward actor left out, as its metrics event names it. */
+/** A group the reward actor left out, as its outcome names it. */
 interface FilteredGroup {
   seq: number;
   taskId: string;
@@ -44,6 +51,18 @@ interface FilteredGroup {
   round: number;
 }
 
+/** What the dispatch loop carries from one task to the next (each field also kept in KV). */
+interface Dispatch {
+  next: number;
+  refills: number;
+  stats: PoolStats;
+  cursor: PoolCursor;
+  idleChecks: number;
+  learnerStep: number;
+}
+
+type OutcomeReader = MsgpackReader<GroupChannel["spec"]["schema"]>;
+
 @injectable()
 export class OrchestratorActor implements Actor {
   private envs: LoadedEnvironment[] = [];
@@ -51,196 +70,234 @@ export class OrchestratorActor implements Actor {
   private readonly filteredQueue: FilteredGroup[] = [];
   /** Left-out groups per step and environment key, this process's life (for the metrics events). */
   private readonly filteredByStep = new Map<string, number>();
-  /** Groups replaced in this process's life: a reward event seen twice (a redelivered group) is replaced once. */
+  /** Groups replaced in this process's life: an outcome seen twice (a redelivered group) is replaced once. */
   private readonly replaced = new Set<string>();
   /** rl.pool: scored groups read and not yet applied to the stats. */
-  private readonly scoredQueue: ScoredGroupEvent[] = [];
+  private readonly scoredQueue: ScoredGroup[] = [];
   /** rl.staleness pace: tasks of this life not yet scored, with the last learner version their samples may be trained at. */
   private readonly deadlines = new Map<string, number>();
-  /** First reward event seq each reader of the events still needs (filter: orchestrator.filterSeq; pool: pool.stats.seq). */
+  /** First outcome seq each reader of the groups still needs (filter: orchestrator.filterSeq; pool: pool.stats.seq). */
   private filterFrom = Number.POSITIVE_INFINITY;
   private poolFrom = Number.POSITIVE_INFINITY;
   private reading = false;
   private wake: (() => void) | null = null;
+  private gate!: Gauge;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
     @inject(Tokens.RunState) private readonly state: RunState,
     @inject(Tokens.Tasks) private readonly tasks: TaskChannel,
     @inject(Tokens.RawRollouts) private readonly rawRollouts: RawRolloutChannel,
-    @inject(Tokens.RewardEvents) private readonly rewardEvents: MetricsChannel,
+    @inject(Tokens.Groups) private readonly groups: GroupChannel,
   ) {}
 
   async run(): Promise<void> {
     const { ctx, state } = this;
+    const d = await this.prepare();
+    const outcomes = this.openOutcomes();
+    this.reading = outcomes !== null;
+    const reading = outcomes ? this.readOutcomes(outcomes) : Promise.resolve();
+    if ((await state.get(StateKeys.runStatus)) !== "done") await state.put(StateKeys.runStatus, "running");
+    try {
+      while (d.learnerStep < ctx.config.rl.steps && !ctx.signal.aborted) {
+        if (await this.dispatchOne(d)) continue;
+        await this.topUpIfStarved(d);
+        await this.sleep(d.learnerStep);
+      }
+    } finally {
+      this.reading = false;
+      await reading;
+      await outcomes?.close();
+    }
+    if (ctx.signal.aborted) return;
+    await state.put(StateKeys.runStatus, "done");
+  }
+
+  /** Loads the environments, follows learner.step, waits for the first policy and reads the dispatch state from KV. */
+  private async prepare(): Promise<Dispatch> {
+    const { ctx, state } = this;
     const { config, log } = ctx;
     const rl = config.rl;
-    const promptsPerStep = rl.batchSize / rl.groupSize;
-    const totalTasks = rl.steps * promptsPerStep;
     this.envs = [...(await loadRunEnvironments(config)).values()];
     await state.put(
       StateKeys.environments,
       this.envs.map((e) => ({ key: e.key, id: e.id, weight: e.weight })),
     );
-
-    let learnerStep = await state.learnerStep();
+    if (rl.pool?.quotas) {
+      const problems = quotaProblems(this.envs, rl.pool.quotas);
+      if (problems.length) throw new Error(problems.join("; "));
+    }
+    const d: Dispatch = { next: 0, refills: 0, stats: emptyStats(), cursor: emptyCursor(), idleChecks: 0, learnerStep: await state.learnerStep() };
     await state.watch(
       StateKeys.learnerStep,
       (v) => {
-        learnerStep = v;
+        d.learnerStep = v;
         this.wake?.();
       },
       ctx.signal,
       (e) => log.warn({ err: e.message }, "invalid learner.step ignored"),
     );
     ctx.signal.addEventListener("abort", () => this.wake?.(), { once: true });
-    const gate = ctx.metrics.gauge("orchestrator_gate_waiting", "1 while dispatch waits on the maxAsyncLevel gate");
+    this.gate = ctx.metrics.gauge("orchestrator_gate_waiting", "1 while dispatch waits on the maxAsyncLevel gate");
     exportHeartbeatAges(ctx);
-
     // Tasks only make sense once a policy exists (after SFT, or the initial weights).
     await ctx.health.wait("policy", () => this.waitFor(() => this.state.policyVersion().then((v) => v >= 0)), { detail: "first version", idle: true });
-    let next = (await state.get(StateKeys.orchestratorNext)) ?? 0;
-    let refills = (await state.get(StateKeys.orchestratorRefills)) ?? 0;
-    let idleChecks = 0;
-    const filtering = rl.filter.zeroVariance;
-    const pace = rl.staleness === "pace";
-    const pool = rl.pool;
-    if (pool?.quotas) {
-      const problems = quotaProblems(this.envs, pool.quotas);
-      if (problems.length) throw new Error(problems.join("; "));
+    d.next = (await state.get(StateKeys.orchestratorNext)) ?? 0;
+    d.refills = (await state.get(StateKeys.orchestratorRefills)) ?? 0;
+    if (rl.pool) {
+      d.stats = (await state.get(StateKeys.poolStats)) ?? emptyStats();
+      d.cursor = (await state.get(StateKeys.poolCursor)) ?? emptyCursor();
+      // The cursor is stored right after a task is published: it may be one ahead of orchestrator.next.
+      if (d.cursor.next > d.next) d.next = d.cursor.next;
+      this.poolFrom = d.stats.seq;
     }
-    let stats: PoolStats = pool ? ((await state.get(StateKeys.poolStats)) ?? emptyStats()) : emptyStats();
-    let cursor: PoolCursor = pool ? ((await state.get(StateKeys.poolCursor)) ?? emptyCursor()) : emptyCursor();
-    // The cursor is stored right after a task is published: it may be one ahead of orchestrator.next.
-    if (pool && cursor.next > next) next = cursor.next;
-    if (filtering) this.filterFrom = (await state.get(StateKeys.orchestratorFilterSeq)) ?? 1;
-    if (pool) this.poolFrom = stats.seq;
-    const events = filtering || pool || pace ? this.rewardEvents.reader(Math.min(this.filterFrom, this.poolFrom, pace ? 1 : Number.POSITIVE_INFINITY)) : null;
-    this.reading = events !== null;
-    const reading = events ? this.readRewardEvents(events) : Promise.resolve();
-    const poolPassedOver = ctx.metrics.counter(
-      "pool_passed_over_total",
-      "examples the difficulty-pool sampler met outside rl.pool.band and passed over, by environment",
-      ["env"],
-    );
+    if (rl.filter.zeroVariance) this.filterFrom = (await state.get(StateKeys.orchestratorFilterSeq)) ?? 1;
     log.info(
       {
-        next,
-        totalTasks,
-        promptsPerStep,
+        next: d.next,
+        totalTasks: this.totalTasks,
         maxAsyncLevel: rl.maxAsyncLevel,
         staleness: rl.staleness,
-        filter: filtering ? rl.filter : "off",
-        pool: pool ?? "off",
+        filter: rl.filter.zeroVariance ? rl.filter : "off",
+        pool: rl.pool ?? "off",
       },
       "dispatching",
     );
-    if ((await state.get(StateKeys.runStatus)) !== "done") await state.put(StateKeys.runStatus, "running");
-    try {
-      while (learnerStep < rl.steps && !ctx.signal.aborted) {
-        // Replacements first: they feed steps already dispatched, which the learner waits on sooner.
-        const filtered = this.filteredQueue.shift();
-        if (filtered) {
-          refills = await this.replace(filtered, learnerStep, totalTasks, refills);
-          continue;
-        }
-        if (next < totalTasks) {
-          const step = Math.floor(next / promptsPerStep);
-          if (step - learnerStep <= rl.maxAsyncLevel && (!pace || this.paceAllows(step, learnerStep))) {
-            gate.set(0);
-            const env = pool?.quotas ? quotaEnvironment(this.envs, pool.quotas, next) : pickEnvironment(this.envs, config.seed, next);
-            let position = next;
-            const extra: Record<string, number> = {};
-            if (pool) {
-              // Chosen from the stats and cursor as stored, so a restart here chooses the same example.
-              const choice = chooseExample(stats.envs[env.key], cursor.envs[env.key] ?? 0, env.env.dataset("train").size, config.seed, next, pool);
-              position = choice.position;
-              if (choice.scanned > 1) poolPassedOver.inc({ env: env.id }, choice.scanned - 1);
-              if (choice.forced) log.warn({ env: env.key, scanned: choice.scanned }, "every example met lies outside rl.pool.band: took the last one");
-              Object.assign(extra, { poolPassedOver: choice.scanned - 1, poolForced: choice.forced ? 1 : 0 });
-            }
-            await this.publishTask(this.makeTask(next, step, env, { label: `${next}` }, 0, learnerStep, position));
-            next++;
-            if (pool) {
-              cursor = { next, envs: { ...cursor.envs, [env.key]: position + 1 } };
-              await state.put(StateKeys.poolCursor, cursor);
-            }
-            await state.put(StateKeys.orchestratorNext, next);
-            await ctx.publishMetrics("dispatch", { next, step, learnerStep, inFlightSteps: step - learnerStep, refills, ...extra }, step, {
-              env: env.id,
-              envKey: env.key,
-            });
-            if (pool && this.scoredQueue.length > 0) stats = await this.applyScored(stats, pool.decay);
-            continue;
-          }
-          gate.set(1);
-        }
-        if (pool && this.scoredQueue.length > 0) stats = await this.applyScored(stats, pool.decay);
-        // Samples dropped as stale, or dead-lettered, never reach the learner. When it says it is waiting
-        // and nothing is in flight (twice in a row), top up with tasks for the learner's current step.
-        const starved = await state.get(StateKeys.learnerStarved);
-        if (starved && starved.step === learnerStep && starved.missing > 0 && (await this.pipelineIdle())) {
-          if (++idleChecks >= 2) {
-            const count = Math.ceil(starved.missing / rl.groupSize);
-            log.info({ step: learnerStep, missing: starved.missing, tasks: count }, "learner starved: refilling");
-            for (let i = 0; i < count; i++) {
-              const index = totalTasks + refills;
-              await this.publishTask(
-                this.makeTask(index, learnerStep, pickEnvironment(this.envs, config.seed, index), { label: `refill-${refills}` }, 0, learnerStep),
-              );
-              refills++;
-              await state.put(StateKeys.orchestratorRefills, refills);
-            }
-            await state.put(StateKeys.learnerStarved, { step: learnerStep, missing: 0 });
-            idleChecks = 0;
-            await ctx.publishMetrics("refill", { step: learnerStep, tasks: count, refills }, learnerStep);
-          }
-        } else {
-          idleChecks = 0;
-        }
-        const woken = new Promise<void>((r) => {
-          this.wake = r;
-          setTimeout(r, 1000);
-        });
-        await ctx.health.wait("learner", () => woken, { detail: `step ${learnerStep + 1}`, idle: true });
-        this.wake = null;
-      }
-    } finally {
-      this.reading = false;
-      await reading;
-      await events?.close();
+    return d;
+  }
+
+  private get promptsPerStep(): number {
+    return this.ctx.config.rl.batchSize / this.ctx.config.rl.groupSize;
+  }
+
+  private get totalTasks(): number {
+    return this.ctx.config.rl.steps * this.promptsPerStep;
+  }
+
+  /** A reader of rs.<run>.groups from the first outcome any of filter, pool and pace still needs; null when none does. */
+  private openOutcomes(): OutcomeReader | null {
+    const pace = this.ctx.config.rl.staleness === "pace";
+    const from = Math.min(this.filterFrom, this.poolFrom, pace ? 1 : Number.POSITIVE_INFINITY);
+    return Number.isFinite(from) ? this.groups.reader(from, { deadLetterAs: this.ctx.actor }) : null;
+  }
+
+  /** Publishes one task if one may go out now (a replacement first, then the next regular task); false if none may. */
+  private async dispatchOne(d: Dispatch): Promise<boolean> {
+    const rl = this.ctx.config.rl;
+    // Replacements first: they feed steps already dispatched, which the learner waits on sooner.
+    const filtered = this.filteredQueue.shift();
+    if (filtered) {
+      d.refills = await this.replace(filtered, d.learnerStep, d.refills);
+      return true;
     }
-    if (ctx.signal.aborted) return;
-    await state.put(StateKeys.runStatus, "done");
+    if (d.next < this.totalTasks) {
+      const step = Math.floor(d.next / this.promptsPerStep);
+      const pace = rl.staleness === "pace";
+      if (withinAsyncLevel(step, d.learnerStep, rl.maxAsyncLevel) && (!pace || this.paceAllows(step, d.learnerStep))) {
+        this.gate.set(0);
+        await this.dispatchRegular(d, step);
+        if (rl.pool && this.scoredQueue.length > 0) d.stats = await this.applyScored(d.stats, rl.pool.decay);
+        return true;
+      }
+      this.gate.set(1);
+    }
+    if (rl.pool && this.scoredQueue.length > 0) d.stats = await this.applyScored(d.stats, rl.pool.decay);
+    return false;
+  }
+
+  /** Regular task d.next, for `step`: its environment by weight or quota, its example by dataset order or the pool. */
+  private async dispatchRegular(d: Dispatch, step: number): Promise<void> {
+    const { ctx, state } = this;
+    const { config } = ctx;
+    const pool = config.rl.pool;
+    const env = pool?.quotas ? quotaEnvironment(this.envs, pool.quotas, d.next) : pickEnvironment(this.envs, config.seed, d.next);
+    let position = d.next;
+    const extra: Record<string, number> = {};
+    if (pool) {
+      // Chosen from the stats and cursor as stored, so a restart here chooses the same example.
+      const choice = chooseExample(d.stats.envs[env.key], d.cursor.envs[env.key] ?? 0, env.env.dataset("train").size, config.seed, d.next, pool);
+      position = choice.position;
+      if (choice.scanned > 1)
+        ctx.metrics
+          .counter("pool_passed_over_total", "examples the difficulty-pool sampler met outside rl.pool.band and passed over, by environment", ["env"])
+          .inc({ env: env.id }, choice.scanned - 1);
+      if (choice.forced) ctx.log.warn({ env: env.key, scanned: choice.scanned }, "every example met lies outside rl.pool.band: took the last one");
+      Object.assign(extra, { poolPassedOver: choice.scanned - 1, poolForced: choice.forced ? 1 : 0 });
+    }
+    await this.publishTask(this.makeTask(d.next, step, env, { label: `${d.next}` }, 0, d.learnerStep, position));
+    d.next++;
+    if (pool) {
+      d.cursor = { next: d.next, envs: { ...d.cursor.envs, [env.key]: position + 1 } };
+      await state.put(StateKeys.poolCursor, d.cursor);
+    }
+    await state.put(StateKeys.orchestratorNext, d.next);
+    const values = { next: d.next, step, learnerStep: d.learnerStep, inFlightSteps: step - d.learnerStep, refills: d.refills, ...extra };
+    await ctx.publishMetrics("dispatch", values, step, { env: env.id, envKey: env.key });
   }
 
   /**
-   * Reads the reward actor's group events and queues what the dispatch loop (which alone publishes tasks and
-   * writes the orchestrator's KV keys) acts on: left-out groups to replace (rl.filter), scored groups for the
-   * pool's stats (rl.pool), and tasks no longer in flight (rl.staleness pace). Ends when the actor stops.
+   * Samples dropped as stale, or dead-lettered, never reach the learner. When it says it is waiting and nothing
+   * is in flight (twice in a row), top up with tasks for the learner's current step.
    */
-  private async readRewardEvents(events: ReturnType<MetricsChannel["reader"]>): Promise<void> {
+  private async topUpIfStarved(d: Dispatch): Promise<void> {
+    const { ctx, state } = this;
+    const starved = await state.get(StateKeys.learnerStarved);
+    if (!(starved && starved.step === d.learnerStep && starved.missing > 0 && (await this.pipelineIdle()))) {
+      d.idleChecks = 0;
+      return;
+    }
+    if (++d.idleChecks < 2) return;
+    const count = Math.ceil(starved.missing / ctx.config.rl.groupSize);
+    ctx.log.info({ step: d.learnerStep, missing: starved.missing, tasks: count }, "learner starved: refilling");
+    for (let i = 0; i < count; i++) {
+      const index = this.totalTasks + d.refills;
+      const env = pickEnvironment(this.envs, ctx.config.seed, index);
+      await this.publishTask(this.makeTask(index, d.learnerStep, env, { label: `refill-${d.refills}` }, 0, d.learnerStep));
+      d.refills++;
+      await state.put(StateKeys.orchestratorRefills, d.refills);
+    }
+    await state.put(StateKeys.learnerStarved, { step: d.learnerStep, missing: 0 });
+    d.idleChecks = 0;
+    await ctx.publishMetrics("refill", { step: d.learnerStep, tasks: count, refills: d.refills }, d.learnerStep);
+  }
+
+  private async sleep(learnerStep: number): Promise<void> {
+    const woken = new Promise<void>((r) => {
+      this.wake = r;
+      setTimeout(r, 1000);
+    });
+    await this.ctx.health.wait("learner", () => woken, { detail: `step ${learnerStep + 1}`, idle: true });
+    this.wake = null;
+  }
+
+  /**
+   * Reads the group outcomes and queues what the dispatch loop (which alone publishes tasks and writes the
+   * orchestrator's KV keys) acts on: left-out groups to replace (rl.filter), scored groups for the pool's stats
+   * (rl.pool), and tasks no longer in flight (rl.staleness pace). An outcome that does not decode is
+   * dead-lettered with the reason and passed over. Ends when the actor stops.
+   */
+  private async readOutcomes(outcomes: OutcomeReader): Promise<void> {
     const { ctx } = this;
     while (this.reading && !ctx.signal.aborted) {
-      const m = await events.next(1000, ctx.signal);
+      const m = await outcomes.next(1000, ctx.signal);
       if (!m) continue;
       if ("error" in m) {
-        ctx.log.warn({ seq: m.seq, err: m.error }, "an unreadable reward event passed over");
+        ctx.log.warn({ seq: m.seq, err: m.error }, "an invalid group outcome dead-lettered and passed over");
         continue;
       }
-      if (m.value.kind !== "group") continue;
-      const taskId = m.value.labels?.["task"];
-      if (taskId && this.deadlines.delete(taskId)) this.wake?.();
-      const group = m.seq >= this.filterFrom ? filteredGroupOf(m.seq, m.value) : null;
-      if (group) {
-        this.filteredQueue.push(group);
-        this.wake?.();
-      }
-      const scored = m.seq >= this.poolFrom ? scoredGroupOf(m.seq, m.value) : null;
-      if (scored) {
-        this.scoredQueue.push(scored);
-        this.wake?.();
-      }
+      this.take(m.seq, m.value);
+    }
+  }
+
+  private take(seq: number, g: GroupOutcome): void {
+    if (this.deadlines.delete(g.taskId)) this.wake?.();
+    if (seq >= this.filterFrom && g.outcome === "filtered") {
+      this.filteredQueue.push({ seq, taskId: g.taskId, envKey: g.envKey, step: g.step, round: g.round });
+      this.wake?.();
+    }
+    if (seq >= this.poolFrom) {
+      this.scoredQueue.push({ seq, envKey: g.envKey, exampleIndex: g.exampleIndex, passRate: g.passRate });
+      this.wake?.();
     }
   }
 
@@ -252,26 +309,14 @@ export class OrchestratorActor implements Actor {
     return next;
   }
 
-  /**
-   * rl.staleness pace: a task for `step` would be trained at version `step` at the earliest, on weights of
-   * version learnerStep at the oldest (inference waits for them). It may go out when that is inside the bound
-   * and when it does not let the learner run past a task still in flight: the learner can reach version
-   * `step` on the tasks for steps before it, so a straggler whose samples must be trained by version d holds
-   * every step after d back until it arrives (or until the learner is past d anyway: its samples are then
-   * lost to the bound and counted by the learner).
-   */
+  /** rl.staleness pace (rl/pace.ts) over the deadlines of this life's tasks still in flight. */
   private paceAllows(step: number, learnerStep: number): boolean {
-    const bound = this.ctx.config.rl.maxOffPolicySteps;
-    if (step - learnerStep > bound) return false;
-    for (const [taskId, deadline] of this.deadlines) {
-      if (deadline < learnerStep) this.deadlines.delete(taskId);
-      else if (step > deadline) return false;
-    }
-    return true;
+    for (const [taskId, deadline] of this.deadlines) if (deadlineExpired(deadline, learnerStep)) this.deadlines.delete(taskId);
+    return paceAllows(step, learnerStep, this.ctx.config.rl.maxOffPolicySteps, this.deadlines.values());
   }
 
   /** One replacement for a left-out group; returns the refill count after it. */
-  private async replace(group: FilteredGroup, learnerStep: number, totalTasks: number, refills: number): Promise<number> {
+  private async replace(group: FilteredGroup, learnerStep: number, refills: number): Promise<number> {
     const { ctx, state } = this;
     const loaded = this.envs.find((e) => e.key === group.envKey);
     if (!loaded || this.replaced.has(group.taskId)) {
@@ -279,12 +324,10 @@ export class OrchestratorActor implements Actor {
       await state.put(StateKeys.orchestratorFilterSeq, group.seq + 1);
       return refills;
     }
-    // Its msg-id is the replaced group's with the round appended (never the new prompt's position, which
-    // moves with the refill count): a replacement sent again after a restart is stored once.
     const round = group.round + 1;
     const step = Math.max(group.step, learnerStep);
-    const index = totalTasks + refills;
-    const ack = await this.publishTask(this.makeTask(index, step, loaded, { taskId: `${group.taskId.replace(/~r\d+$/, "")}~r${round}` }, round, learnerStep));
+    const index = this.totalTasks + refills;
+    const ack = await this.publishTask(this.makeTask(index, step, loaded, { taskId: replacementTaskId(group.taskId, round) }, round, learnerStep));
     if (!ack.duplicate) refills++;
     this.replaced.add(group.taskId);
     await state.put(StateKeys.orchestratorRefills, refills);
@@ -302,7 +345,7 @@ export class OrchestratorActor implements Actor {
   private async publishTask(task: Task): Promise<{ duplicate: boolean }> {
     const { ctx } = this;
     const ack = await this.tasks.publish(task);
-    if (task.minPolicyVersion !== undefined) this.deadlines.set(task.taskId, task.minPolicyVersion + ctx.config.rl.maxOffPolicySteps);
+    if (task.minPolicyVersion !== undefined) this.deadlines.set(task.taskId, paceDeadline(task.minPolicyVersion, ctx.config.rl.maxOffPolicySteps));
     ctx.metrics.counter("tasks_published_total", "tasks published (server-side duplicates included)").inc();
     if (ack.duplicate) ctx.log.debug({ taskId: task.taskId }, "task already published before a restart");
     return ack;
@@ -354,23 +397,4 @@ export class OrchestratorActor implements Actor {
   private async waitFor(cond: () => Promise<boolean>): Promise<void> {
     while (!this.ctx.signal.aborted && !(await cond())) await new Promise((r) => setTimeout(r, 250));
   }
-}
-
-/** The left-out group a reward group event names, or null for any other event. */
-function filteredGroupOf(seq: number, e: MetricsEvent): FilteredGroup | null {
-  if (e.kind !== "group" || e.values["filtered"] !== 1) return null;
-  const taskId = e.labels?.["task"];
-  const envKey = e.labels?.["envKey"];
-  if (!taskId || !envKey) return null;
-  return { seq, taskId, envKey, step: e.step ?? e.values["step"] ?? 0, round: e.values["round"] ?? 0 };
-}
-
-/** The scored group a reward group event reports (for the pool's stats), or null for any other event. */
-function scoredGroupOf(seq: number, e: MetricsEvent): ScoredGroupEvent | null {
-  if (e.kind !== "group") return null;
-  const envKey = e.labels?.["envKey"];
-  const exampleIndex = e.values["exampleIndex"];
-  const passRate = e.values["passRate"];
-  if (!envKey || exampleIndex === undefined || passRate === undefined) return null;
-  return { seq, envKey, exampleIndex, passRate };
 }

@@ -2,7 +2,9 @@
 // sandbox), computes group advantages and publishes the scored rows on rollouts.scored (batch id = task
 // id); the raw message is acked only after that publish is stored. What the rubric scores is exactly the
 // RolloutResult the environment returned in inference (state, tool names and all), so a rollout scores
-// the same here as in `rollstream eval`.
+// the same here as in `rollstream eval`. What became of each group (scored, left out by the zero-variance
+// filter, trained past the refill cap) goes out as a GroupOutcome on rs.<run>.groups, which the orchestrator
+// reads; the metrics event beside it is for the curves only.
 import type { JsMsg } from "@nats-io/jetstream";
 import type { Counter } from "prom-client";
 import { inject, injectable } from "tsyringe";
@@ -19,15 +21,19 @@ import {
   RolloutRejectedError,
   toScoredRow,
   type DeadLetterChannel,
+  type GroupChannel,
+  type GroupOutcome,
   type RawRolloutChannel,
   type RawRolloutGroup,
+  type RolloutLimits,
   type RunState,
   type ScoredChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
-import { groupAdvantages, isZeroVariance } from "../runtime/advantages.js";
+import type { ScoreResult } from "../../environments/api/index.js";
 import { advantageKindOf } from "../runtime/config.js";
-import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../runtime/length-penalty.js";
+import { advantagesFor, judgeGroup, passRate, type GroupVerdict } from "../../rl/group-filter.js";
+import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../../rl/length-penalty.js";
 
 @injectable()
 export class RewardActor implements Actor {
@@ -42,6 +48,7 @@ export class RewardActor implements Actor {
     @inject(Tokens.RawRollouts) private readonly rawRollouts: RawRolloutChannel,
     @inject(Tokens.Scored) private readonly scored: ScoredChannel,
     @inject(Tokens.DeadLetters) private readonly deadLetters: DeadLetterChannel,
+    @inject(Tokens.Groups) private readonly groups: GroupChannel,
     @inject(Tokens.Sandbox) private readonly sandbox: CodeSandbox,
   ) {}
 
@@ -57,28 +64,10 @@ export class RewardActor implements Actor {
   private async handleGroup(group: RawRolloutGroup, msg: JsMsg): Promise<void> {
     const { ctx } = this;
     const task = group.task;
-    if (task.run !== ctx.config.run) throw new PoisonMessageError(`group belongs to run ${task.run}, not ${ctx.config.run}`);
-    const loaded = this.envs.get(task.envKey);
-    if (!loaded) throw new PoisonMessageError(`group names environment key ${task.envKey}, which this run's config does not have`);
-    if (loaded.id !== task.env) throw new PoisonMessageError(`group was made with ${task.env} but this actor resolved ${loaded.id}`);
-    if (group.rollouts.length !== task.groupSize) {
-      throw new RolloutRejectedError("group", `task ${task.taskId} asked for ${task.groupSize} rollouts, the group has ${group.rollouts.length}`);
-    }
+    const loaded = this.checkGroup(group);
     // Semantic checks before any scoring: what the learner could not train on never reaches it.
     const limits = rolloutLimitsOf(ctx.config, await this.state.policyVersion());
-    // A rollout longer than the context cannot be trained on as sampled. Our own inference makes them
-    // when a multi-turn transcript outgrows the window: they are left out (the rest of the group is
-    // scored and trained on), counted, and the raw group is copied to the dead-letter subject with the
-    // reason, so nothing is cut silently. Any other violation rejects the whole group.
-    const overlong = new Map<number, string>();
-    group.rollouts.forEach((r, i) => {
-      try {
-        checkRolloutLimits(r, limits, `rollout ${i} of task ${task.taskId}`);
-      } catch (e) {
-        if (!(e instanceof RolloutRejectedError && e.reason === "context")) throw e;
-        overlong.set(i, e.message);
-      }
-    });
+    const overlong = this.overlongRollouts(group, limits);
     const row = loaded.env.dataset("train").row(task.exampleIndex);
     failpoint("reward.score", [task.taskId]);
     const t0 = Date.now();
@@ -86,84 +75,162 @@ export class RewardActor implements Actor {
     const scoreMs = Date.now() - t0;
     if (scores.length !== group.rollouts.length)
       throw new Error(`rubric of ${task.env} returned ${scores.length} scores for ${group.rollouts.length} rollouts`);
-    const kept = group.rollouts.map((r, i) => ({ r, score: scores[i]!, i })).filter((x) => !overlong.has(x.i));
-    const rewards = scores.map((s) => (Number.isFinite(s.reward) ? s.reward : 0));
-    // The zero-variance filter judges the rubric's rewards of what would be trained on: a group of all-wrong
-    // (or all-right) completions is left out, and the orchestrator reads this group's metrics event and
-    // dispatches a replacement. Past the last replacement round it is trained on, with advantages of exactly
-    // zero: it is never passed off as informative, and the step is never starved.
-    const filter = ctx.config.rl.filter;
-    const round = task.round ?? 0;
-    const uninformative =
-      filter.zeroVariance &&
-      isZeroVariance(
-        kept.map((x) => rewards[x.i]!),
-        filter.tolerance,
-      );
-    const filtered = uninformative && round < filter.maxRefillRounds;
-    // rl.lengthPenalty shapes what the advantages see (never the rubric reward the filter judged).
-    const lp = ctx.config.rl.lengthPenalty;
-    const shaping = { coef: lp.coef, buffer: lp.buffer, maxTokens: lp.maxTokens ?? ctx.config.rl.sampling.maxTokens };
-    const penalties = group.rollouts.map((r) => lengthPenalty(modelTokens(r.completionMask), shaping));
-    // Advantages are relative to what is trained on.
-    const adv = uninformative
-      ? kept.map(() => 0)
-      : groupAdvantages(
-          kept.map((x) => rewards[x.i]! + penalties[x.i]!),
-          advantageKindOf(ctx.config.rl),
-        );
-    adv.forEach((a, k) => {
-      checkAdvantage(a, limits, `rollout ${kept[k]!.i} of task ${task.taskId}`);
-    });
-    if (overlong.size > 0) {
-      this.overlong.inc(overlong.size);
-      const first = [...overlong.values()][0]!.replace(/^context: /, "");
-      await this.deadLetters.send(msg, `context: ${overlong.size} of ${group.rollouts.length} rollouts left out (${first})`, ctx.actor);
-      ctx.log.warn({ task: task.taskId, overlong: overlong.size }, "rollouts longer than the context left out");
-    }
-    const rows = filtered
-      ? []
-      : kept.map((x, k) => {
-          const score = lp.coef > 0 ? { ...x.score, metrics: { ...x.score.metrics, [LENGTH_PENALTY_METRIC]: penalties[x.i]! } } : x.score;
-          return toScoredRow(x.r, { task, exampleId: row.id, score, reward: rewards[x.i]!, advantage: adv[k]!, scoreMs });
-        });
+    const scored = this.judge(group, scores, overlong, limits);
+    if (overlong.size > 0) await this.reportOverlong(msg, group, overlong);
+    const rows =
+      scored.verdict === "filtered"
+        ? []
+        : scored.kept.map((i, k) =>
+            toScoredRow(group.rollouts[i]!, {
+              task,
+              exampleId: row.id,
+              score: scored.scores[i]!,
+              reward: scored.rewards[i]!,
+              advantage: scored.advantages[k]!,
+              scoreMs,
+            }),
+          );
     if (rows.length > 0) await this.scored.publish(rows, { batchId: task.taskId, step: task.step, env: task.env, producer: ctx.instance });
-    if (filtered) {
+    // The outcome goes out after the rows are stored and before the raw group is acked: a redelivered group
+    // publishes it again under the same msg-id.
+    await this.groups.publish(outcomeOf(group, scored, rows.length, overlong.size, scoreMs));
+    this.countVerdict(task, scored.verdict);
+    await this.publishDisplay(group, scored, rows.length, overlong.size, scoreMs);
+  }
+
+  /** The group belongs to this run and names an environment this actor resolved the same way. */
+  private checkGroup(group: RawRolloutGroup): LoadedEnvironment {
+    const { config } = this.ctx;
+    const task = group.task;
+    if (task.run !== config.run) throw new PoisonMessageError(`group belongs to run ${task.run}, not ${config.run}`);
+    const loaded = this.envs.get(task.envKey);
+    if (!loaded) throw new PoisonMessageError(`group names environment key ${task.envKey}, which this run's config does not have`);
+    if (loaded.id !== task.env) throw new PoisonMessageError(`group was made with ${task.env} but this actor resolved ${loaded.id}`);
+    if (group.rollouts.length !== task.groupSize) {
+      throw new RolloutRejectedError("group", `task ${task.taskId} asked for ${task.groupSize} rollouts, the group has ${group.rollouts.length}`);
+    }
+    return loaded;
+  }
+
+  /**
+   * A rollout longer than the context cannot be trained on as sampled. Our own inference makes them when a
+   * multi-turn transcript outgrows the window: they are left out (the rest of the group is scored and trained
+   * on), counted, and the raw group is copied to the dead-letter subject with the reason, so nothing is cut
+   * silently. Any other violation rejects the whole group.
+   */
+  private overlongRollouts(group: RawRolloutGroup, limits: RolloutLimits): Map<number, string> {
+    const overlong = new Map<number, string>();
+    group.rollouts.forEach((r, i) => {
+      try {
+        checkRolloutLimits(r, limits, `rollout ${i} of task ${group.task.taskId}`);
+      } catch (e) {
+        if (!(e instanceof RolloutRejectedError && e.reason === "context")) throw e;
+        overlong.set(i, e.message);
+      }
+    });
+    return overlong;
+  }
+
+  /** The filter's verdict and the advantages of what is trained on (rl/: filter, length shaping, estimator). */
+  private judge(group: RawRolloutGroup, scores: ScoreResult[], overlong: Map<number, string>, limits: RolloutLimits): ScoredGroup {
+    const rl = this.ctx.config.rl;
+    const kept = group.rollouts.map((_, i) => i).filter((i) => !overlong.has(i));
+    const rewards = scores.map((s) => (Number.isFinite(s.reward) ? s.reward : 0));
+    const verdict = judgeGroup(
+      kept.map((i) => rewards[i]!),
+      group.task.round ?? 0,
+      rl.filter,
+    );
+    const lp = rl.lengthPenalty;
+    const shaping = { coef: lp.coef, buffer: lp.buffer, maxTokens: lp.maxTokens ?? rl.sampling.maxTokens };
+    const penalties = group.rollouts.map((r) => lengthPenalty(modelTokens(r.completionMask), shaping));
+    const advantages = advantagesFor(
+      verdict,
+      kept.map((i) => rewards[i]! + penalties[i]!),
+      advantageKindOf(rl),
+    );
+    advantages.forEach((a, k) => {
+      checkAdvantage(a, limits, `rollout ${kept[k]!} of task ${group.task.taskId}`);
+    });
+    // Each row records its penalty, so replay recomputes the same advantages.
+    const withPenalty = lp.coef > 0 ? scores.map((s, i) => ({ ...s, metrics: { ...s.metrics, [LENGTH_PENALTY_METRIC]: penalties[i]! } })) : scores;
+    return { verdict, kept, rewards, advantages, scores: withPenalty };
+  }
+
+  private async reportOverlong(msg: JsMsg, group: RawRolloutGroup, overlong: Map<number, string>): Promise<void> {
+    const { ctx } = this;
+    this.overlong.inc(overlong.size);
+    const first = [...overlong.values()][0]!.replace(/^context: /, "");
+    await this.deadLetters.send(msg, `context: ${overlong.size} of ${group.rollouts.length} rollouts left out (${first})`, ctx.actor);
+    ctx.log.warn({ task: group.task.taskId, overlong: overlong.size }, "rollouts longer than the context left out");
+  }
+
+  private countVerdict(task: RawRolloutGroup["task"], verdict: GroupVerdict): void {
+    const round = task.round ?? 0;
+    if (verdict === "filtered") {
       this.filtered.inc({ env: task.env });
-      ctx.log.debug({ task: task.taskId, round, env: task.env }, "zero-variance group left out");
-    } else if (uninformative) {
+      this.ctx.log.debug({ task: task.taskId, round, env: task.env }, "zero-variance group left out");
+    } else if (verdict === "capHit") {
       this.capHits.inc({ env: task.env });
-      ctx.log.warn(
-        { task: task.taskId, round, env: task.env, maxRefillRounds: filter.maxRefillRounds },
+      this.ctx.log.warn(
+        { task: task.taskId, round, env: task.env, maxRefillRounds: this.ctx.config.rl.filter.maxRefillRounds },
         "refill cap hit: a zero-variance group is trained on with zero advantage",
       );
     }
+  }
 
-    const mean = rewards.reduce((s, r) => s + r, 0) / rewards.length;
+  /** The group's figures for the training curves (display only: the orchestrator reads the outcome on rs.<run>.groups). */
+  private async publishDisplay(group: RawRolloutGroup, s: ScoredGroup, rows: number, overlong: number, scoreMs: number): Promise<void> {
+    const kept = s.kept.map((i) => s.rewards[i]!);
     const values: Record<string, number> = {
-      step: task.step,
-      // The orchestrator's difficulty pools (rl.pool) keep a running pass rate per example from these.
-      exampleIndex: task.exampleIndex,
-      rewardMean: mean,
-      passRate: rewards.filter((r) => r >= 1 - 1e-6).length / rewards.length,
-      samples: rows.length,
-      // The orchestrator replaces a group with filtered 1 (labels task and envKey name it).
-      filtered: filtered ? 1 : 0,
-      capHit: uninformative && !filtered ? 1 : 0,
-      round,
-      rewardSpread: kept.length ? Math.max(...kept.map((x) => rewards[x.i]!)) - Math.min(...kept.map((x) => rewards[x.i]!)) : 0,
-      overlong: overlong.size,
+      rewardMean: s.rewards.reduce((a, r) => a + r, 0) / s.rewards.length,
+      passRate: passRate(s.rewards),
+      samples: rows,
+      filtered: s.verdict === "filtered" ? 1 : 0,
+      capHit: s.verdict === "capHit" ? 1 : 0,
+      rewardSpread: kept.length ? Math.max(...kept) - Math.min(...kept) : 0,
+      overlong,
       scoreMs,
-      errors: scores.reduce((s, x) => s + x.errors.length, 0),
+      errors: s.scores.reduce((n, x) => n + x.errors.length, 0),
     };
     // Group means of every reward component and metric, so the training curves show them too.
     for (const [prefix, pick] of [
-      ["reward_", (x: (typeof scores)[number]) => x.components],
-      ["metric_", (x: (typeof scores)[number]) => x.metrics],
+      ["reward_", (x: ScoreResult) => x.components],
+      ["metric_", (x: ScoreResult) => x.metrics],
     ] as const) {
-      const names = new Set(scores.flatMap((x) => Object.keys(pick(x))));
-      for (const k of names) values[`${prefix}${k}`] = scores.reduce((s, x) => s + (pick(x)[k] ?? 0), 0) / scores.length;
+      const names = new Set(s.scores.flatMap((x) => Object.keys(pick(x))));
+      for (const k of names) values[`${prefix}${k}`] = s.scores.reduce((n, x) => n + (pick(x)[k] ?? 0), 0) / s.scores.length;
     }
-    await ctx.publishMetrics("group", values, task.step, { env: task.env, envKey: task.envKey, task: task.taskId });
+    await this.ctx.publishMetrics("group", values, group.task.step, { env: group.task.env });
   }
+}
+
+/** A group after scoring: the filter's verdict, the indices trained on (overlong ones left out), every rollout's reward and score, the kept ones' advantages. */
+interface ScoredGroup {
+  verdict: GroupVerdict;
+  kept: number[];
+  rewards: number[];
+  advantages: number[];
+  scores: ScoreResult[];
+}
+
+function outcomeOf(group: RawRolloutGroup, s: ScoredGroup, rows: number, overlong: number, scoreMs: number): GroupOutcome {
+  const task = group.task;
+  return {
+    run: task.run,
+    taskId: task.taskId,
+    envKey: task.envKey,
+    env: task.env,
+    step: task.step,
+    exampleIndex: task.exampleIndex,
+    round: task.round ?? 0,
+    outcome: s.verdict,
+    rewards: s.rewards,
+    passRate: passRate(s.rewards),
+    rows,
+    overlong,
+    policyVersionMin: Math.min(...group.rollouts.map((r) => r.policyVersionMin)),
+    policyVersionMax: Math.max(...group.rollouts.map((r) => r.policyVersionMax)),
+    scoreMs,
+  };
 }

@@ -71,9 +71,9 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
     health,
     signal: opts.signal,
     async publishMetrics(kind, values, step, labels) {
-      // Metrics events carry work now (the orchestrator replaces filtered groups and updates its pools from
-      // the reward actor's), so a publish whose ack did not come in time — a loaded server, or this process
-      // stopped and resumed with the ack unread — is retried under the same msg-id (stored once), not fatal.
+      // Display only, but a run's record all the same: a publish whose ack did not come in time — a loaded
+      // server, or this process stopped and resumed with the ack unread — is retried under the same msg-id
+      // (stored once), not fatal.
       const event = { actor, kind, time: Date.now(), step, values, labels };
       const msgId = `metrics:${actor}:${instance}:${process.pid}:${++metricsSeq}`;
       for (let attempt = 1; ; attempt++) {
@@ -103,8 +103,8 @@ export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {
   c.register(Tokens.Checkpoints, { useValue: w.channels.checkpoints });
   c.register(Tokens.Restore, { useValue: w.channels.restore });
   c.register(Tokens.DeadLetters, { useValue: w.channels.deadLetters });
-  c.register(Tokens.RewardEvents, { useValue: w.channels.metrics("reward") });
-  c.register(Tokens.LearnerEvents, { useValue: w.channels.metrics("learner") });
+  c.register(Tokens.Groups, { useValue: w.channels.groups });
+  c.register(Tokens.Steps, { useValue: w.channels.steps });
   c.register(Tokens.Eval, { useValue: w.channels.eval });
   c.register(Tokens.Sandbox, { useFactory: () => sandboxWithHealth(new NatsSandboxClient(w.ctx.nc), w.ctx.health) });
   return c.resolve(cls as unknown as InjectionToken<Actor>);

@@ -20,10 +20,10 @@ export const Tokens = {
   Restore: Symbol("RestoreChannel"),
   /** EvalChannel: rs.<run>.eval, held-out results and samples. */
   Eval: Symbol("EvalChannel"),
-  /** MetricsChannel of the reward actor: rs.<run>.metrics.reward, whose group events the orchestrator reads (rl.filter). */
-  RewardEvents: Symbol("RewardEvents"),
-  /** The learner's own metrics events: a restarted learner under rl.staleness pace follows its earlier life's steps. */
-  LearnerEvents: Symbol("LearnerEvents"),
+  /** GroupChannel: rs.<run>.groups, the reward actor's outcome of each group (the orchestrator's refills, pools, pacing). */
+  Groups: Symbol("GroupChannel"),
+  /** StepChannel: rs.<run>.steps, the learner's record of each step (a restarted learner follows its earlier life's). */
+  Steps: Symbol("StepChannel"),
   /** DeadLetterChannel: rs.<run>.dlq, for what an actor leaves out of a message it otherwise handles. */
   DeadLetters: Symbol("DeadLetterChannel"),
   /** CodeSandbox: the sandbox service client environments run code through. */

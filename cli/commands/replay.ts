@@ -17,11 +17,11 @@ import { PolicyModel } from "../../kernels/index.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
 import { readSafetensorsMetadata } from "../../kernels/safetensors.js";
 import { decodeTrainState } from "../../kernels/train-state.js";
-import { openWire, readPayload, RunChannels, RunState, StateKeys } from "../../streams/index.js";
+import { openWire, readPayload, readStepRecords, RunChannels, RunState, StateKeys } from "../../streams/index.js";
 import { natsForRun } from "../run-nats.js";
 import { matchBackend, type RecordedBackend } from "../replay/backend.js";
 import { readBundle, writeBundle, type CapturedStep } from "../replay/bundle.js";
-import { compareFigures, readRecordedSteps, type Figures } from "../replay/figures.js";
+import { compareFigures, recordedStepsOf, type RecordedSteps } from "../replay/figures.js";
 import { ReplayOutput } from "../replay/output.js";
 import { applySettings, SettingError, type ChangedSettings } from "../replay/settings.js";
 import { bundleSource, recordedSeqs, streamSource, type StepSource } from "../replay/sources.js";
@@ -132,7 +132,6 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
   const position = checkpointPosition(state, dir.dirFor(start));
   // Before any server is started: a bad --set is a one-line error at once.
   const changed = opts.set?.length ? applySettings(configText, config, opts.set) : null;
-  const recorded = readRecordedSteps(join(runDir, "metrics.jsonl"));
   const fromSeq = opts.fromSeq !== undefined ? Number(opts.fromSeq) : position.readerSeq;
   const out = new ReplayOutput(opts.json === true);
 
@@ -144,6 +143,7 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
       const kv = await new Kvm(nc).open(wire.names.kvBucket).catch(() => null);
       const backend = kv ? ((await new RunState(kv).get(StateKeys.learnerBackend)) ?? null) : null;
       const channels = new RunChannels(wire);
+      const recorded = recordedStepsOf((await readStepRecords(channels.steps, { firstWaitMs: 1000 })).values());
       // The learner dead-lettered such a batch and trained without it; replay does the same, loudly. That
       // includes batches it set aside after reading them (they broke a step, or it kept dying on them).
       const setAside = await channels.deadLetters.originalSeqs(channels.scored.subject);
@@ -204,7 +204,7 @@ function exportBundle(
     start: number;
     fromSeq: number;
     backend: RecordedBackend | null;
-    recorded: Map<number, { line: string }>;
+    recorded: RecordedSteps;
     captured: CapturedStep[];
     model: ModelConfig;
   },
@@ -219,7 +219,7 @@ function exportBundle(
     fromSeq: e.fromSeq,
     model: e.model,
     backend: e.backend,
-    recordedLines: stepsOut.flatMap((s) => e.recorded.get(s)?.line ?? []),
+    recorded: stepsOut.flatMap((s) => e.recorded.get(s)?.record ?? []),
     steps: e.captured,
   });
   console.log(
@@ -257,7 +257,7 @@ async function replayWith(r: {
   model: ModelConfig;
   config: RunConfig;
   changed: ChangedSettings | null;
-  recorded: Map<number, { figures: Figures }>;
+  recorded: RecordedSteps;
   backend: RecordedBackend | null;
   steps: number;
   out: ReplayOutput;
@@ -298,29 +298,30 @@ async function replayWith(r: {
   }
 }
 
-/** Keeps each replayed step on the run's metrics subject (actor "replay"), one session per invocation, so
- *  the dashboard can show what replays found. A failure to record is said once and never stops the replay. */
+/** Keeps each replayed step on rs.<run>.replays, one session per invocation, so the dashboard can show what
+ *  replays found. A failure to record is said once and never stops the replay. */
 function replayRecorder(channels: RunChannels, changed: ChangedSettings | null): ReplayLoop["record"] {
-  const metrics = channels.metrics("replay");
   const session = new Date().toISOString();
   const setting = changed ? changed.given.join(" ") : "";
   let failed = false;
   return async (step, replayed, recorded, extra) => {
     if (failed) return;
     const c = compareFigures(replayed, recorded);
-    const values: Record<string, number> = { ...extra };
-    for (const [k, v] of Object.entries(replayed)) if (v !== undefined) values[k] = v;
-    for (const [k, v] of Object.entries(recorded ?? {})) if (v !== undefined) values[`recorded.${k}`] = v;
-    if (c.exact !== null) values["exact"] = Number(c.exact);
-    if (c.maxRelDiff !== undefined && c.maxRelDiff !== null) values["maxRelDiff"] = c.maxRelDiff;
     try {
-      await metrics.publish({
-        actor: "replay",
-        kind: "step",
-        time: Date.now(),
+      await channels.replays.publish({
+        run: channels.wire.run,
+        session,
+        setting,
         step,
-        values,
-        labels: { session, setting, ...(c.figure ? { figure: c.figure } : {}) },
+        time: Date.now(),
+        samples: extra.samples,
+        leftOut: extra.leftOut,
+        replayed,
+        recorded: recorded ?? null,
+        exact: c.exact,
+        maxRelDiff: c.maxRelDiff,
+        figure: c.figure,
+        backendMatched: extra.backendMatched ?? -1,
       });
     } catch (e) {
       failed = true;

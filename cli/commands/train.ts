@@ -23,7 +23,7 @@ import {
 } from "../../streams/index.js";
 import { healthAlerts } from "../health/verdicts.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtime/environments.js";
-import { evalSchedule } from "../../actors/runtime/eval-schedule.js";
+import { evalSchedule } from "../../rl/eval-schedule.js";
 import { RunProgress } from "../train/progress.js";
 import { LIVE_URL_FILE } from "../run-nats.js";
 import { OutageReport } from "../train/outage.js";
@@ -88,7 +88,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   }
   const runDir = resolve(config.outDir, config.run);
   if (opts.fresh) {
-    for (const p of ["checkpoints", "metrics.jsonl", "logs", "eval.json"]) rmSync(join(runDir, p), { recursive: true, force: true });
+    for (const p of ["checkpoints", "metrics.jsonl", "steps.jsonl", "logs", "eval.json"]) rmSync(join(runDir, p), { recursive: true, force: true });
   }
   mkdirSync(join(runDir, "logs"), { recursive: true });
   copyFileSync(configPath, join(runDir, "config.yaml"));
@@ -141,7 +141,13 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
     return 0;
   }
 
-  const progress = new RunProgress(nc, topology.jsm, topology.names, join(runDir, "metrics.jsonl"), config.rl.steps);
+  const progress = new RunProgress(
+    nc,
+    topology.jsm,
+    topology.names,
+    { metrics: join(runDir, "metrics.jsonl"), steps: join(runDir, "steps.jsonl") },
+    config.rl.steps,
+  );
   const outage = new OutageReport((line) => progress.say(line));
   // The connection says when the server went and came back: a short outage can fall between two polls
   // of the loop below (its requests wait out a reconnect), and would go unreported.

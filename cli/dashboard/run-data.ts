@@ -12,10 +12,12 @@ import {
   HealthBoard,
   MetricsEventSchema,
   openWire,
+  ReplayRecordSchema,
   RunChannels,
   RunState,
   StateAnnouncementSchema,
   StateKeys,
+  StepRecordSchema,
   StreamReader,
   summariseIdle,
   WeightsAnnouncementSchema,
@@ -23,10 +25,13 @@ import {
   type EvalMessage,
   type IdleSummary,
   type MetricsEvent,
+  type ReplayRecord,
   type RolloutRow,
+  type StepRecord,
   type Wire,
 } from "../../streams/index.js";
 import { Kvm } from "@nats-io/kv";
+import type { z } from "zod";
 import { classifyRun, type RunHealth } from "../health/verdicts.js";
 
 const MAX_POINTS = 20_000;
@@ -133,6 +138,24 @@ interface Stamped {
  * subject's last sequence (one request) and reads up to it, so an empty or unchanged subject costs no wait
  * and a long one is read in one pass.
  */
+/** Keeps a plotted series bounded: past MAX_POINTS, every other point of the older half goes. */
+function thin<T>(items: T[]): void {
+  if (items.length <= MAX_POINTS) return;
+  const half = Math.floor(items.length / 2);
+  items.splice(0, half, ...items.slice(0, half).filter((_, i) => i % 2 === 0));
+}
+
+/** Decodes a record with its schema; a foreign or corrupt message is not shown. */
+function decodedOr<S extends z.ZodType>(schema: S): (m: Stamped) => z.output<S> | null {
+  return (m) => {
+    try {
+      return decodeMsgpack(schema, m.data);
+    } catch {
+      return null;
+    }
+  };
+}
+
 class Tail<T> {
   private readonly reader: StreamReader;
   /** The highest sequence read so far. */
@@ -238,6 +261,8 @@ function checkpointEntry(kind: "state" | "weights"): (m: Stamped) => CheckpointE
 export class RunData {
   private readonly channels: RunChannels;
   private readonly metricTails = new Map<string, { tail: Tail<MetricsEvent>; events: MetricsEvent[] }>();
+  private readonly stepTail: { tail: Tail<StepRecord>; records: StepRecord[] };
+  private readonly replayTail: { tail: Tail<ReplayRecord>; records: ReplayRecord[] };
   private readonly groupTail: Tail<GroupEntry>;
   private readonly dlqTail: Tail<DeadLetterEntry>;
   private readonly evalTail: Tail<EvalEntry>;
@@ -296,36 +321,36 @@ export class RunData {
     this.evalTail = new Tail(wire, n.streams.events, n.subjects.eval, evalEntry, false);
     this.stateTail = new Tail(wire, n.streams.events, n.subjects.checkpoints, checkpointEntry("state"), false);
     this.weightsTail = new Tail(wire, n.streams.events, n.subjects.weights, checkpointEntry("weights"), false);
+    this.stepTail = { tail: new Tail(wire, n.streams.events, n.subjects.steps, decodedOr(StepRecordSchema), false), records: [] };
+    this.replayTail = { tail: new Tail(wire, n.streams.events, n.subjects.replays, decodedOr(ReplayRecordSchema), false), records: [] };
   }
 
-  /** Every metrics event of one actor so far (learner steps, reward groups, evaluator results, replays, ...). */
+  /** The learner's step records so far, in stream order (a step recomputed after a restore appears again). */
+  async steps(): Promise<StepRecord[]> {
+    await this.stepTail.tail.more(this.stepTail.records);
+    thin(this.stepTail.records);
+    return this.stepTail.records;
+  }
+
+  /** Every replayed step recorded with the run. */
+  async replays(): Promise<ReplayRecord[]> {
+    await this.replayTail.tail.more(this.replayTail.records);
+    return this.replayTail.records;
+  }
+
+  /** Every metrics event of one actor so far (reward groups, inference tasks, SFT steps, ...): display only. */
   async metrics(actor: string): Promise<MetricsEvent[]> {
     let t = this.metricTails.get(actor);
     if (!t) {
       const n = this.channels.wire.names;
       t = {
-        tail: new Tail(
-          this.channels.wire,
-          n.streams.events,
-          n.subjects.metrics(actor),
-          (m) => {
-            try {
-              return decodeMsgpack(MetricsEventSchema, m.data);
-            } catch {
-              return null; // a foreign or corrupt event is not plotted
-            }
-          },
-          false,
-        ),
+        tail: new Tail(this.channels.wire, n.streams.events, n.subjects.metrics(actor), decodedOr(MetricsEventSchema), false),
         events: [],
       };
       this.metricTails.set(actor, t);
     }
     await t.tail.more(t.events);
-    if (t.events.length > MAX_POINTS) {
-      const half = Math.floor(t.events.length / 2);
-      t.events.splice(0, half, ...t.events.slice(0, half).filter((_, i) => i % 2 === 0));
-    }
+    thin(t.events);
     return t.events;
   }
 
@@ -405,12 +430,11 @@ export class RunData {
     const state = await this.kvState;
     const get = async <T>(p: Promise<T> | undefined, d: T): Promise<T> => (p ? p.catch(() => d) : d);
     const status = (await get(state?.get(StateKeys.runStatus), undefined)) ?? null;
-    const learner = await this.metrics("learner");
-    const stepsDone = learner.filter((e) => e.kind === "step");
+    const stepsDone = await this.steps();
     const lastStep = stepsDone.at(-1);
     const entries = await new HealthBoard(this.channels.wire.health).read().catch(() => null);
     const step = (await get(state?.learnerStep(), 0)) ?? 0;
-    const steps = lastStep?.values["steps"] ?? null;
+    const steps = lastStep?.steps ?? null;
     // The pace of the last (up to) 20 steps: an early SFT phase or a slow start does not skew it.
     const recent = stepsDone.slice(-21);
     let etaSeconds: number | null = null;
@@ -418,7 +442,7 @@ export class RunData {
       const perStep = (recent.at(-1)!.time - recent[0]!.time) / (recent.length - 1) / 1000;
       etaSeconds = Math.max(0, Math.round((steps - step) * perStep));
     }
-    const replays = this.metricTails.get("replay")?.events.length ?? 0;
+    const replays = (await this.replays()).length;
     return {
       run: this.run,
       status,
@@ -435,7 +459,7 @@ export class RunData {
       marks: {
         groups: this.groups.at(-1)?.seq ?? 0,
         deadLetters: this.deadLetters.at(-1)?.seq ?? 0,
-        learner: learner.length,
+        learner: stepsDone.length,
         replays,
       },
     };
@@ -443,9 +467,16 @@ export class RunData {
 
   async close(): Promise<void> {
     await Promise.all(
-      [this.groupTail, this.dlqTail, this.evalTail, this.stateTail, this.weightsTail, ...[...this.metricTails.values()].map((t) => t.tail)].map((t) =>
-        t.close(),
-      ),
+      [
+        this.groupTail,
+        this.dlqTail,
+        this.evalTail,
+        this.stateTail,
+        this.weightsTail,
+        this.stepTail.tail,
+        this.replayTail.tail,
+        ...[...this.metricTails.values()].map((t) => t.tail),
+      ].map((t) => t.close()),
     );
   }
 }

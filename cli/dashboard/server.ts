@@ -10,7 +10,7 @@ import type { Tokenizer } from "../../kernels/tokenizer.js";
 import { RunData } from "./run-data.js";
 import { groupFilter, payloadPreview } from "./filters.js";
 import { groupView } from "./views.js";
-import { openWire, RunChannels, type MetricsEvent } from "../../streams/index.js";
+import { openWire, RunChannels, type ReplayRecord } from "../../streams/index.js";
 import type { RunConfig } from "../../actors/runtime/config.js";
 import { LearnerLogprobCalculator } from "./learner-logprobs.js";
 import { createTokenizer } from "../../actors/runtime/model-factory.js";
@@ -140,13 +140,13 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
   app.get("/api/checkpoints", async () => data.checkpoints());
   app.get("/api/health", async () => data.health());
   app.get("/api/queues", async () => data.queues());
+  app.get("/api/steps", async () => data.steps());
   app.get("/api/replays", async () => {
-    const sessions = new Map<string, { session: string; setting: string; steps: MetricsEvent[] }>();
-    for (const e of await data.metrics("replay")) {
-      const key = e.labels?.["session"] ?? "";
-      const s = sessions.get(key) ?? { session: key, setting: e.labels?.["setting"] ?? "", steps: [] };
-      s.steps.push(e);
-      sessions.set(key, s);
+    const sessions = new Map<string, { session: string; setting: string; steps: ReplayRecord[] }>();
+    for (const r of await data.replays()) {
+      const s = sessions.get(r.session) ?? { session: r.session, setting: r.setting, steps: [] };
+      s.steps.push(r);
+      sessions.set(r.session, s);
     }
     return [...sessions.values()].reverse();
   });

@@ -3,8 +3,8 @@
 // advantages.ts) and rejects a whole group when one advantage is past rl.maxAbsAdvantage. Rewards are recomputed from the rows' stored (float32) rewards.
 import type { RolloutRow } from "../../streams/index.js";
 import type { AdvantageSettings } from "./settings.js";
-import { groupAdvantages, isZeroVariance } from "../../actors/runtime/advantages.js";
-import { LENGTH_PENALTY_METRIC } from "../../actors/runtime/length-penalty.js";
+import { groupAdvantages, isZeroVariance } from "../../rl/advantages.js";
+import { LENGTH_PENALTY_METRIC } from "../../rl/length-penalty.js";
 
 /** The step's rows with advantages under `s`, in their order; rows of rejected groups are left out. */
 export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows: RolloutRow[]; leftOut: number } {

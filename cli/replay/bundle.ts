@@ -6,7 +6,7 @@
 //   bundle.json      format, run, checkpoint step, model shape, and per step its batch files and rows
 //   config.yaml      the run's config as it was written
 //   backend.json     the kernel backend the run recorded (KV learner.backend), or null
-//   recorded.jsonl   the learner's step records for those steps (as in metrics.jsonl)
+//   recorded.jsonl   the learner's step records for those steps (StepRecords, one JSON object a line)
 //   checkpoint/      the checkpoint the steps start from (step-XXXXXXXX/, sha256 manifest)
 //   batches/         seq-<stream seq>.arrow
 import { cpSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
@@ -16,9 +16,9 @@ import { z } from "zod";
 import { CheckpointDir } from "../../actors/runtime/checkpoint-dir.js";
 import { parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
-import { decodeRolloutBatch, sha256Hex, StateKeySchemas, type RolloutRow } from "../../streams/index.js";
+import { decodeRolloutBatch, sha256Hex, StateKeySchemas, type RolloutRow, type StepRecord } from "../../streams/index.js";
 import type { RecordedBackend } from "./backend.js";
-import { recordedSteps, type Figures } from "./figures.js";
+import { parseStepRecords, recordedStepsOf, type RecordedSteps } from "./figures.js";
 
 export const BUNDLE_FORMAT = "rollstream-replay-bundle-1";
 const int = z.number().int().nonnegative();
@@ -67,7 +67,7 @@ export interface BundleInput {
   fromSeq: number;
   model: ModelConfig;
   backend: RecordedBackend | null;
-  recordedLines: string[];
+  recorded: StepRecord[];
   steps: CapturedStep[];
 }
 
@@ -98,7 +98,7 @@ export function writeBundle(dir: string, b: BundleInput): { files: number; bytes
   };
   writeFileSync(join(dir, "config.yaml"), b.configText);
   writeFileSync(join(dir, "backend.json"), `${JSON.stringify(b.backend, null, 2)}\n`);
-  writeFileSync(join(dir, "recorded.jsonl"), b.recordedLines.map((l) => `${l}\n`).join(""));
+  writeFileSync(join(dir, "recorded.jsonl"), b.recorded.map((r) => `${JSON.stringify(r)}\n`).join(""));
   writeFileSync(join(dir, "bundle.json"), `${JSON.stringify(manifest, null, 2)}\n`);
   return { files, bytes };
 }
@@ -110,7 +110,7 @@ export interface Bundle {
   config: RunConfig;
   model: ModelConfig;
   backend: RecordedBackend | null;
-  recorded: Map<number, { figures: Figures; line: string }>;
+  recorded: RecordedSteps;
   /** The checkpoint's training state, checked against its manifest's sha256. */
   state: Uint8Array;
 }
@@ -132,7 +132,8 @@ export function readBundle(dir: string): Bundle {
   if (!b.success) throw new Error(`${join(dir, "backend.json")}: not a recorded backend (${b.error.issues[0]?.message})`);
   const configText = readFileSync(join(dir, "config.yaml"), "utf8");
   const config = parseRunConfig(parseYaml(configText), join(dir, "config.yaml"));
-  const recorded = existsSync(join(dir, "recorded.jsonl")) ? recordedSteps(readFileSync(join(dir, "recorded.jsonl"), "utf8")) : new Map();
+  const file = join(dir, "recorded.jsonl");
+  const recorded = recordedStepsOf(existsSync(file) ? parseStepRecords(readFileSync(file, "utf8"), file) : []);
   const { state } = new CheckpointDir(join(dir, "checkpoint"), m.data.run).read(m.data.checkpoint);
   return { dir, manifest: m.data, configText, config, model: m.data.model as unknown as ModelConfig, backend: b.data, recorded, state };
 }

@@ -1,7 +1,6 @@
-// The figures of a training step that replay compares with the run's record (metrics.jsonl, or a
-// bundle's recorded.jsonl: the learner's "step" events), and how far apart two sets of them are.
-import { existsSync, readFileSync } from "node:fs";
-import { MetricsEventSchema } from "../../streams/index.js";
+// The figures of a training step that replay compares with the run's record (its StepRecords on
+// rs.<run>.steps, or a bundle's recorded.jsonl of them), and how far apart two sets of them are.
+import { StepRecordSchema, type StepRecord } from "../../streams/index.js";
 import type { StepReport } from "../../kernels/train-step.js";
 
 /** Compared in this order; the first four are the side-by-side table's columns. */
@@ -21,28 +20,34 @@ export function figuresOf(r: StepReport): Figures {
   return { loss: r.loss, gradNorm: r.gradNorm, maskedFraction: r.maskedFraction, entropy: r.entropy, mismatchKl: r.mismatchKl };
 }
 
-/** The learner's step records by step (the last one wins: a step recomputed after a restore is recorded again). */
-export function recordedSteps(jsonl: string): Map<number, { figures: Figures; line: string }> {
-  const out = new Map<number, { figures: Figures; line: string }>();
-  for (const line of jsonl.split("\n")) {
-    if (!line) continue;
-    let raw: unknown;
-    try {
-      raw = JSON.parse(line);
-    } catch {
-      continue; // a line cut short by a killed `train`
-    }
-    const r = MetricsEventSchema.safeParse(raw);
-    if (!r.success || r.data.actor !== "learner" || r.data.kind !== "step" || r.data.step === undefined) continue;
+/** A recorded step: its record and the figures replay compares. */
+export interface RecordedStep {
+  record: StepRecord;
+  figures: Figures;
+}
+export type RecordedSteps = Map<number, RecordedStep>;
+
+/** The recorded steps of a set of step records, by step. */
+export function recordedStepsOf(records: Iterable<StepRecord>): RecordedSteps {
+  const out: RecordedSteps = new Map();
+  for (const record of records) {
     const figures: Figures = {};
-    for (const f of FIGURES) if (r.data.values[f] !== undefined) figures[f] = r.data.values[f];
-    out.set(r.data.step, { figures, line });
+    for (const f of FIGURES) figures[f] = record[f];
+    out.set(record.step, { record, figures });
   }
   return out;
 }
 
-export function readRecordedSteps(file: string): Map<number, { figures: Figures; line: string }> {
-  return existsSync(file) ? recordedSteps(readFileSync(file, "utf8")) : new Map();
+/** Step records kept one JSON object a line (a bundle's recorded.jsonl); the last of a step wins. */
+export function parseStepRecords(jsonl: string, where: string): StepRecord[] {
+  const out: StepRecord[] = [];
+  jsonl.split("\n").forEach((line, i) => {
+    if (!line) return;
+    const r = StepRecordSchema.safeParse(JSON.parse(line));
+    if (!r.success) throw new Error(`${where}:${i + 1}: not a step record (${r.error.issues.map((x) => `${x.path.join(".")}: ${x.message}`).join("; ")})`);
+    out.push(r.data);
+  });
+  return out;
 }
 
 /** |a - b| relative to the larger magnitude: 0 when equal, 1 when one of them is 0 and the other is not. */

@@ -3,7 +3,7 @@
 // of a setting the learner would accept. Values are read as YAML scalars (0.1, true, .inf, ppo_clip).
 import { parse as parseYaml } from "yaml";
 import { advantageKindOf, ConfigError, parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
-import type { AdvantageKind } from "../../actors/runtime/advantages.js";
+import type { AdvantageKind } from "../../rl/advantages.js";
 import { LOSS_DEFAULTS } from "../../kernels/index.js";
 
 /** Settings that act on the recorded samples alone; anything else would have changed what was sampled. */

@@ -2,8 +2,9 @@
 // the learner read it, or a bundle's Arrow files. The stream source can also capture what each step read
 // (payload bytes and kept rows) for `replay --export`.
 import type { RunConfig } from "../../actors/runtime/config.js";
-import { decodeRolloutBatch, parseStepSeqs, type CollectedBatch, type RolloutRow, type ScoredReader } from "../../streams/index.js";
+import { decodeRolloutBatch, type CollectedBatch, type RolloutRow, type ScoredReader } from "../../streams/index.js";
 import { bundleRows, type Bundle, type CapturedStep } from "./bundle.js";
+import type { RecordedSteps } from "./figures.js";
 
 export interface StepSource {
   /** The samples of the optimizer step that trained policy `version`; null when there are no more. */
@@ -30,16 +31,12 @@ export function keptIndices(all: RolloutRow[], kept: RolloutRow[]): number[] {
 }
 
 /**
- * The stream sequences the run's learner recorded for each step (its step events' `seqs` label), by the
- * version the step trained from. Under rl.staleness pace a step's messages depend on when they arrived, so
- * replay takes exactly those.
+ * The stream sequences the run's learner recorded for each step, by the version the step trained from. Under
+ * rl.staleness pace a step's messages depend on when they arrived, so replay takes exactly those.
  */
-export function recordedSeqs(recorded: Map<number, { line: string }>): Map<number, number[]> {
+export function recordedSeqs(recorded: RecordedSteps): Map<number, number[]> {
   const out = new Map<number, number[]>();
-  for (const [step, { line }] of recorded) {
-    const seqs = (JSON.parse(line) as { labels?: Record<string, string> }).labels?.["seqs"];
-    if (seqs !== undefined) out.set(step - 1, parseStepSeqs(seqs));
-  }
+  for (const [step, { record }] of recorded) out.set(step - 1, record.seqs);
   return out;
 }
 
@@ -55,7 +52,7 @@ export function streamSource(
       const follow = pace ? recorded?.get(version) : undefined;
       if (pace && !follow)
         throw new Error(
-          `the run paces its samples (rl.staleness pace) and metrics.jsonl records no step from version ${version}: which messages it trained on is not known`,
+          `the run paces its samples (rl.staleness pace) and rs.<run>.steps records no step from version ${version}: which messages it trained on is not known`,
         );
       const batch = await reader.collect(version, {
         batchSize: config.rl.batchSize,

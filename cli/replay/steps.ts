@@ -25,7 +25,12 @@ export interface ReplayLoop {
   backendMatched: boolean | null;
   out: ReplayOutput;
   /** Keeps each replayed step with the run (the dashboard's replay page), when the run's streams are at hand. */
-  record?: (step: number, replayed: Figures, recorded: Figures | undefined, extra: Record<string, number>) => Promise<void>;
+  record?: (
+    step: number,
+    replayed: Figures,
+    recorded: Figures | undefined,
+    extra: { samples: number; leftOut: number; backendMatched?: number },
+  ) => Promise<void>;
 }
 
 /** Runs the steps; returns the exit code. */

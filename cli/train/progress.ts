@@ -1,11 +1,11 @@
-// The live view of a run: every metrics event goes to runs/<run>/metrics.jsonl, and a progress display
-// shows step, reward, pass rate, tokens/s, staleness and queue depths. Without a TTY it prints a line
-// every few seconds instead of redrawing.
+// The live view of a run: every metrics event goes to runs/<run>/metrics.jsonl and every learner StepRecord
+// to runs/<run>/steps.jsonl, and a progress display shows step, reward, pass rate, tokens/s, staleness and
+// queue depths. Without a TTY it prints a line every few seconds instead of redrawing.
 import { appendFileSync } from "node:fs";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import cliProgress from "cli-progress";
-import { decodeMsgpack, MetricsEventSchema, type MetricsEvent, type RunNames } from "../../streams/index.js";
+import { decodeMsgpack, MetricsEventSchema, StepRecordSchema, type MetricsEvent, type RunNames, type StepRecord } from "../../streams/index.js";
 
 export interface ProgressState {
   phase: "starting" | "sft" | "rl" | "done";
@@ -45,41 +45,51 @@ export class RunProgress {
     groupsPending: 0,
     dlq: 0,
   };
-  private sub: Subscription | null = null;
+  private subs: Subscription[] = [];
   private timer: NodeJS.Timeout | null = null;
   private genWindow: Array<{ t: number; tokens: number }> = [];
   private bar: cliProgress.SingleBar | null = null;
   private barPhase: string | null = null;
   private lastPlain = 0;
   readonly tty = process.stdout.isTTY === true;
-  listeners: Array<(e: MetricsEvent) => void> = [];
 
   constructor(
     private readonly nc: NatsConnection,
     private readonly jsm: JetStreamManager,
     private readonly names: RunNames,
-    private readonly metricsFile: string,
+    private readonly files: { metrics: string; steps: string },
     rlSteps: number,
   ) {
     this.state.steps = rlSteps;
   }
 
   start(): void {
-    this.sub = this.nc.subscribe(this.names.subjects.metricsAll);
+    this.follow(this.names.subjects.metricsAll, (data) => {
+      const e = decodeMsgpack(MetricsEventSchema, data, "metrics event");
+      appendFileSync(this.files.metrics, `${JSON.stringify(e)}\n`);
+      this.apply(e);
+    });
+    this.follow(this.names.subjects.steps, (data) => {
+      const r = decodeMsgpack(StepRecordSchema, data, "step record");
+      appendFileSync(this.files.steps, `${JSON.stringify(r)}\n`);
+      this.applyStep(r);
+    });
+    this.timer = setInterval(() => void this.poll(), 1000);
+  }
+
+  /** Hands every message of `subject` to `take`; one that does not decode is passed over (the stream keeps it). */
+  private follow(subject: string, take: (data: Uint8Array) => void): void {
+    const sub = this.nc.subscribe(subject);
+    this.subs.push(sub);
     (async () => {
-      for await (const m of this.sub!) {
-        let e: MetricsEvent;
+      for await (const m of sub) {
         try {
-          e = decodeMsgpack(MetricsEventSchema, m.data, "metrics event");
+          take(m.data);
         } catch {
-          continue;
+          /* not ours to judge here: the actors dead-letter what they read */
         }
-        appendFileSync(this.metricsFile, JSON.stringify(e) + "\n");
-        this.apply(e);
-        for (const l of this.listeners) l(e);
       }
     })().catch(() => undefined);
-    this.timer = setInterval(() => void this.poll(), 1000);
   }
 
   private apply(e: MetricsEvent): void {
@@ -91,19 +101,22 @@ export class RunProgress {
       s.sftSteps = v.sftSteps ?? s.sftSteps;
       s.sftLoss = v.loss ?? s.sftLoss;
       s.trainTokensPerSec = v.tokensPerSec ?? s.trainTokensPerSec;
-    } else if (e.actor === "learner" && e.kind === "step") {
-      s.phase = "rl";
-      s.step = e.step ?? s.step;
-      s.rewardMean = v.rewardMean ?? s.rewardMean;
-      s.passRate = v.passRate ?? s.passRate;
-      s.loss = v.loss ?? s.loss;
-      s.stalenessMean = v.stalenessMean ?? s.stalenessMean;
-      s.droppedStaleTotal = v.droppedStaleTotal ?? s.droppedStaleTotal;
-      s.trainTokensPerSec = v.tokensPerSec ?? s.trainTokensPerSec;
     } else if (e.actor === "inference" && e.kind === "task") {
       if (s.phase === "starting" || s.phase === "sft") s.phase = "rl";
       this.genWindow.push({ t: e.time, tokens: v.generatedTokens ?? 0 });
     }
+  }
+
+  private applyStep(r: StepRecord): void {
+    const s = this.state;
+    s.phase = "rl";
+    s.step = r.step;
+    s.rewardMean = r.rewardMean;
+    s.passRate = r.passRate;
+    s.loss = r.loss;
+    s.stalenessMean = r.stalenessMean;
+    s.droppedStaleTotal = r.droppedStaleTotal;
+    s.trainTokensPerSec = r.tokensPerSec;
   }
 
   private async poll(): Promise<void> {
@@ -187,7 +200,7 @@ export class RunProgress {
 
   stop(): void {
     if (this.timer) clearInterval(this.timer);
-    this.sub?.unsubscribe();
+    for (const sub of this.subs) sub.unsubscribe();
     this.bar?.stop();
   }
 }

@@ -4,6 +4,7 @@
 import type { JsMsg, PubAck } from "@nats-io/jetstream";
 import type { MsgHdrs } from "@nats-io/transport-node";
 import type { z } from "zod";
+import { deadLetter } from "../dead-letter.js";
 import { ContentType, makeHeaders, type HeaderValues } from "../headers.js";
 import { publishPayload, readPayload } from "../large-payload.js";
 import { retryInfrastructure } from "../infrastructure-error.js";
@@ -76,9 +77,18 @@ export class MsgpackChannel<S extends z.ZodType> {
     return consumeDurable(this.wire, this.spec.stream, durable, async (msg) => handler(await this.decodeMessage(msg), msg), o);
   }
 
-  /** Reads the subject in stream order from a sequence, without acks: the caller keeps the position. */
-  reader(fromSeq: number): MsgpackReader<S> {
-    return new MsgpackReader(this, new StreamReader(this.wire.js, { stream: this.spec.stream, subject: this.spec.subject, fromSeq }));
+  /**
+   * Reads the subject in stream order from a sequence, without acks: the caller keeps the position. With
+   * `deadLetterAs` (the reading actor) a message that does not decode is also copied to the dead-letter subject
+   * with the reason (once per message, whoever reads it: the copy's msg-id is the original's sequence).
+   */
+  reader(fromSeq: number, o: { deadLetterAs?: string } = {}): MsgpackReader<S> {
+    return new MsgpackReader(this, new StreamReader(this.wire.js, { stream: this.spec.stream, subject: this.spec.subject, fromSeq }), o.deadLetterAs);
+  }
+
+  /** Copies a message that does not decode to rs.<run>.dlq with the reason. */
+  deadLetter(msg: JsMsg, reason: string, actor: string): Promise<void> {
+    return deadLetter(this.wire.js, this.wire.names.subjects.dlq, msg, `${this.spec.what}: ${reason}`, actor);
   }
 
   /** Messages the durable consumer has not finished (pending + delivered and unacked); null if unknown. */
@@ -96,6 +106,7 @@ export class MsgpackReader<S extends z.ZodType> {
   constructor(
     private readonly channel: MsgpackChannel<S>,
     private readonly reader: StreamReader,
+    private readonly deadLetterAs?: string,
   ) {}
 
   /** Sequence of the next message this reader returns. */
@@ -110,7 +121,9 @@ export class MsgpackReader<S extends z.ZodType> {
     try {
       return { seq: msg.seq, value: await this.channel.decodeMessage(msg) };
     } catch (e) {
-      return { seq: msg.seq, error: (e as Error).message };
+      const error = (e as Error).message;
+      if (this.deadLetterAs !== undefined) await this.channel.deadLetter(msg, error, this.deadLetterAs);
+      return { seq: msg.seq, error };
     }
   }
 

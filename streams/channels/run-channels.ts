@@ -13,6 +13,7 @@ import {
   type TaskChannel,
 } from "./control-channels.js";
 import { DeadLetterChannel } from "./dead-letter-channel.js";
+import { groupChannel, replayChannel, stepChannel, type GroupChannel, type ReplayChannel, type StepChannel } from "./feedback-channels.js";
 import { ScoredChannel } from "./scored-channel.js";
 import { WeightsChannel } from "./weights-channel.js";
 
@@ -25,6 +26,9 @@ export class RunChannels {
   readonly restore: RestoreChannel;
   readonly eval: EvalChannel;
   readonly deadLetters: DeadLetterChannel;
+  readonly groups: GroupChannel;
+  readonly steps: StepChannel;
+  readonly replays: ReplayChannel;
 
   constructor(readonly wire: Wire) {
     this.tasks = taskChannel(wire);
@@ -35,8 +39,12 @@ export class RunChannels {
     this.restore = new RestoreChannel(wire);
     this.eval = evalChannel(wire);
     this.deadLetters = new DeadLetterChannel(wire);
+    this.groups = groupChannel(wire);
+    this.steps = stepChannel(wire);
+    this.replays = replayChannel(wire);
   }
 
+  /** Display only: nothing decides anything from a metrics event. */
   metrics(actor: string): MetricsChannel {
     return metricsChannel(this.wire, actor);
   }

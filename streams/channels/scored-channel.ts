@@ -24,18 +24,6 @@ export interface ScoredBatchInfo {
   producer: string;
 }
 
-/**
- * The stream sequences one learner step trained on, as its step event carries them (label `seqs`,
- * comma-separated): under rl.staleness pace replay and a restored learner follow them.
- */
-export function formatStepSeqs(seqs: readonly number[]): string {
-  return seqs.join(",");
-}
-
-export function parseStepSeqs(label: string): number[] {
-  return label === "" ? [] : label.split(",").map(Number);
-}
-
 export class ScoredChannel {
   constructor(private readonly wire: Wire) {}
 

@@ -2,7 +2,7 @@
 // the older normalizeAdvantage switch from contradicting rl.advantage.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { groupAdvantages } from "../../actors/runtime/advantages.js";
+import { groupAdvantages } from "../../rl/advantages.js";
 import { advantageKindOf, parseRunConfig } from "../../actors/runtime/config.js";
 
 const close = (a: number[], b: number[]) => a.length === b.length && a.every((x, i) => Math.abs(x - b[i]!) < 1e-12);

@@ -3,11 +3,11 @@
 // reproductions, with tolerances of four standard deviations around the rate the sampler must give.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { applyGroups, chooseExample, emptyStats, inBand, MAX_SCAN, quotaEnvironment, quotaProblems } from "../../actors/orchestrator/difficulty-pool.js";
+import { applyGroups, chooseExample, emptyStats, inBand, MAX_SCAN, quotaEnvironment, quotaProblems } from "../../rl/difficulty-pool.js";
 import { crossFieldProblems } from "../../actors/runtime/config.js";
 import type { LoadedEnvironment } from "../../actors/runtime/environments.js";
 import { mulberry32 } from "../helpers/rng.js";
-import { lengthBucket, tallyStaleness } from "../../actors/learner/staleness-metrics.js";
+import { lengthBucket, tallyStaleness } from "../../rl/staleness-tally.js";
 import type { RolloutRow } from "../../streams/index.js";
 
 const BAND: [number, number] = [0.1, 0.9];
@@ -131,12 +131,26 @@ test("the learner's staleness tally: by environment and length quarter of maxTok
     ["q1", "q1", "q2", "q2", "q3", "q3", "q4", "q4"],
   );
   const t = tallyStaleness(5, [row("a@1", 2, 5), row("a@1", 16, 4), row("b@1", 16, 3)], [row("b@1", 16, 1)], 16);
-  assert.equal(t.values["trained.env.a@1"], 2);
-  assert.equal(t.values["delayed.env.a@1"], 1);
-  assert.equal(t.values["delayed.env.b@1"], 1);
-  assert.equal(t.values["droppedStale.env.b@1"], 1);
+  const sum = (pick: (c: (typeof t.cells)[number]) => boolean) => t.cells.filter(pick).reduce((n, c) => n + c.count, 0);
+  assert.equal(
+    sum((c) => c.outcome === "trained" && c.env === "a@1"),
+    2,
+  );
+  assert.equal(
+    sum((c) => c.outcome === "delayed" && c.env === "a@1"),
+    1,
+  );
+  assert.equal(
+    sum((c) => c.outcome === "delayed" && c.env === "b@1"),
+    1,
+  );
+  assert.equal(
+    sum((c) => c.outcome === "droppedStale" && c.env === "b@1"),
+    1,
+  );
+  assert.deepEqual(t.rows, { trained: 3, delayed: 2, droppedStale: 1 });
   assert.deepEqual(
-    ["q1", "q2", "q3", "q4"].map((q) => [t.values[`trained.len.${q}`], t.values[`delayed.len.${q}`], t.values[`droppedStale.len.${q}`]]),
+    ["q1", "q2", "q3", "q4"].map((q) => (["trained", "delayed", "droppedStale"] as const).map((o) => sum((c) => c.outcome === o && c.length === q))),
     [
       [1, 0, 0],
       [0, 0, 0],

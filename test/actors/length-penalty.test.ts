@@ -2,8 +2,8 @@
 // recomputed advantages including the penalty each row recorded (the control: without it they differ).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../../actors/runtime/length-penalty.js";
-import { groupAdvantages } from "../../actors/runtime/advantages.js";
+import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../../rl/length-penalty.js";
+import { groupAdvantages } from "../../rl/advantages.js";
 import { parseRunConfig } from "../../actors/runtime/config.js";
 import { withAdvantages } from "../../cli/replay/advantages.js";
 import { validRow } from "../helpers/rollout-fixtures.js";

@@ -13,6 +13,7 @@ import { ActorLauncher } from "../../deploy/local/launcher.js";
 import { parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
 import { ensureTopology, type Topology } from "../../streams/topology.js";
 import { RunState } from "../../streams/run-state.js";
+import { decodeMsgpack, GroupOutcomeSchema, StepRecordSchema, type GroupOutcome, type StepRecord } from "../../streams/index.js";
 
 /** The compiled CLI entry next to this compiled file (dist/ or dist-*). */
 export const cliMain = resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "cli", "main.js");
@@ -100,6 +101,18 @@ export async function storedMessages(jsm: JetStreamManager, stream: string, subj
     if (m && (subject === undefined || m.subject === subject)) out.push(m);
   }
   return out;
+}
+
+/** The learner's step records stored in the run's events stream, in stream order. */
+export async function storedSteps(run: RunFixture): Promise<StepRecord[]> {
+  const t = run.topology;
+  return (await storedMessages(t.jsm, t.names.streams.events, t.names.subjects.steps)).map((m) => decodeMsgpack(StepRecordSchema, m.data, "step record"));
+}
+
+/** The reward actor's group outcomes stored in the run's events stream, in stream order. */
+export async function storedOutcomes(run: RunFixture): Promise<GroupOutcome[]> {
+  const t = run.topology;
+  return (await storedMessages(t.jsm, t.names.streams.events, t.names.subjects.groups)).map((m) => decodeMsgpack(GroupOutcomeSchema, m.data, "group outcome"));
 }
 
 /**

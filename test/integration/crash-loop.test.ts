@@ -8,20 +8,16 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { cliMain, startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, startRun, storedMessages, storedSteps, waitUntil } from "../helpers/run-fixture.js";
 import { ActorLauncher } from "../../deploy/local/launcher.js";
 import { encodeRolloutBatch, decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { ROLLOUT_SCHEMA_VERSION } from "../../streams/rollout-schema.js";
-import { decodeMsgpack, Hdr, MetricsEventSchema, StateKeys } from "../../streams/index.js";
+import { Hdr, StateKeys } from "../../streams/index.js";
 import { testSampling, validRow } from "../helpers/rollout-fixtures.js";
 import type { RunFixture } from "../helpers/run-fixture.js";
 
-async function learnerSteps(run: RunFixture) {
-  return (await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.metrics("learner")))
-    .map((m) => decodeMsgpack(MetricsEventSchema, m.data))
-    .filter((e) => e.kind === "step");
-}
+const learnerSteps = storedSteps;
 
 async function deadLetters(run: RunFixture) {
   return (await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.dlq)).map((m) => ({
@@ -76,7 +72,7 @@ test("a message that kills its actor every time is set aside after a few deaths;
       [...new Set(steps.map((s) => s.step))].sort((a, b) => a! - b!),
       [1, 2, 3, 4, 5, 6],
     );
-    for (const s of steps) assert.ok((s.values["samples"] ?? 0) >= 8, `step ${s.step}: ${s.values["samples"]} samples`);
+    for (const s of steps) assert.ok(s.rows.trained >= 8, `step ${s.step}: ${s.rows.trained} samples`);
   } finally {
     await run.close();
   }
@@ -142,8 +138,8 @@ test("a batch that breaks the training step is tried alone, dead-lettered, and t
     const steps = await learnerSteps(run);
     assert.equal(steps.length, 3);
     for (const s of steps) {
-      assert.ok((s.values["samples"] ?? 0) >= 8, `step ${s.step} trained on a full batch`);
-      assert.ok(Number.isFinite(s.values["loss"]), `step ${s.step} loss ${s.values["loss"]} is finite`);
+      assert.ok(s.rows.trained >= 8, `step ${s.step} trained on a full batch`);
+      assert.ok(Number.isFinite(s.loss), `step ${s.step} loss ${s.loss} is finite`);
     }
   } finally {
     await run.close();

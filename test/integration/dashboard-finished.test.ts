@@ -1,7 +1,7 @@
 // The dashboard of a finished run with no server up, as a user starts it: `rollstream train` ran to the end
 // and stopped its own nats-server, `rollstream replay` re-ran two steps, then `rollstream dashboard --run R`
 // serves the run's stored streams itself. In a real chromium: every chart renders, the plotted loss equals
-// the run's metrics.jsonl, the rollout browser's newest group matches the stored stream (text and rewards),
+// the run's steps.jsonl, the rollout browser's newest group matches the stored stream (text and rewards),
 // the token view renders with the learner's logprobs, filters narrow the list, and the replay shows up.
 // Ctrl-C stops the dashboard and the nats-server it started.
 import { test } from "node:test";
@@ -17,7 +17,7 @@ import { connect } from "@nats-io/transport-node";
 import { cliMain, storedMessages, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { writeSpreadEnv } from "../helpers/spread-env.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
-import { runNames } from "../../streams/index.js";
+import { runNames, StepRecordSchema } from "../../streams/index.js";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
 import { jetstreamManager } from "@nats-io/jetstream";
 
@@ -88,12 +88,12 @@ test("the dashboard of a finished run serves its stored streams with no server u
       charts.every(([, canvas]) => canvas),
       "every chart has a canvas",
     );
-    // The plotted loss is metrics.jsonl's, step by step (the last record of a step wins, as replay reads it).
+    // The plotted loss is steps.jsonl's, step by step (the last record of a step wins, as replay reads it).
     const recorded = new Map<number, number>();
-    for (const line of readFileSync(join(dir, "done", "metrics.jsonl"), "utf8").split("\n")) {
+    for (const line of readFileSync(join(dir, "done", "steps.jsonl"), "utf8").split("\n")) {
       if (!line) continue;
-      const e = JSON.parse(line) as { actor: string; kind: string; step?: number; values: Record<string, number> };
-      if (e.actor === "learner" && e.kind === "step" && e.step !== undefined) recorded.set(e.step, e.values["loss"]!);
+      const r = StepRecordSchema.parse(JSON.parse(line));
+      recorded.set(r.step, r.loss);
     }
     const loss = (await series(page, "loss"))!;
     assert.deepEqual(loss[0], [...recorded.keys()]);

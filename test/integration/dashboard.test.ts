@@ -7,8 +7,8 @@ import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { launchChromium } from "../helpers/chromium.js";
-import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
-import { decodeMsgpack, MetricsEventSchema, StateKeys } from "../../streams/index.js";
+import { startRun, storedMessages, storedSteps, waitUntil } from "../helpers/run-fixture.js";
+import { StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { startDashboard } from "../../cli/dashboard/server.js";
 import { createTokenizer } from "../../actors/runtime/model-factory.js";
@@ -55,9 +55,7 @@ test("the dashboard renders a run's charts, rollouts, token view and dead letter
       "every chart has a canvas",
     );
     // The plotted loss is the learner's record, step by step.
-    const recorded = (await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.metrics("learner")))
-      .map((m) => decodeMsgpack(MetricsEventSchema, m.data))
-      .filter((e) => e.kind === "step");
+    const recorded = await storedSteps(run);
     const plotted = (await page.evaluate(() => (window as unknown as { __series: Record<string, [number[], number[]]> }).__series["loss"])) as [
       number[],
       number[],
@@ -68,7 +66,7 @@ test("the dashboard renders a run's charts, rollouts, token view and dead letter
     );
     assert.deepEqual(
       plotted[1],
-      recorded.map((e) => e.values["loss"]),
+      recorded.map((e) => e.loss),
     );
     const evalCurve = (await page.evaluate(() => (window as unknown as { __series: Record<string, [number[], number[]]> }).__series["evalPassAt1"])) as [
       number[],

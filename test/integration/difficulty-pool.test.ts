@@ -9,8 +9,9 @@ import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { TaskSchema } from "../../streams/messages.js";
 import { RunChannels, StateKeys, type PoolStats } from "../../streams/index.js";
-import { chooseExample, inBand, quotaEnvironment } from "../../actors/orchestrator/difficulty-pool.js";
+import { chooseExample, inBand, quotaEnvironment } from "../../rl/difficulty-pool.js";
 import { loadRunEnvironments } from "../../actors/runtime/environments.js";
+import { outcomeOf } from "../helpers/feedback-fixtures.js";
 
 const BAND: [number, number] = [0.1, 0.9];
 
@@ -77,15 +78,8 @@ test("the orchestrator dispatches what the pool sampler chooses from KV, keeps t
         assert.deepEqual(inStep.sort(), ["a", "a", "b"], `step ${step}`);
       }
       // A scored group moves its example's running pass rate (decay 0.5), once.
-      const rewardEvents = new RunChannels(run.topology.wire).metrics("reward");
-      await rewardEvents.publish({
-        actor: "reward",
-        kind: "group",
-        time: Date.now(),
-        step: 0,
-        values: { exampleIndex: 1, passRate: 1, filtered: 0 },
-        labels: { env: tasks[0]!.env, envKey: "a", task: tasks[0]!.taskId },
-      });
+      const groups = new RunChannels(run.topology.wire).groups;
+      await groups.publish(outcomeOf(tasks[0]!, { envKey: "a", step: 0, exampleIndex: 1, passRate: 1, rewards: [1, 1] }));
       await waitUntil("stats updated", async () => (await run.state.get(StateKeys.poolStats))?.envs["a"]?.["1"]?.[0] === 3, 20_000, `${run.dir}/logs`);
       assert.deepEqual((await run.state.get(StateKeys.poolStats))!.envs["a"]!["1"], [3, 0.75]);
       await run.state.put(StateKeys.learnerStep, 10);

@@ -5,13 +5,13 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { encode } from "@msgpack/msgpack";
-import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, storedSteps, waitUntil } from "../helpers/run-fixture.js";
 import { mulberry32 } from "../helpers/rng.js";
 import { encodeRolloutBatch, encodeRolloutBatchUnchecked } from "../../streams/arrow-codec.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
 import { arithmeticTask, testSampling, validRollout, validRow } from "../helpers/rollout-fixtures.js";
-import { decodeMsgpack, Hdr, MetricsEventSchema, StateKeys } from "../../streams/index.js";
+import { Hdr, StateKeys } from "../../streams/index.js";
 
 const sampling = testSampling;
 type Obj = Record<string, unknown>;
@@ -108,11 +108,9 @@ test("seeded corruptions of every consumed message type are all dead-lettered; t
     assert.equal(dead.length, published, `${dead.length} dead letters for ${published} corrupt messages`);
     const fromSubjects = new Set(dead.map((m) => m.header?.get(Hdr.originalSubject)));
     assert.deepEqual([...fromSubjects].sort(), [subjects.rolloutsRaw, subjects.rolloutsScored, subjects.tasks].sort(), "every message type was exercised");
-    const steps = (await storedMessages(run.topology.jsm, run.topology.names.streams.events, subjects.metrics("learner")))
-      .map((m) => decodeMsgpack(MetricsEventSchema, m.data))
-      .filter((e) => e.kind === "step");
+    const steps = await storedSteps(run);
     assert.equal(steps.length, 3, "every step trained");
-    for (const e of steps) assert.ok((e.values["samples"] ?? 0) >= 8);
+    for (const e of steps) assert.ok(e.rows.trained >= 8);
   } finally {
     await run.close();
   }

@@ -5,7 +5,7 @@ import { startRun, waitUntil } from "../helpers/run-fixture.js";
 import { encodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
-import { MetricsEventSchema, type MetricsEvent } from "../../streams/messages.js";
+import { StepRecordSchema, type StepRecord } from "../../streams/index.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 
 function rows(version: number, tag: string, reward: (i: number) => number): RolloutRow[] {
@@ -48,10 +48,10 @@ test("stale samples are dropped and counted; dead-lettered batches do not stop t
     checkpoint: { interval: 1, keepLast: 2, keepVersions: 2 },
   });
   try {
-    const events: MetricsEvent[] = [];
-    const sub = run.nc.subscribe(run.topology.names.subjects.metrics("learner"));
+    const events: StepRecord[] = [];
+    const sub = run.nc.subscribe(run.topology.names.subjects.steps);
     (async () => {
-      for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data));
+      for await (const m of sub) events.push(decodeMsgpack(StepRecordSchema, m.data));
     })();
     const scored = run.topology.names.subjects.rolloutsScored;
     const pub = (r: RolloutRow[], id: string) =>
@@ -82,19 +82,19 @@ test("stale samples are dropped and counted; dead-lettered batches do not stop t
     ); // step 3
     run.launcher.start({ name: "checkpoint", replica: 0 });
     run.launcher.start({ name: "learner", replica: 0 });
-    await waitUntil("3 learner steps", () => events.filter((e) => e.kind === "step").length >= 3, 60_000, `${run.dir}/logs`);
-    const steps = events.filter((e) => e.kind === "step").sort((a, b) => a.step! - b.step!);
+    await waitUntil("3 learner steps", () => events.length >= 3, 60_000, `${run.dir}/logs`);
+    const steps = [...events].sort((a, b) => a.step - b.step);
     assert.deepEqual(
       steps.map((e) => e.step),
       [1, 2, 3],
     );
     assert.deepEqual(
-      steps.map((e) => e.values.droppedStale),
+      steps.map((e) => e.rows.droppedStale),
       [0, 4, 0],
     );
-    assert.equal(steps[2]!.values.droppedStaleTotal, 4);
+    assert.equal(steps[2]!.droppedStaleTotal, 4);
     assert.deepEqual(
-      steps.map((e) => e.values.samples),
+      steps.map((e) => e.rows.trained),
       [4, 4, 4],
     );
     const dlq = await run.topology.jsm.streams.getMessage(run.topology.names.streams.events, { last_by_subj: run.topology.names.subjects.dlq });

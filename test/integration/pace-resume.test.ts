@@ -8,10 +8,10 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, storedSteps, waitUntil } from "../helpers/run-fixture.js";
 import { writeTimedEnv } from "../helpers/slow-env.js";
 import { testSampling } from "../helpers/rollout-fixtures.js";
-import { decodeMsgpack, MetricsEventSchema, StateKeys } from "../../streams/index.js";
+import { StateKeys } from "../../streams/index.js";
 
 test("a restored learner under pace redoes its lost steps on the messages its earlier life recorded, bit-exactly", async () => {
   const dir = mkdtempSync(join(tmpdir(), "rs-pace-resume-envs-"));
@@ -51,10 +51,9 @@ test("a restored learner under pace redoes its lost steps on the messages its ea
     run.launcher.start({ name: "learner", replica: 1 });
     await waitUntil("the run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 180_000, `${run.dir}/logs`);
 
-    const stored = await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.metrics("learner"));
-    const steps = stored.map((m) => decodeMsgpack(MetricsEventSchema, m.data)).filter((e) => e.kind === "step");
+    const steps = await storedSteps(run);
     const byStep = new Map<number, { loss: number; seqs: string }[]>();
-    for (const e of steps) byStep.set(e.step!, [...(byStep.get(e.step!) ?? []), { loss: e.values["loss"]!, seqs: e.labels!["seqs"]! }]);
+    for (const e of steps) byStep.set(e.step, [...(byStep.get(e.step) ?? []), { loss: e.loss, seqs: e.seqs.join(",") }]);
     const redone = [...byStep.entries()].filter(([, lives]) => lives.length > 1);
     assert.ok(redone.length > 0, "the kill landed between checkpoints: some steps were done twice");
     for (const [step, lives] of redone) {

@@ -2,12 +2,11 @@
 // `rollstream replay` reproduces the recorded losses from a checkpoint over the stored stream.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { startRun, waitUntil, replayInProcess } from "../helpers/run-fixture.js";
-import { StateKeys } from "../../streams/index.js";
+import { StateKeys, StepRecordSchema, type StepRecord } from "../../streams/index.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
-import { MetricsEventSchema, type MetricsEvent } from "../../streams/messages.js";
 
 test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay reproduces the losses", async () => {
   const run = await startRun("resume", {
@@ -16,10 +15,10 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     checkpoint: { interval: 4, keepLast: 3, keepVersions: 3 },
   });
   try {
-    const events: MetricsEvent[] = [];
-    const sub = run.nc.subscribe(run.topology.names.subjects.metrics("learner"));
+    const events: StepRecord[] = [];
+    const sub = run.nc.subscribe(run.topology.names.subjects.steps);
     (async () => {
-      for await (const m of sub) events.push(decodeMsgpack(MetricsEventSchema, m.data));
+      for await (const m of sub) events.push(decodeMsgpack(StepRecordSchema, m.data));
     })();
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
     // Kill between checkpoints (3 of every 4 steps), so the restored learner has steps to redo.
@@ -34,7 +33,7 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     );
     process.kill(run.launcher.pid("learner", 0)!, "SIGKILL");
     await new Promise((r) => setTimeout(r, 200));
-    const stepsBeforeKill = new Set(events.filter((e) => e.kind === "step").map((e) => e.step!)).size;
+    const stepsBeforeKill = new Set(events.map((e) => e.step)).size;
     run.launcher.start({ name: "learner", replica: 1 });
     await waitUntil(
       "16 steps and the final checkpoint",
@@ -45,7 +44,7 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
     sub.unsubscribe();
 
     const byStep = new Map<number, number[]>();
-    for (const e of events.filter((x) => x.kind === "step")) byStep.set(e.step!, [...(byStep.get(e.step!) ?? []), e.values.loss!]);
+    for (const e of events) byStep.set(e.step, [...(byStep.get(e.step) ?? []), e.loss]);
     const redone = [...byStep.entries()].filter(([, l]) => l.length > 1);
     const restoredLine = readFileSync(join(run.dir, "logs", "learner-1.log"), "utf8")
       .split("\n")
@@ -64,9 +63,7 @@ test("a SIGKILLed learner resumes from its checkpoint bit-exactly, and replay re
       Array.from({ length: 16 }, (_, i) => i + 1),
     );
 
-    // What `rollstream train` records, then replay from the oldest kept checkpoint.
-    const runDir = join(run.dir, "resume");
-    writeFileSync(join(runDir, "metrics.jsonl"), events.map((e) => JSON.stringify(e)).join("\n") + "\n");
+    // Replay from the oldest kept checkpoint, against the step records on rs.<run>.steps.
     const { code, lines, rows } = await replayInProcess({ config: run.configPath, steps: "2", nats: run.nats.url });
     assert.equal(code, 0, lines.join("\n"));
     assert.equal(rows.length, 2);

@@ -5,11 +5,11 @@
 // the run (the learner's kernels threw, it restarted onto the same batch, and gave up).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, storedSteps, waitUntil } from "../helpers/run-fixture.js";
 import { encodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { ContentType, makeHeaders } from "../../streams/headers.js";
 import { ROLLOUT_SCHEMA_VERSION, type RolloutRow } from "../../streams/rollout-schema.js";
-import { decodeMsgpack, Hdr, MetricsEventSchema, RunChannels, StateKeys, type RawRollout } from "../../streams/index.js";
+import { Hdr, RunChannels, StateKeys, type RawRollout } from "../../streams/index.js";
 import { arithmeticTask, testSampling, validRollout, validRow } from "../helpers/rollout-fixtures.js";
 
 const sampling = testSampling;
@@ -78,11 +78,9 @@ test("wrong-but-well-formed raw groups and scored batches are dead-lettered with
       );
     assert.equal(dead.length, expect.length, reasons.join("\n"));
     // The learner trained every step on clean rows only: each step's samples are exactly the batch size.
-    const steps = (await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.metrics("learner")))
-      .map((m) => decodeMsgpack(MetricsEventSchema, m.data))
-      .filter((e) => e.kind === "step");
+    const steps = await storedSteps(run);
     assert.equal(steps.length, 3);
-    for (const e of steps) assert.ok((e.values["samples"] ?? 0) >= 8, `step ${e.step} trained on a full batch of clean rows`);
+    for (const e of steps) assert.ok(e.rows.trained >= 8, `step ${e.step} trained on a full batch of clean rows`);
   } finally {
     await run.close();
   }

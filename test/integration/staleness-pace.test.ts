@@ -7,18 +7,18 @@
 // the bound, checked row by row against the stream sequences each step recorded, and nothing is dropped.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startRun, storedMessages, waitUntil, type RunFixture, replayInProcess } from "../helpers/run-fixture.js";
+import { startRun, storedSteps, waitUntil, type RunFixture, replayInProcess } from "../helpers/run-fixture.js";
 import { writeTimedEnv } from "../helpers/slow-env.js";
 import { testSampling } from "../helpers/rollout-fixtures.js";
-import { decodeMsgpack, MetricsEventSchema, RunChannels, StateKeys, type MetricsEvent } from "../../streams/index.js";
+import { RunChannels, StateKeys, type StepRecord } from "../../streams/index.js";
 
 const BOUND = 1;
 const STEPS = 6;
 
-async function withTimedRun(run: string, staleness: "drop" | "pace", body: (r: RunFixture, steps: MetricsEvent[], ms: number) => Promise<void>) {
+async function withTimedRun(run: string, staleness: "drop" | "pace", body: (r: RunFixture, steps: StepRecord[], ms: number) => Promise<void>) {
   const dir = mkdtempSync(join(tmpdir(), "rs-pace-envs-"));
   const before = process.env["ROLLSTREAM_ENV_PATH"];
   writeTimedEnv(dir, "slow", 1500);
@@ -44,8 +44,7 @@ async function withTimedRun(run: string, staleness: "drop" | "pace", body: (r: R
     const started = Date.now();
     for (const name of ["checkpoint", "learner", "orchestrator", "inference", "reward"]) r.launcher.start({ name, replica: 0 });
     await waitUntil("run done", async () => (await r.state.get(StateKeys.runStatus)) === "done", 180_000, `${r.dir}/logs`);
-    const stored = await storedMessages(r.topology.jsm, r.topology.names.streams.events, r.topology.names.subjects.metrics("learner"));
-    const steps = stored.map((m) => decodeMsgpack(MetricsEventSchema, m.data)).filter((e) => e.kind === "step");
+    const steps = await storedSteps(r);
     await body(r, steps, Date.now() - started);
   } finally {
     if (before === undefined) delete process.env["ROLLSTREAM_ENV_PATH"];
@@ -55,10 +54,22 @@ async function withTimedRun(run: string, staleness: "drop" | "pace", body: (r: R
   }
 }
 
-const total = (steps: MetricsEvent[], key: string) => steps.reduce((s, e) => s + (e.values[key] ?? 0), 0);
+type Outcome = StepRecord["cells"][number]["outcome"];
+/** Rows of an outcome over the steps, of one environment or length quarter when given (from the steps' staleness cells). */
+const total = (steps: StepRecord[], outcome: Outcome, where: { env?: string; length?: string } = {}) =>
+  steps.reduce(
+    (n, e) =>
+      n +
+      e.cells
+        .filter((c) => c.outcome === outcome && (where.env === undefined || c.env === where.env) && (where.length === undefined || c.length === where.length))
+        .reduce((k, c) => k + c.count, 0),
+    0,
+  );
+const SLOW = { env: "slow@1.0.0" };
+const FAST = { env: "fast@1.0.0" };
 
-const figures = (steps: MetricsEvent[], ms: number) =>
-  `${ms} ms; trained ${total(steps, "samples")}, dropped ${total(steps, "droppedStale")} (slow ${total(steps, "droppedStale.env.slow@1.0.0")}), delayed ${total(steps, "delayed.env.slow@1.0.0") + total(steps, "delayed.env.fast@1.0.0")}, mean staleness ${(steps.reduce((s, e) => s + e.values["stalenessMean"]!, 0) / steps.length).toFixed(2)}`;
+const figures = (steps: StepRecord[], ms: number) =>
+  `${ms} ms; trained ${total(steps, "trained")}, dropped ${total(steps, "droppedStale")} (slow ${total(steps, "droppedStale", SLOW)}), delayed ${total(steps, "delayed", SLOW) + total(steps, "delayed", FAST)}, mean staleness ${(steps.reduce((s, e) => s + e.stalenessMean, 0) / steps.length).toFixed(2)}`;
 
 test("pace: no sample is ever trained past maxOffPolicySteps, stragglers are waited for rather than dropped; replay follows the recorded steps", async (t) => {
   await withTimedRun("pace", "pace", async (r, steps, ms) => {
@@ -67,11 +78,11 @@ test("pace: no sample is ever trained past maxOffPolicySteps, stragglers are wai
     const channels = new RunChannels(r.topology.wire);
     let rows = 0;
     for (const e of steps) {
-      const version = e.step! - 1;
-      assert.equal(e.labels?.["staleness"], "pace");
-      assert.ok(e.values["stalenessMax"]! <= BOUND, `step ${e.step}: staleness ${e.values["stalenessMax"]}`);
+      const version = e.step - 1;
+      assert.equal(e.staleness, "pace");
+      assert.ok(e.stalenessMax <= BOUND, `step ${e.step}: staleness ${e.stalenessMax}`);
       // Independently of the learner's own figures: the messages it recorded, row by row.
-      const seqs = e.labels!["seqs"]!.split(",").map(Number);
+      const seqs = e.seqs;
       assert.ok(seqs.length >= 2, `step ${e.step} recorded ${seqs}`);
       for (const seq of seqs) {
         const m = await r.topology.jsm.streams.getMessage(r.topology.names.streams.rollouts, { seq });
@@ -80,17 +91,18 @@ test("pace: no sample is ever trained past maxOffPolicySteps, stragglers are wai
           rows++;
         }
       }
-      // Length buckets always present (zeros included).
-      for (const q of ["q1", "q2", "q3", "q4"]) assert.ok(`trained.len.${q}` in e.values);
+      assert.equal(e.rows.trained, total([e], "trained"), `step ${e.step}: every trained row is in a cell`);
     }
-    assert.equal(rows, total(steps, "samples"));
+    assert.equal(
+      rows,
+      steps.reduce((n, e) => n + e.rows.trained, 0),
+    );
     assert.equal(total(steps, "droppedStale"), 0, "pacing left nothing to drop in this scenario");
-    assert.ok(total(steps, "trained.env.slow@1.0.0") >= 4 * (STEPS - 1), `slow groups trained: ${total(steps, "trained.env.slow@1.0.0")}`);
+    assert.ok(total(steps, "trained", SLOW) >= 4 * (STEPS - 1), `slow groups trained: ${total(steps, "trained", SLOW)}`);
     // The pool's stats (band [0, 1]: every example in it) were kept from the reward actor's groups, for both environments.
     const stats = await r.state.get(StateKeys.poolStats);
     assert.ok(stats && Object.keys(stats.envs["slow"] ?? {}).length > 0 && Object.keys(stats.envs["fast"] ?? {}).length > 0, JSON.stringify(stats));
     // Replay from the oldest kept checkpoint takes the messages each step recorded and reproduces its losses.
-    writeFileSync(join(r.dir, "pace", "metrics.jsonl"), steps.map((e) => JSON.stringify(e)).join("\n") + "\n");
     const { code, lines, rows: replayed } = await replayInProcess({ config: r.configPath, steps: "2", nats: r.nats.url });
     assert.equal(code, 0, lines.join("\n"));
     assert.equal(replayed.length, 2, lines.join("\n"));
@@ -105,10 +117,14 @@ test("control: drop, under the same scenario, drops the slow environment's group
   await withTimedRun("dropctl", "drop", async (_r, steps, ms) => {
     t.diagnostic(`drop: ${figures(steps, ms)}`);
     assert.equal(steps.length, STEPS);
-    const droppedSlow = total(steps, "droppedStale.env.slow@1.0.0");
+    const droppedSlow = total(steps, "droppedStale", SLOW);
     assert.ok(droppedSlow >= 4, `slow samples dropped: ${droppedSlow}`);
-    assert.ok(droppedSlow > total(steps, "droppedStale.env.fast@1.0.0"), "the drops fall on the slow environment");
-    const byLength = ["q1", "q2", "q3", "q4"].reduce((s, q) => s + total(steps, `droppedStale.len.${q}`), 0);
-    assert.equal(byLength, total(steps, "droppedStale"), "every dropped sample is in a length bucket");
+    assert.ok(droppedSlow > total(steps, "droppedStale", FAST), "the drops fall on the slow environment");
+    const byLength = ["q1", "q2", "q3", "q4"].reduce((s, q) => s + total(steps, "droppedStale", { length: q }), 0);
+    assert.equal(
+      byLength,
+      steps.reduce((n, e) => n + e.rows.droppedStale, 0),
+      "every dropped sample is in a length bucket",
+    );
   });
 });

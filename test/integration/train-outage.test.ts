@@ -36,10 +36,10 @@ function writeConfig(dir: string, run: string): string {
   return cfgPath;
 }
 
-/** Learner step from the run's metrics file (train writes it; it survives the outage). */
+/** Learner step from the run's steps file (train writes it; it survives the outage). */
 function stepFromMetrics(dir: string, run: string): number {
   try {
-    const steps = [...readFileSync(join(dir, run, "metrics.jsonl"), "utf8").matchAll(/"actor":"learner","kind":"step","time":\d+,"step":(\d+)/g)];
+    const steps = [...readFileSync(join(dir, run, "steps.jsonl"), "utf8").matchAll(/"step":(\d+),/g)];
     return steps.length ? Number(steps[steps.length - 1]![1]) : 0;
   } catch {
     return 0;

@@ -10,11 +10,11 @@ import assert from "node:assert/strict";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { startRun, storedMessages, waitUntil, type RunFixture } from "../helpers/run-fixture.js";
+import { startRun, storedMessages, storedOutcomes, storedSteps, waitUntil, type RunFixture } from "../helpers/run-fixture.js";
 import { writeZeroVarianceEnv, ZERO_VARIANCE_NOISE } from "../helpers/zero-variance-env.js";
 import { testSampling } from "../helpers/rollout-fixtures.js";
 import { decodeMsgpack, MetricsEventSchema, RunChannels, StateKeys, type MetricsEvent, type RolloutRow } from "../../streams/index.js";
-import { groupAdvantages, isZeroVariance } from "../../actors/runtime/advantages.js";
+import { groupAdvantages, isZeroVariance } from "../../rl/advantages.js";
 
 const TOLERANCE = 1e-3;
 
@@ -99,37 +99,37 @@ test("the learner never trains on a zero-variance group, every step is full, and
       }
       assert.ok(informative + capped >= 8 && informative > capped, `${informative} informative and ${capped} capped groups for 4 steps of 2`);
 
-      const steps = await events(r, "learner", "step");
+      const steps = await storedSteps(r);
       assert.equal(steps.length, 4);
-      for (const s of steps) assert.equal(s.values["samples"], 8, `step ${s.step} trained on ${s.values["samples"]} samples`);
+      for (const s of steps) assert.equal(s.rows.trained, 8, `step ${s.step} trained on ${s.rows.trained} samples`);
 
       // Positive control: zero-variance groups arose (all-right ones, and all-wrong ones with a spread that
       // normalisation would have turned into ±1 advantages) and were left out.
-      const grouped = await events(r, "reward", "group");
-      const filtered = grouped.filter((e) => e.values["filtered"] === 1);
+      const grouped = await storedOutcomes(r);
+      const filtered = grouped.filter((e) => e.outcome === "filtered");
       assert.ok(filtered.length >= 2, `${filtered.length} groups left out`);
       assert.ok(
-        filtered.some((e) => (e.values["rewardSpread"] ?? 0) > 0),
+        filtered.some((e) => Math.max(...e.rewards) - Math.min(...e.rewards) > 0),
         "an all-wrong group with reward noise inside the tolerance was left out",
       );
       assert.ok(
-        filtered.every((e) => e.values["samples"] === 0 && !groups.has(e.labels!["task"]!)),
+        filtered.every((e) => e.rows === 0 && !groups.has(e.taskId)),
         "a left-out group never reached the scored stream",
       );
       // Each left-out group is replaced by a task one round deeper, which was rolled out and scored.
       const replaced = await events(r, "orchestrator", "replace");
       assert.ok(replaced.length >= 1 && replaced.length <= filtered.length, `${replaced.length} replacements for ${filtered.length} left-out groups`);
-      const seen = new Map(grouped.map((e) => [e.labels!["task"]!, e]));
+      const seen = new Map(grouped.map((e) => [e.taskId, e]));
       const replacements = [...seen.keys()].filter((t) => /~r\d+$/.test(t));
       assert.ok(replacements.length >= 1, "replacement tasks were rolled out and scored");
       for (const t of replacements) {
         const round = Number(/~r(\d+)$/.exec(t)![1]);
-        assert.equal(seen.get(t)!.values["round"], round, `${t} carries its round`);
+        assert.equal(seen.get(t)!.round, round, `${t} carries its round`);
         const parent = round === 1 ? t.replace(/~r1$/, "") : t.replace(/~r\d+$/, `~r${round - 1}`);
-        assert.equal(seen.get(parent)?.values["filtered"], 1, `${t} replaces ${parent}, which was left out`);
+        assert.equal(seen.get(parent)?.outcome, "filtered", `${t} replaces ${parent}, which was left out`);
       }
-      const byStepAndEnv = filtered.filter((e) => e.labels!["env"] === "zerovar@1.0.0" && e.step !== undefined);
-      assert.equal(byStepAndEnv.length, filtered.length, "left-out groups are counted by step and environment");
+      const byStepAndEnv = filtered.filter((e) => e.env === "zerovar@1.0.0");
+      assert.equal(byStepAndEnv.length, filtered.length, "left-out groups name their environment");
     },
   );
 });
@@ -151,12 +151,12 @@ test("an environment whose every group is zero-variance hits the replacement cap
       assert.match(taskId, /~r1$/, `${taskId} reached the learner before the cap`);
       assert.ok(rows.every((x) => x.advantage === 0 && x.reward <= ZERO_VARIANCE_NOISE * 1.01));
     }
-    const steps = await events(r, "learner", "step");
+    const steps = await storedSteps(r);
     assert.equal(steps.length, 2);
-    for (const s of steps) assert.equal(s.values["samples"], 8);
-    const grouped = await events(r, "reward", "group");
-    assert.ok(grouped.filter((e) => e.values["capHit"] === 1).length >= 4, "cap hits are counted");
-    assert.ok(grouped.filter((e) => e.values["filtered"] === 1).length >= 4, "first-round groups were left out");
+    for (const s of steps) assert.equal(s.rows.trained, 8);
+    const grouped = await storedOutcomes(r);
+    assert.ok(grouped.filter((e) => e.outcome === "capHit").length >= 4, "cap hits are counted");
+    assert.ok(grouped.filter((e) => e.outcome === "filtered").length >= 4, "first-round groups were left out");
     assert.match(readFileSync(join(r.dir, "logs", "reward-0.log"), "utf8"), /refill cap hit/);
   });
 });

@@ -1,7 +1,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { packSamples } from "../../kernels/packing.js";
-import { groupAdvantages } from "../../actors/runtime/advantages.js";
+import { groupAdvantages } from "../../rl/advantages.js";
 
 const sample = (p: number[], c: number[], mask: number[], adv = 0.5) => ({
   promptIds: p,

@@ -132,36 +132,37 @@ function rate(events, value, t0, windowMs) {
 }
 
 async function refreshCharts() {
-  const [learnerAll, reward, inference, evals, allResults, queues] = await Promise.all([
-    getJSON("/api/metrics/learner"),
+  const [learner, reward, inference, evals, allResults, queues] = await Promise.all([
+    getJSON("/api/steps"),
     getJSON("/api/metrics/reward"),
     getJSON("/api/metrics/inference"),
     getJSON("/api/evals"),
     getJSON("/api/eval/results"),
     getJSON("/api/queues"),
   ]);
-  const learner = learnerAll.filter((e) => e.kind === "step" && e.step !== undefined);
+  // The learner's StepRecords (rs.<run>.steps): typed fields, timings and the staleness tally's cells.
   const xs = learner.map((e) => e.step);
-  const v = (key) => learner.map((e) => e.values[key] ?? null);
+  const v = (key) => learner.map((e) => e[key] ?? null);
+  const cellSum = (e, outcome, length) => e.cells.filter((c) => c.outcome === outcome && c.length === length).reduce((n, c) => n + c.count, 0);
   for (const [key, title] of LEARNER) plot(key, title, xs, [{ label: key, values: v(key) }]);
   plot("stalenessMean", "staleness (policy versions behind)", xs, [
     { label: "mean", values: v("stalenessMean") },
     { label: "max", values: v("stalenessMax") },
   ]);
   // What staleness costs, by completion length (quarters of maxTokens): a bias against long samples shows here.
-  const lengthKeys = ["delayed", "droppedStale"].flatMap((o) => ["q1", "q2", "q3", "q4"].map((q) => `${o}.len.${q}`));
-  const present = lengthKeys.filter((k) => learner.some((e) => (e.values[k] ?? 0) > 0));
+  const lengthKeys = ["delayed", "droppedStale"].flatMap((o) => ["q1", "q2", "q3", "q4"].map((q) => [o, q]));
+  const present = lengthKeys.filter(([o, q]) => learner.some((e) => cellSum(e, o, q) > 0));
   if (present.length)
     plot(
       "staleByLength",
       "delayed / dropped samples by completion length (quarter of maxTokens)",
       xs,
-      present.map((k) => ({ label: k, values: v(k) })),
+      present.map(([o, q]) => ({ label: `${o}.len.${q}`, values: learner.map((e) => cellSum(e, o, q)) })),
     );
   plot("stepTime", "step time breakdown (ms)", xs, [
-    { label: "waiting for samples", values: v("waitMs") },
-    { label: "training", values: v("stepMs") },
-    { label: "publishing weights", values: v("publishMs") },
+    { label: "waiting for samples", values: learner.map((e) => e.timings.waitMs) },
+    { label: "training", values: learner.map((e) => e.timings.trainMs) },
+    { label: "publishing weights", values: learner.map((e) => e.timings.publishMs) },
   ]);
   // Reward and pass rate per environment, from the reward actor's group events.
   const groups = reward.filter((e) => e.kind === "group");
@@ -173,14 +174,15 @@ async function refreshCharts() {
   }
   // Tokens per second per actor, over 10 s windows of the run's clock.
   const tasks = inference.filter((e) => e.kind === "task");
-  const all = [...tasks, ...learner];
+  const trainedEvents = learner.map((e) => ({ time: e.time, values: { tokens: e.tokens } }));
+  const all = [...tasks, ...trainedEvents];
   if (all.length) {
     const t0 = Math.min(...all.map((e) => e.time));
     // About 40 windows over the run so far, each 1 s to 1 min long.
     const span = Math.max(...all.map((e) => e.time)) - t0;
     const W = Math.min(60_000, Math.max(1000, Math.round(span / 40 / 1000) * 1000));
     const gen = rate(tasks, "generatedTokens", t0, W);
-    const trained = rate(learner, "tokens", t0, W);
+    const trained = rate(trainedEvents, "tokens", t0, W);
     const windows = [...new Set([...gen.keys(), ...trained.keys()])].sort((a, b) => a - b);
     plot(
       "tokensPerSec",
@@ -550,25 +552,25 @@ async function refreshReplays() {
           el(
             "tbody",
             {},
-            ...s.steps.map((e) => {
-              const x = e.values;
+            ...s.steps.map((r) => {
               const verdict =
-                x.exact === 1
+                r.exact === true
                   ? "bit-exact"
-                  : x.exact === 0
-                    ? `differs: ${Number(x.maxRelDiff).toExponential(2)}${e.labels?.figure ? ` in ${e.labels.figure}` : ""}${x.backendMatched === 0 ? " (other backend)" : ""}`
+                  : r.exact === false
+                    ? `differs: ${Number(r.maxRelDiff).toExponential(2)}${r.figure ? ` in ${r.figure}` : ""}${r.backendMatched === 0 ? " (other backend)" : ""}`
                     : "no record";
+              const rec = r.recorded ?? {};
               return row(
-                e.step,
-                x.samples,
-                x["recorded.loss"],
-                x.loss,
-                x["recorded.gradNorm"],
-                x.gradNorm,
-                x["recorded.maskedFraction"],
-                x.maskedFraction,
-                x["recorded.entropy"],
-                x.entropy,
+                r.step,
+                r.samples,
+                rec.loss,
+                r.replayed.loss,
+                rec.gradNorm,
+                r.replayed.gradNorm,
+                rec.maskedFraction,
+                r.replayed.maskedFraction,
+                rec.entropy,
+                r.replayed.entropy,
                 s.setting ? "–" : verdict,
               );
             }),

@@ -1,9 +1,8 @@
 // Which policy versions the evaluator evaluates: v0 (what RL starts from), every eval.interval versions,
 // and the final one. Shared by the evaluator (what to do), the checkpoint actor (which weights it must
 // not prune before they are evaluated) and `train` (what to wait for and print).
-import type { RunConfig } from "./config.js";
 
-export function evalSchedule(config: Pick<RunConfig, "eval" | "rl">): number[] {
+export function evalSchedule(config: { eval: { interval: number }; rl: { steps: number } }): number[] {
   const out = new Set<number>([0, config.rl.steps]);
   const every = config.eval.interval;
   if (every > 0) for (let v = every; v < config.rl.steps; v += every) out.add(v);

@@ -7,10 +7,24 @@
 //
 // Deterministic: a choice depends only on the seed, the task index, the cursor and the stats as they stand in
 // KV (pool.cursor, pool.stats). The orchestrator chooses from the stored values, publishes the task (msg-id
-// dedupe), stores the cursor, and only then applies the reward actor's new group events to the stats, so a
+// dedupe), stores the cursor, and only then applies the new group outcomes to the stats, so a
 // restart between any two of those writes chooses the same example again.
-import { hash32, type LoadedEnvironment } from "../runtime/environments.js";
-import type { PoolCursor, PoolStats } from "../../streams/index.js";
+import { hash32 } from "./mixing.js";
+
+/** Per environment key, each example's [groups seen, running pass rate]; `seq` is the next group outcome to apply. */
+export interface PoolStats {
+  seq: number;
+  envs: Record<string, Record<string, [number, number]>>;
+}
+/** The next dataset position to consider: overall (`next`) and per environment key. */
+export interface PoolCursor {
+  next: number;
+  envs: Record<string, number>;
+}
+/** What the pool needs of an environment. */
+interface PoolEnvironment {
+  key: string;
+}
 
 export interface PoolSettings {
   band: [number, number];
@@ -19,8 +33,8 @@ export interface PoolSettings {
   quotas?: Record<string, number> | undefined;
 }
 
-/** One scored group as the reward actor's group event reports it. */
-export interface ScoredGroupEvent {
+/** One scored group, as its outcome on rs.<run>.groups reports it (seq: the outcome's stream sequence). */
+export interface ScoredGroup {
   seq: number;
   envKey: string;
   exampleIndex: number;
@@ -77,7 +91,7 @@ export function chooseExample(
 }
 
 /** The environment of regular task `index` under quotas: slot index mod (prompts per step), quotas taken in config order. */
-export function quotaEnvironment(envs: LoadedEnvironment[], quotas: Record<string, number>, index: number): LoadedEnvironment {
+export function quotaEnvironment<E extends PoolEnvironment>(envs: readonly E[], quotas: Record<string, number>, index: number): E {
   const perStep = Object.values(quotas).reduce((a, b) => a + b, 0);
   let slot = index % perStep;
   for (const e of envs) {
@@ -89,7 +103,7 @@ export function quotaEnvironment(envs: LoadedEnvironment[], quotas: Record<strin
 }
 
 /** The quotas' problems against the run's environments (keys that name none), as config-check would print them. */
-export function quotaProblems(envs: LoadedEnvironment[], quotas: Record<string, number>): string[] {
+export function quotaProblems<E extends PoolEnvironment>(envs: readonly E[], quotas: Record<string, number>): string[] {
   const keys = new Set(envs.map((e) => e.key));
   return Object.keys(quotas)
     .filter((k) => !keys.has(k))
@@ -97,7 +111,7 @@ export function quotaProblems(envs: LoadedEnvironment[], quotas: Record<string, 
 }
 
 /** Applies scored groups (in stream order) to the stats; returns the stats after them. */
-export function applyGroups(stats: PoolStats, groups: ScoredGroupEvent[], decay: number): PoolStats {
+export function applyGroups(stats: PoolStats, groups: ScoredGroup[], decay: number): PoolStats {
   const envs: PoolStats["envs"] = { ...stats.envs };
   let seq = stats.seq;
   for (const g of groups) {
