@@ -4,7 +4,7 @@
 //   - executions/s and latency at concurrency 1, 8, 64 and 256 (closed loop; each request is a fresh
 //     process forked in a reused warm sandbox, reset after the previous request), vs python3 -c at the
 //     same concurrency, with the whole machine's CPU per execution for both;
-//   - node executions at concurrency 8: the node fork server vs a node started per execution vs bare node -e;
+//   - node executions at concurrency 8 (forks of each sandbox's node fork server) vs bare node -e;
 //   - full runs: what fresh namespaces per execution cost at concurrency 64 (two new services, with and
 //     without isolation.freshNamespaces);
 //   - a code-RL scoring step: 128 samples x 10 unit tests through the code environment's rubric (one
@@ -537,8 +537,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       }
     }
 
-    // 2a. Node executions at concurrency 8: forks of the sandbox's warm node (nodeForkServer, the default)
-    // vs a node started ahead per execution (a second service with nodeForkServer: false) vs bare `node -e`.
+    // 2a. Node executions at concurrency 8: forks of the sandbox's node fork server vs bare `node -e`.
     {
       const total = quick ? 100 : 300;
       const nodeCode = "console.log(1)";
@@ -553,28 +552,16 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       const nodeWarmup = poolSize * 24;
       await closedLoop(8, nodeWarmup, nodeExec(client));
       const { value: f, busySeconds: fBusy } = await machineCpuDuring(() => closedLoop(8, total, nodeExec(client)));
-      const { value: o, busySeconds: oBusy } = await withSecondService(
-        "node",
-        { poolSize, nodeForkServer: false, hugePageText, pinHotPages, isolation: { freshNamespaces, perExecutionUid } },
-        async (other) => {
-          // No fork server, so nothing to move: one start-up round per pool sandbox is enough.
-          await closedLoop(8, poolSize * 2, nodeExec(other));
-          return machineCpuDuring(() => closedLoop(8, total, nodeExec(other)));
-        },
-      );
       await sleep(300);
       const { value: b, busySeconds: bBusy } = await machineCpuDuring(() => closedLoop(8, total, bareNode));
       out.node_c8_exec_per_s = r2(f.perSec);
       out.node_c8_p50_ms = r2(pct(f.lat, 0.5));
       out.node_c8_cpu_ms_per_exec = r2((fBusy * 1000) / total);
-      out.node_c8_started_per_s = r2(o.perSec);
-      out.node_c8_started_cpu_ms_per_exec = r2((oBusy * 1000) / total);
       out.node_c8_bare_per_s = r2(b.perSec);
       out.node_c8_bare_cpu_ms_per_exec = r2((bBusy * 1000) / total);
-      out.node_c8_ratio_vs_started = r2(f.perSec / o.perSec);
       out.node_c8_ratio_vs_bare = r2(f.perSec / b.perSec);
       print(
-        `node c8           ${out.node_c8_exec_per_s} exec/s p50 ${out.node_c8_p50_ms} ms, ${out.node_c8_cpu_ms_per_exec} ms CPU an execution (fork server) | a node started per execution ${out.node_c8_started_per_s} /s, ${out.node_c8_started_cpu_ms_per_exec} ms (${out.node_c8_ratio_vs_started}x) | bare node -e ${out.node_c8_bare_per_s} /s, ${out.node_c8_bare_cpu_ms_per_exec} ms (${out.node_c8_ratio_vs_bare}x)`,
+        `node c8           ${out.node_c8_exec_per_s} exec/s p50 ${out.node_c8_p50_ms} ms, ${out.node_c8_cpu_ms_per_exec} ms CPU an execution (fork server) | bare node -e ${out.node_c8_bare_per_s} /s, ${out.node_c8_bare_cpu_ms_per_exec} ms (${out.node_c8_ratio_vs_bare}x)`,
       );
     }
 

@@ -114,9 +114,7 @@ export class SandboxExecutor {
     const bwrap = findBwrap();
     const runtimes = resolveRuntimes(settings);
     const forkLoop = forkLoopLibrary();
-    const nodeFork = settings.nodeForkServer ? nodeForkLibrary() : null;
-    if (settings.nodeForkServer && !nodeFork)
-      log.warn("sandbox: the node fork server is not built (npm ci builds it: sandbox/supervisor/build.sh); each node execution starts a node");
+    const nodeFork = runtimes.node ? nodeForkLibrary() : null;
     const runtime = new RuntimeFolder(settings.workRoot, forkLoop, nodeFork);
     const extraBinds = [...new Set([...runtimes.python.extraBinds, ...(runtimes.node?.extraBinds ?? [])])];
     try {
@@ -139,9 +137,6 @@ export class SandboxExecutor {
         features: outcome.features,
         lines: [
           ...describeFeatures(outcome.features, uidPool ? [iso.hostUidBase, iso.hostUidBase + iso.hostUidCount] : undefined),
-          runtime.nodeForkServer
-            ? "node executions: forks of a warm node per sandbox (nodefork.node, node --single-threaded)"
-            : "node executions: a node started ahead per execution (nodefork.node not built, or nodeForkServer: false)",
           pinsHotPages(layout)
             ? "hot pages: each reused sandbox's pid 1 pins the pages a python execution writes, its node fork server those a node execution writes (copied at fork, not faulted in); each seals io_uring off before serving"
             : "hot pages: not pinned (pinHotPages: false, or maxExecsPerSandbox: 1)",
@@ -383,7 +378,6 @@ export class SandboxExecutor {
       isolation_fresh_namespaces: f.freshNamespaces ? 1 : 0,
       isolation_per_execution_uid: f.perExecutionUid ? 1 : 0,
       isolation_per_sandbox_uid: f.perSandboxHostUid ? 1 : 0,
-      node_fork_server: this.layout.runtime.nodeForkServer ? 1 : 0,
     };
   }
 

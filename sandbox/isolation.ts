@@ -72,10 +72,8 @@ export class RuntimeFolder {
   private readonly filterPaths = new Map<string, string>();
   private readonly base: string;
 
-  /** Whether node executions are forks of a zygote (/.rs/nodefork.node). */
-  readonly nodeForkServer: boolean;
-
-  constructor(workRoot: string, forkLoopSo: string, nodeForkSo: string | null = null) {
+  /** nodeForkSo: the node fork server's addon, null when no node is served. */
+  constructor(workRoot: string, forkLoopSo: string, nodeForkSo: string | null) {
     mkdirSync(workRoot, { recursive: true, mode: 0o711 });
     RuntimeFolder.removeStale(workRoot);
     this.base = mkdtempSync(join(workRoot, `svc-${process.pid}-`));
@@ -86,7 +84,6 @@ export class RuntimeFolder {
     writeFileSync(join(this.dir, "supervisor.py"), SUPERVISOR_PY, { mode: 0o644 });
     writeFileSync(join(this.dir, "boot.js"), NODE_BOOT_JS, { mode: 0o644 });
     copyFileSync(forkLoopSo, join(this.dir, "forkserver.so"));
-    this.nodeForkServer = nodeForkSo !== null;
     if (nodeForkSo) copyFileSync(nodeForkSo, join(this.dir, "nodefork.node"));
     const etc = (name: string, text: string) => writeFileSync(join(this.dir, "etc", name), text, { mode: 0o644 });
     etc("passwd", `root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nsandbox:x:${SANDBOX_UID}:${SANDBOX_UID}:sandbox:${WORK_DIR}:/bin/sh\n`);

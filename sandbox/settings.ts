@@ -132,12 +132,6 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
     ),
-  nodeForkServer: z
-    .boolean()
-    .default(true)
-    .describe(
-      "node executions are forks of one node per sandbox started ahead (the zygote: sandbox/supervisor/nodefork.c, built by npm ci) instead of a node started for each: ~3 ms instead of ~40 ms of CPU an execution. Node then runs with --single-threaded (no concurrent GC or compiler threads). With isolation.freshNamespaces each fork isolates itself as the C loop's executions do (one with request files is a node started for it). false, or not built: a node started ahead per execution",
-    ),
   hugePageText: z
     .boolean()
     .default(true)

@@ -4,7 +4,7 @@
 //   supervisor/supervisor.py  pid 1 of the sandbox (see its header for the control protocol)
 //   supervisor/boot.cjs       node's warm-start entry, mounted as /.rs/boot.js
 //   supervisor/build/forkserver.so  the supervisor's per-execution loop in C (forkserver.c)
-//   supervisor/build/nodefork.node  the node fork server's addon (nodefork.c), when built
+//   supervisor/build/nodefork.node  the node fork server's addon (nodefork.c)
 // tsc copies no non-TS files into dist/ or dist-*/, so they are read from the source tree, found by
 // walking up from this file to the package root (as kernels/native.ts finds kernels/build).
 import { existsSync, readFileSync } from "node:fs";
@@ -28,10 +28,14 @@ const DIR = supervisorDir();
 export const SUPERVISOR_PY = readFileSync(join(DIR, "supervisor.py"), "utf8");
 export const NODE_BOOT_JS = readFileSync(join(DIR, "boot.cjs"), "utf8");
 
-/** The node fork server's addon (supervisor/build.sh, run by npm ci), or null when it was not built. */
-export function nodeForkLibrary(): string | null {
+/** The node fork server's addon (supervisor/build.sh, run by npm ci); throws, naming the fix, when it was not built. */
+export function nodeForkLibrary(): string {
   const path = join(DIR, "build", "nodefork.node");
-  return existsSync(path) ? path : null;
+  if (!existsSync(path))
+    throw new Error(
+      `sandbox: ${path} is not built; run \`npm ci\` (or \`bash sandbox/supervisor/build.sh\`), which needs node's headers, or serve no node (sandbox.runtimes.node.enabled: false)`,
+    );
+  return path;
 }
 
 /** The C per-execution loop (supervisor/build.sh, run by npm ci); throws, naming the fix, when it was not built. */

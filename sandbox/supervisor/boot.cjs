@@ -1,10 +1,11 @@
 "use strict";
 // Runs INSIDE a sandbox as /.rs/boot.js (CommonJS there; .cjs here because the repo is "type": "module").
-//   boot.js            runs the program handed over on fd 3 as the main script of this node process. A
-//                      warm sandbox starts this ahead of time and it blocks in readSync (no CPU) until the
-//                      supervisor writes the program.
 //   boot.js --zygote   the node fork server (see nodefork.c): loads and warms what most programs use, then
-//                      forks one child per execution; each child runs its program exactly as above.
+//                      forks one child per execution; each child runs the program handed over on fd 3 as
+//                      its main script.
+//   boot.js            a node started for one execution (a fresh-namespace request with files, whose own
+//                      process must write them, or where the fork server could not start): runs its program
+//                      the same way.
 const fs = require("node:fs");
 const path = require("node:path");
 
@@ -159,9 +160,5 @@ function zygote() {
 if (process.argv[2] === "--zygote") {
   zygote();
 } else {
-  try {
-    fs.writeSync(4, "r");
-    fs.closeSync(4);
-  } catch {}
   runProgram();
 }

@@ -36,8 +36,6 @@ CPUS = sys.argv[3] if len(sys.argv) > 3 else ""
 REUSED = len(sys.argv) > 4 and sys.argv[4] == "reuse"
 BOOT_JS = "/.rs/boot.js"
 FORK_LOOP_SO = "/.rs/forkserver.so"
-# The node fork server's native half (nodefork.c), present when built and settings.nodeForkServer is on.
-NODE_FORK_SO = "/.rs/nodefork.node"
 # Fresh namespaces per execution (isolation.ts: freshNamespaces): the tmpfs folders each execution gets
 # and its seccomp filter. Out of the environment before any program can read it.
 FRESH_MOUNTS = os.environ.pop("RS_FRESH_MOUNTS", "")
@@ -674,39 +672,10 @@ def release_program(pid, lim, code_w, code):
     return startup
 
 class Warm:
-    """An interpreter started ahead of the request, blocked reading its program from fd 3: python, a fork of
-    this supervisor the C loop made (adopt); node, node running boot.js."""
-    @classmethod
-    def adopt(cls, lang, pid, code_w, in_w, fresh):
-        # One the C loop forked (see forkserver.c), handed over with a frame it does not serve.
-        self = cls.__new__(cls)
-        self.lang, self.pid, self.code_w, self.in_w, self.fresh = lang, pid, code_w, in_w, fresh
-        return self
-
-    def __init__(self, lang, fresh=False):
-        self.lang = lang
-        self.fresh = fresh
-        code_r, self.code_w = os.pipe()
-        in_r, self.in_w = os.pipe()
-        ready_r, ready_w = os.pipe()
-        for fd in (self.code_w, self.in_w, ready_r):
-            os.set_inheritable(fd, False)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                child_common(in_r, {3: code_r, 4: ready_w}, fresh)
-                exec_reset()
-                os.execv(NODE, [NODE, BOOT_JS])
-            finally:
-                os._exit(127)
-        self.pid = pid
-        for fd in (code_r, in_r, ready_w):
-            os.close(fd)
-        ok = os.read(ready_r, 1) == b"r"
-        os.close(ready_r)
-        if not ok:
-            self.discard()
-            raise OSError("warm %s worker failed to start" % lang)
+    """A python interpreter the C loop forked ahead of the request (forkserver.c), blocked reading its program
+    from fd 3, handed over with a frame the C loop does not serve."""
+    def __init__(self, pid, code_w, in_w, fresh):
+        self.lang, self.pid, self.code_w, self.in_w, self.fresh = "python", pid, code_w, in_w, fresh
 
     def launch(self, code, lim):
         startup = release_program(self.pid, lim, self.code_w, code)
@@ -841,7 +810,7 @@ class Zygote:
         exited.pop(self.pid, None)
 
 ZYGOTE = None  # the node fork server, once started
-ZYGOTE_FAILED = False  # it could not start here: node executions start a node each, without retrying
+ZYGOTE_FAILED = False  # it could not start here: each node execution is a node started for it, without retrying
 
 def zygote(pin=False):
     """The node fork server, started if need be (pin: it pins its hot pages and seals itself); None where it
@@ -850,7 +819,7 @@ def zygote(pin=False):
     if ZYGOTE is not None and not ZYGOTE.alive():
         ZYGOTE.discard()
         ZYGOTE = None
-    if ZYGOTE is None and not ZYGOTE_FAILED and NODE and os.path.exists(NODE_FORK_SO):
+    if ZYGOTE is None and not ZYGOTE_FAILED and NODE:
         try:
             ZYGOTE = Zygote(pin)
         except OSError as e:
@@ -898,7 +867,7 @@ def run_command(req, warm):
     startup_cpu = 0.0
     pid = None
     # Files of a fresh-namespace execution are written by its own process (child_files): not a fork's.
-    zyg = zygote() if lang == "node" and not (fresh and files) and (warm is None or warm.lang != "node") else None
+    zyg = zygote() if lang == "node" and not (fresh and files) else None
     if zyg is not None:
         try:
             pid, in_w, startup_cpu = zyg.launch(code, lim, fresh)
@@ -1019,16 +988,10 @@ def run_command(req, warm):
     return ("done", exit_code, sig, int(timed_out), int(killed), "%.3f" % cpu_ms, "%.3f" % wall_ms, nonce, "", clean)
 
 def prestart(lang):
-    # A python command's warm interpreter is the C loop's (serve_in_c).
-    if lang != "node" or not NODE:
-        return None
-    if zygote() is not None:
-        return None  # the fork server forks each execution when its request comes
-    try:
-        return Warm(lang, ISOLATE is not None and not SESSION)
-    except OSError as e:
-        print("rollstream sandbox: could not prestart %s: %s" % (lang, e), file=sys.stderr)
-        return None
+    # What the next command will find started: for node the fork server (it forks each execution when its
+    # request comes); a python command's warm interpreter is the C loop's (serve_in_c).
+    if lang == "node":
+        zygote()
 
 # In a survey child (pin_hot_pages): the C function that lists the pages it wrote, called after its program.
 SURVEY_REPORT = None
@@ -1136,7 +1099,7 @@ def serve_in_c(loop, fork_first):
     warm = None
     pid = loop["warm"](0)
     if pid > 0:
-        warm = Warm.adopt("python", pid, loop["warm"](1), loop["warm"](2), bool(loop["warm"](4)))
+        warm = Warm(pid, loop["warm"](1), loop["warm"](2), bool(loop["warm"](4)))
         loop["warm"](3)
     return split_fields(r), warm
 
@@ -1156,22 +1119,25 @@ def main():
     loop = LOOP = load_fork_loop()
     in_c = PRESTART == "python"
     if in_c:
-        load_site()  # before "ready", as Warm("python") does: a ready sandbox has its modules loaded
+        load_site()  # before "ready": a ready sandbox has its modules loaded
         if PIN_HOT and REUSED:
             pin_hot_pages(loop)
     # A node sandbox's fork server pins its own hot pages: started before the seal, it seals itself after.
     if not in_c and PRESTART == "node" and PIN_HOT and REUSED and SEAL_FILTER:
-        zygote(pin=True)  # only the fork server: a node started per execution is started after the seal (prestart)
+        zygote(pin=True)  # a server started later (one that died) starts after the seal below and inherits it
     if SEAL_FILTER and loop["seal"](SEAL_FILTER, len(SEAL_FILTER)) != 0:
         print("rollstream sandbox: could not load the seccomp filter that ends pid 1's start (settings.pinHotPages)", file=sys.stderr)
         os._exit(1)
-    warm = None if in_c else prestart(PRESTART)
+    if not in_c:
+        prestart(PRESTART)
     send("ready")
     while True:
+        warm = None
         if in_c:
             req, warm = serve_in_c(loop, True)
             if req == "node":
-                in_c, warm = False, prestart("node")
+                in_c = False
+                prestart("node")
                 continue
         else:
             req = recv()
@@ -1187,7 +1153,8 @@ def main():
         # forks a python one itself and serves the next command if it can.
         nxt = req[6].decode()
         in_c = nxt == "python"
-        warm = None if in_c else prestart(nxt)
+        if not in_c:
+            prestart(nxt)
     kill_all()
     os._exit(0)
 
