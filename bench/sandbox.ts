@@ -215,7 +215,7 @@ async function withSecondService<T>(name: string, settings: Record<string, unkno
   }
 }
 
-/** The kernel's transparent huge page mode ("always", "madvise", "never"): with "never", hugePageText moves nothing. */
+/** The kernel's transparent huge page mode ("always", "madvise", "never"): with "never", no interpreter's code moves onto huge pages. */
 function thpMode(): string {
   try {
     return /\[(\w+)\]/.exec(readFileSync("/sys/kernel/mm/transparent_hugepage/enabled", "utf8"))?.[1] ?? "unknown";
@@ -361,14 +361,11 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const freshNamespaces = process.env["SANDBOX_FRESH_NAMESPACES"] === "1";
   // With them, as root, each execution also gets a host uid of its own unless SANDBOX_PER_EXECUTION_UID=0.
   const perExecutionUid = process.env["SANDBOX_PER_EXECUTION_UID"] !== "0";
-  // SANDBOX_HUGE_PAGE_TEXT=0: interpreters' code left in the page cache (hugePageText: false), for comparing.
-  const hugePageText = process.env["SANDBOX_HUGE_PAGE_TEXT"] !== "0";
   // SANDBOX_PIN_HOT_PAGES=0: forks share every page copy-on-write (pinHotPages: false), for comparing.
   const pinHotPages = process.env["SANDBOX_PIN_HOT_PAGES"] !== "0";
   const service = await startServiceProcess(nats.url, {
     poolSize,
     maxSessions: sessionsTarget + 16,
-    hugePageText,
     pinHotPages,
     isolation: { freshNamespaces, perExecutionUid },
   });
@@ -389,7 +386,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   out.pinned_kb = pinned.python;
   out.node_pinned_kb = pinned.node;
   print(
-    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; huge-page-text=${hugePageText ? 1 : 0} (THP ${thpMode()}); pin-hot-pages=${pinHotPages ? 1 : 0} (${out.pinned_kb} kB pinned by each python sandbox's pid 1, ${out.node_pinned_kb} kB by each node fork server)`,
+    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; THP ${thpMode()}; pin-hot-pages=${pinHotPages ? 1 : 0} (${out.pinned_kb} kB pinned by each python sandbox's pid 1, ${out.node_pinned_kb} kB by each node fork server)`,
   );
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.
@@ -547,7 +544,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
       };
       const bareNode = () => bareRun(process.execPath, ["-e", nodeCode]);
       // Warmed at c8 until each of the pool's node sandboxes is past its first executions and has moved all
-      // of node's code onto huge pages (hugePageText: 2 MiB an execution from the 9th, huge-text.h), so
+      // of node's code onto huge pages (2 MiB an execution from the 9th, huge-text.h), so
       // what follows is the steady state a training run sees.
       const nodeWarmup = poolSize * 24;
       await closedLoop(8, nodeWarmup, nodeExec(client));
@@ -577,8 +574,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
         await sleep(300);
         return machineCpuDuring(() => closedLoop(64, total, run));
       };
-      const off = await withSecondService("reset-only", { poolSize, hugePageText, pinHotPages, isolation: { freshNamespaces: false, perExecutionUid } }, round);
-      const on = await withSecondService("fresh-ns", { poolSize, hugePageText, pinHotPages, isolation: { freshNamespaces: true, perExecutionUid } }, round);
+      const off = await withSecondService("reset-only", { poolSize, pinHotPages, isolation: { freshNamespaces: false, perExecutionUid } }, round);
+      const on = await withSecondService("fresh-ns", { poolSize, pinHotPages, isolation: { freshNamespaces: true, perExecutionUid } }, round);
       out.fresh_ns_c64_exec_per_s = r2(on.value.perSec);
       out.fresh_ns_c64_p99_ms = r2(pct(on.value.lat, 0.99));
       out.fresh_ns_c64_cpu_ms_per_exec = r2((on.busySeconds * 1000) / total);

@@ -288,7 +288,6 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     "PYTHONDONTWRITEBYTECODE",
     "1",
     ...freshNamespaceEnv(layout),
-    ...(settings.hugePageText ? ["--setenv", "RS_HUGE_TEXT", "1"] : []),
     ...pinHotPagesEnv(layout),
     ...(features.perExecutionUid
       ? [

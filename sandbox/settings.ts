@@ -132,12 +132,6 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
     ),
-  hugePageText: z
-    .boolean()
-    .default(true)
-    .describe(
-      "a sandbox that serves many commands (maxExecsPerSandbox > 1) copies its interpreter's code onto transparent huge pages once it has forked 8 executions (python's pid 1 at once, before it forks its next interpreter; the node fork server 2 MiB after each fork, while that execution runs), when the kernel gives it 2 MiB pages (THP enabled or madvise): each execution then maps the code as a few entries instead of faulting hundreds of pages in (on a guest with shadow page tables ~20% of an execution's CPU). Costs that sandbox 4 MiB of memory for Debian's python3.11, 26 MiB for node (the code is no longer shared through the page cache); an idle session never pays it",
-    ),
   pinHotPages: z
     .boolean()
     .default(true)

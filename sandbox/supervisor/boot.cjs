@@ -103,8 +103,8 @@ function emptyYoungGeneration() {
 
 function zygote() {
   const nf = require(path.join(__dirname, "nodefork.node"));
-  // settings.hugePageText: node's code onto huge pages after this many forks (huge-text.h). Not node's own
-  // --use-largepages, which reads /sys, never in a sandbox.
+  // In a sandbox that serves many commands: node's code onto huge pages after this many forks (huge-text.h).
+  // Not node's own --use-largepages, which reads /sys, never in a sandbox.
   const hugeAfter = Number(process.env.RS_NF_HUGE_TEXT_AFTER ?? "-1");
   delete process.env.RS_NF_HUGE_TEXT_AFTER;
   if (hugeAfter >= 0) nf.hugeTextAfter(hugeAfter);

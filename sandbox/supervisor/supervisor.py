@@ -43,11 +43,9 @@ EXEC_FILTER = bytes.fromhex(os.environ.pop("RS_EXEC_SECCOMP", ""))
 # Per-execution uids (isolation.ts: perExecutionUid): "first:count" of this user namespace's uids, each
 # mapped to a host uid of its own; forkserver.c switches each execution's process to the next one.
 EXEC_IDS = os.environ.pop("RS_EXEC_IDS", "")
-# settings.hugePageText: the C loop moves the interpreter's code onto huge pages (huge-text.h) in a sandbox
-# that serves many commands, once it has forked this many python executions, and the node fork server once
-# it has forked this many node ones (on a slow day the copy took 2-9 ms for python, ~30 ms for node: about
-# one execution); an idle session never holds a copy.
-HUGE_TEXT = os.environ.pop("RS_HUGE_TEXT", "") == "1"
+# In a sandbox that serves many commands the C loop moves the interpreter's code onto huge pages (huge-text.h)
+# once it has forked this many python executions, and the node fork server once it has forked this many node
+# ones: the copy costs about an execution, and an idle session never holds one.
 HUGE_TEXT_AFTER = 8
 # settings.pinHotPages: pid 1 pins the pages a python execution writes (pin_hot_pages), then loads
 # SEAL_FILTER on itself (io_uring_setup and io_uring_register refused from then on, to it and to all it forks)
@@ -725,7 +723,7 @@ class Zygote:
                         env["RS_NF_EXEC_UIDS"] = "1"  # each child unshares its own user namespace: no template
                         if LOOP["keep_setid_caps"]() != 0:
                             os._exit(126)
-                if HUGE_TEXT and REUSED:
+                if REUSED:
                     env["RS_NF_HUGE_TEXT_AFTER"] = str(HUGE_TEXT_AFTER)  # node's code onto huge pages (huge-text.h)
                 if pin:
                     # Started before pid 1 seals itself (main): the server pins, then loads the same seal.
@@ -1056,7 +1054,7 @@ def load_fork_loop():
 
     names = b"\0".join(SIGNAMES.get(i, "").encode() for i in range(65))
     fn("rs_fs_init", Long)(wake_r, names, len(names))
-    if HUGE_TEXT and REUSED:
+    if REUSED:
         fn("rs_fs_huge_text_after", Long)(HUGE_TEXT_AFTER)
     loop = {
         "serve": fn("rs_fs_serve", PyObj),

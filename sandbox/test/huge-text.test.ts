@@ -1,11 +1,11 @@
-// settings.hugePageText: a sandbox that serves many commands moves its interpreter's code (python's, and the
-// node fork server's) onto transparent huge pages once it has forked 8 executions (sandbox/supervisor/
-// huge-text.h): python's at once, node's 2 MiB an execution. Each execution reads its own /proc/self/smaps: from then on, the
-// code sits in an anonymous read+execute mapping on huge pages, right beside the interpreter's file mappings;
-// before, it is the file's.
-// The control is a service with the setting off, whose executions run the code from the file throughout; the
-// programs' output is the same in both. Where this machine's kernel gives no huge pages (THP "never"),
-// nothing may move in either.
+// A sandbox that serves many commands moves its interpreter's code (python's, and the node fork server's) onto
+// transparent huge pages once it has forked 8 executions (sandbox/supervisor/huge-text.h): python's at once,
+// node's 2 MiB an execution. Each execution reads its own /proc/self/smaps: from then on, the code sits in an
+// anonymous read+execute mapping on huge pages, right beside the interpreter's file mappings; before, it is
+// the file's.
+// The control is a service with a fresh sandbox per execution (maxExecsPerSandbox: 1), which never forks 8:
+// its executions run the code from the file throughout, and the programs' output is the same in both. Where
+// this machine's kernel gives no huge pages (THP "never"), nothing may move in either.
 import { readFileSync } from "node:fs";
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
@@ -56,20 +56,21 @@ console.log(JSON.stringify({ moved_kb: moved, file_code: maps.some((m) => m.path
 `;
 const WORK = "import json, re, hashlib\nprint(json.dumps(sorted(re.findall(r'[a-z]+', 'the code moved'))), hashlib.sha256(b'x' * 100000).hexdigest()[:16])\n";
 
-describe("interpreter code on huge pages (hugePageText)", { timeout: 180_000 }, () => {
+describe("interpreter code on huge pages", { timeout: 180_000 }, () => {
   let on: SandboxFixture;
   let off: SandboxFixture;
   const thp = thpAvailable();
   before(async () => {
     on = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1 });
-    off = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, hugePageText: false });
+    off = await startSandboxFixture({ poolSize: 1, maxConcurrent: 1, maxExecsPerSandbox: 1 });
   });
   after(async () => {
     await on?.stop();
     await off?.stop();
   });
 
-  // Executions 1..n of the one sandbox of each kind, one after another: what each saw.
+  // Executions 1..n of the one sandbox of each kind (of n sandboxes, for the control), one after another: what
+  // each saw.
   async function seen(fx: SandboxFixture, language: "python" | "node", code: string, n: number): Promise<Array<{ moved_kb: number; file_code: boolean }>> {
     const out = [];
     for (let i = 0; i < n; i++) {
@@ -82,7 +83,7 @@ describe("interpreter code on huge pages (hugePageText)", { timeout: 180_000 }, 
 
   const AFTER = 8;
 
-  it(`python: the first ${AFTER} executions run the interpreter's code from the file, the next from huge pages, all moved at once; with the setting off, all from the file`, async () => {
+  it(`python: the first ${AFTER} executions run the interpreter's code from the file, the next from huge pages, all moved at once; with a sandbox per execution, all from the file`, async () => {
     const got = await seen(on, "python", PYTHON_PROBE, AFTER + 4);
     const show = JSON.stringify(got.map((g) => g.moved_kb));
     for (const g of got.slice(0, AFTER)) assert.equal(g.moved_kb, 0, show);
@@ -98,7 +99,7 @@ describe("interpreter code on huge pages (hugePageText)", { timeout: 180_000 }, 
   // The node fork server forks on request, so it moves 2 MiB after each fork, while that execution runs: the
   // next execution finds 2 MiB more, in the same mapping as the rest (a piece apart from the file's mappings
   // would not count), until all of node's code (~26 MiB) has moved.
-  it(`node: the first ${AFTER} executions run node's code from the file, each next one finds 2 MiB more on huge pages, in one mapping; with the setting off, all from the file`, async () => {
+  it(`node: the first ${AFTER} executions run node's code from the file, each next one finds 2 MiB more on huge pages, in one mapping; with a sandbox per execution, all from the file`, async () => {
     const got = await seen(on, "node", NODE_PROBE, AFTER + 20);
     const show = JSON.stringify(got.map((g) => g.moved_kb));
     for (const g of got.slice(0, AFTER)) assert.equal(g.moved_kb, 0, show);
