@@ -13,7 +13,7 @@ export { RunChannels } from "./channels/run-channels.js";
 export type { TaskChannel, RawRolloutChannel, EvalChannel, MetricsChannel } from "./channels/control-channels.js";
 export type { MsgpackReader, ReadMessage } from "./channels/msgpack-channel.js";
 export { readStepRecords, type GroupChannel, type StepChannel, type ReplayChannel } from "./channels/feedback-channels.js";
-export type { ScoredChannel, ScoredReader, CollectedBatch, BatchSource, CollectOptions, StalenessPolicy, ReaderResume } from "./channels/scored-channel.js";
+export type { ScoredChannel, ScoredReader, BatchSource } from "./channels/scored-channel.js";
 export { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 export type { WeightsChannel } from "./channels/weights-channel.js";
 export type { CheckpointChannel, RestoreChannel, RestoreRequest } from "./channels/checkpoint-channels.js";

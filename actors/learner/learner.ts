@@ -17,11 +17,12 @@ import {
   rejectReasonOf,
   StateKeys,
   type CheckpointChannel,
-  type CollectedBatch,
   type DeadLetterChannel,
   type RestoreChannel,
   type RunState,
   type ScoredChannel,
+  type BatchSource,
+  type RolloutRow,
   type ScoredReader,
   type StepChannel,
   type StepRecord,
@@ -32,7 +33,8 @@ import { sftBatch } from "./sft-data.js";
 import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
 import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
 import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
-import { StepGuard } from "./step-guard.js";
+import { StepGuard, type CollectedBatch } from "./step-guard.js";
+import { StepSelector } from "../../rl/sample-selection.js";
 import { tallyStaleness } from "../../rl/staleness-tally.js";
 import { passRate } from "../../rl/group-filter.js";
 import { resolveBackend } from "../../kernels/native.js";
@@ -128,6 +130,7 @@ export class LearnerActor implements Actor {
     await this.pinEarlierRoutes();
     await this.recordBackend();
     const reader = await this.openScoredReader();
+    const selector = new StepSelector<RolloutRow, BatchSource>(reader);
     const gauges = {
       step: ctx.metrics.gauge("learner_step", "RL optimizer steps done"),
       held: ctx.metrics.gauge("learner_held_rows", "rl.staleness pace: rows read and held for a later step"),
@@ -142,10 +145,10 @@ export class LearnerActor implements Actor {
     );
     try {
       while (this.counters.step < rl.steps && !ctx.signal.aborted) {
-        const done = await this.trainOneStep(reader, guard, redo.get(this.counters.step));
+        const done = await this.trainOneStep(selector, guard, redo.get(this.counters.step));
         if (!done) break;
         gauges.step.set(this.counters.step);
-        if (rl.staleness === "pace") gauges.held.set(reader.heldRowCount);
+        if (rl.staleness === "pace") gauges.held.set(selector.heldRowCount);
         if (this.counters.step % config.checkpoint.interval === 0 || this.counters.step === rl.steps) await this.saveState();
       }
     } finally {
@@ -182,7 +185,7 @@ export class LearnerActor implements Actor {
   }
 
   /** Collects, trains and publishes one RL step (following `follow`'s messages when set); false when stopped. */
-  private async trainOneStep(reader: ScoredReader, guard: StepGuard, follow: number[] | undefined): Promise<boolean> {
+  private async trainOneStep(selector: StepSelector<RolloutRow, BatchSource>, guard: StepGuard, follow: number[] | undefined): Promise<boolean> {
     const { ctx } = this;
     const rl = ctx.config.rl;
     const version = this.counters.step;
@@ -202,7 +205,7 @@ export class LearnerActor implements Actor {
     const samples = { detail: `for step ${version + 1}` };
     // The step-time breakdown (the dashboard's chart): waiting for samples, training, publishing weights.
     const waitStart = performance.now();
-    let batch: CollectedBatch | null = await ctx.health.wait("samples", () => reader.collect(version, collectOpts), samples);
+    let batch: CollectedBatch | null = await ctx.health.wait("samples", () => selector.collect(version, collectOpts), samples);
     let waitMs = performance.now() - waitStart;
     let report: StepReport | undefined;
     while (batch && !ctx.signal.aborted) {
@@ -213,22 +216,22 @@ export class LearnerActor implements Actor {
         break;
       }
       const retryStart = performance.now();
-      batch = await ctx.health.wait("samples", () => reader.collect(version, collectOpts, outcome.retry), samples);
+      batch = await ctx.health.wait("samples", () => selector.collect(version, collectOpts, outcome.retry), samples);
       waitMs += performance.now() - retryStart;
     }
     if (!batch || !report || ctx.signal.aborted) return false;
     if (rl.staleness === "pace") {
-      const resume = reader.resumePoint();
+      const resume = selector.resumePoint();
       this.counters.readerSeq = resume.seq;
       this.counters.consumedAhead = resume.consumedAhead;
-    } else this.counters.readerSeq = reader.position;
+    } else this.counters.readerSeq = selector.position;
     this.counters.droppedStale += batch.dropped;
     this.counters.samplesSeen += batch.kept.length + batch.dropped;
     this.counters.step = version + 1;
     const publishStart = performance.now();
     await this.publishWeights(this.counters.step, "rl");
     const timings = { waitMs, trainMs: report.ms, publishMs: performance.now() - publishStart };
-    await this.recordStep(version, batch, report, timings, rl.staleness === "pace" ? reader.heldRowCount : undefined);
+    await this.recordStep(version, batch, report, timings, rl.staleness === "pace" ? selector.heldRowCount : undefined);
     return true;
   }
 

@@ -14,9 +14,13 @@ import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 import { packSamples } from "../../kernels/packing.js";
 import { isInputCaused, NonFiniteStepError } from "../../kernels/train-errors.js";
 import type { StepReport } from "../../kernels/train-step.js";
-import { DEFAULT_CRASH_LIMIT, type AttemptLedger, type BatchSource, type CollectedBatch, type ScoredReader } from "../../streams/index.js";
+import { DEFAULT_CRASH_LIMIT, type AttemptLedger, type BatchSource, type RolloutRow, type ScoredReader } from "../../streams/index.js";
+import type { CollectedBatch as Collected } from "../../rl/sample-selection.js";
 import type { ActorContext } from "../runtime/actor.js";
 import { failpoint } from "../runtime/failpoints.js";
+
+/** A step's samples as the selection collected them from the scored stream. */
+export type CollectedBatch = Collected<RolloutRow, BatchSource>;
 
 export type StepOutcome = { report: StepReport } | { retry: CollectedBatch };
 

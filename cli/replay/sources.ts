@@ -2,7 +2,8 @@
 // the learner read it, or a bundle's Arrow files. The stream source can also capture what each step read
 // (payload bytes and kept rows) for `replay --export`.
 import type { RunConfig } from "../../actors/runtime/config.js";
-import { decodeRolloutBatch, type CollectedBatch, type RolloutRow, type ScoredReader } from "../../streams/index.js";
+import { decodeRolloutBatch, type BatchSource, type RolloutRow, type ScoredReader } from "../../streams/index.js";
+import { StepSelector } from "../../rl/sample-selection.js";
 import { bundleRows, type Bundle, type CapturedStep } from "./bundle.js";
 import type { RecordedSteps } from "./figures.js";
 
@@ -43,9 +44,11 @@ export function recordedSeqs(recorded: RecordedSteps): Map<number, number[]> {
 export function streamSource(
   reader: ScoredReader,
   config: RunConfig,
-  capture?: { steps: CapturedStep[]; payloadOf: (source: CollectedBatch["sources"][number]) => Promise<Uint8Array> },
+  capture?: { steps: CapturedStep[]; payloadOf: (source: BatchSource) => Promise<Uint8Array> },
   recorded?: Map<number, number[]>,
 ): StepSource {
+  // The learner's own selection rule over the same stream, so replay takes exactly the samples it took.
+  const selector = new StepSelector<RolloutRow, BatchSource>(reader);
   return {
     async next(version) {
       const pace = config.rl.staleness === "pace";
@@ -54,7 +57,7 @@ export function streamSource(
         throw new Error(
           `the run paces its samples (rl.staleness pace) and rs.<run>.steps records no step from version ${version}: which messages it trained on is not known`,
         );
-      const batch = await reader.collect(version, {
+      const batch = await selector.collect(version, {
         batchSize: config.rl.batchSize,
         maxOffPolicySteps: config.rl.maxOffPolicySteps,
         staleness: config.rl.staleness,

@@ -100,69 +100,19 @@ export interface ScoredReaderOptions {
   onTrouble?: (what: string) => void;
 }
 
-/** One message's rows that a step kept: what the learner sets aside when the rows turn out to be bad. */
+/** One message's rows as read (validated; [] for a message set aside): what a step keeps, and what the learner sets aside when the rows turn out to be bad. */
 export interface BatchSource {
+  seq: number;
   msg: JsMsg;
   rows: RolloutRow[];
 }
 
-export interface CollectedBatch {
-  kept: RolloutRow[];
-  /** The messages the kept rows came from, in order (kept is their rows concatenated). */
-  sources: BatchSource[];
-  dropped: number;
-  /** The rows counted in `dropped` (past maxOffPolicySteps), for the learner's metrics by environment and length. */
-  droppedRows: RolloutRow[];
-  stalenessMean: number;
-  stalenessMax: number;
-}
-
-/** How the learner treats samples that would be past the staleness bound (rl.staleness). */
-export type StalenessPolicy = "drop" | "pace";
-
-export interface CollectOptions {
-  batchSize: number;
-  maxOffPolicySteps: number;
-  /**
-   * drop (default): rows in stream order, those past the bound dropped. pace: the reader holds what has
-   * arrived and a step takes whole messages oldest first (lowest policy version, then stream order), so a
-   * sample near the bound is trained before newer ones instead of being dropped later; a held row that
-   * passes the bound anyway is never trained (counted in `dropped`).
-   */
-  staleness?: StalenessPolicy;
-  /** pace: rows held at most (default batchSize × (maxOffPolicySteps + 2)). */
-  heldRows?: number;
-  /** pace: a step takes exactly these messages (a recorded step: replay, or a learner redoing a step after a restore). */
-  follow?: number[];
-  signal?: AbortSignal;
-  waitMs?: number;
-  /** Give up (null) after this long without a message. */
-  giveUpAfterIdleMs?: number;
-  /** Called each time a wait for more samples came back empty, with how many are still missing. */
-  onIdle?: (missing: number) => Promise<void> | void;
-}
-
-/** Where a paced reader resumes: the first sequence it still holds (or its position), and what it consumed past it. */
-export interface ReaderResume {
-  seq: number;
-  /** Sequences at or past `seq` already trained on (or emptied by the bound): a reader resuming at `seq` passes them over. */
-  consumedAhead: number[];
-}
-
-/** How long a paced reader waits for a message it drains (one already delivered or on its way). */
-const DRAIN_WAIT_MS = 20;
-
-function minVersion(s: BatchSource): number {
-  return s.rows.reduce((m, r) => Math.min(m, r.policyVersionMin), Number.POSITIVE_INFINITY);
-}
-
-/** Reads scored rows in stream order from a sequence: what the learner trains on and replay re-reads. */
+/**
+ * Reads scored rows in stream order from a sequence: what the learner trains on and replay re-reads. Which of
+ * them a step takes (the staleness rule) is rl/sample-selection.ts's, over this reader as its feed.
+ */
 export class ScoredReader {
   private readonly reader: StreamReader;
-  /** pace: messages read and not yet trained on, with the rows still inside the bound. */
-  private held: BatchSource[] = [];
-  /** pace: sequences read and no longer held (pruned below the resume point). */
-  private readonly consumed = new Set<number>();
 
   constructor(
     private readonly channel: ScoredChannel,
@@ -185,22 +135,23 @@ export class ScoredReader {
 
   /** The rows of the next message, [] for a dead-lettered one, null when none arrived within waitMs. */
   async next(waitMs = 1000, signal?: AbortSignal): Promise<RolloutRow[] | null> {
-    return (await this.nextSource(waitMs, signal))?.rows ?? null;
+    return (await this.nextBatch(waitMs, signal))?.rows ?? null;
   }
 
-  private async nextSource(waitMs: number, signal?: AbortSignal): Promise<BatchSource | null> {
+  /** The next message with its rows (the feed rl/sample-selection.ts selects steps from). */
+  async nextBatch(waitMs: number, signal?: AbortSignal): Promise<BatchSource | null> {
     const msg = await this.reader.next(waitMs, signal);
     if (!msg) return null;
-    if (this.o.skipSeqs?.has(msg.seq)) return { msg, rows: [] };
+    if (this.o.skipSeqs?.has(msg.seq)) return { seq: msg.seq, msg, rows: [] };
     try {
       const { rows } = await this.channel.decodeMessage(msg);
       this.o.validate?.(rows);
-      return { msg, rows };
+      return { seq: msg.seq, msg, rows };
     } catch (e) {
       if (!isPoison(e)) throw e; // the blob store was unreachable: fail and re-read, never skip
       // Nothing is acked on this subject, so a bad batch is copied to the DLQ and skipped.
       await this.reject(msg, (e as Error).message);
-      return { msg, rows: [] };
+      return { seq: msg.seq, msg, rows: [] };
     }
   }
 
@@ -212,153 +163,9 @@ export class ScoredReader {
     this.o.onDeadLetter?.(msg, reason);
   }
 
-  /**
-   * One optimizer step's samples for policy `version`, in stream order; samples staler than
-   * maxOffPolicySteps are dropped and counted. Null when aborted or idle past giveUpAfterIdleMs.
-   * `carry` is what an earlier collect for the same step kept (less what was set aside): it is topped up.
-   */
-  async collect(version: number, o: CollectOptions, carry?: CollectedBatch): Promise<CollectedBatch | null> {
-    if (o.staleness === "pace") return this.collectPaced(version, o, carry);
-    const sources: BatchSource[] = [...(carry?.sources ?? [])];
-    const kept: RolloutRow[] = sources.flatMap((s) => s.rows);
-    let dropped = carry?.dropped ?? 0,
-      staleSum = 0,
-      staleMax = 0;
-    for (const row of kept) {
-      staleSum += version - row.policyVersionMin;
-      staleMax = Math.max(staleMax, version - row.policyVersionMin);
-    }
-    const droppedRows: RolloutRow[] = [...(carry?.droppedRows ?? [])];
-    let idleSince = Date.now();
-    while (kept.length < o.batchSize) {
-      if (o.signal?.aborted) return null;
-      const source = await this.nextSource(o.waitMs ?? 1000, o.signal);
-      if (!source) {
-        if (Date.now() - idleSince > (o.giveUpAfterIdleMs ?? Infinity)) return null;
-        await o.onIdle?.(o.batchSize - kept.length);
-        continue;
-      }
-      idleSince = Date.now();
-      const fresh: RolloutRow[] = [];
-      for (const row of source.rows) {
-        const staleness = version - row.policyVersionMin;
-        if (staleness > o.maxOffPolicySteps) {
-          dropped++;
-          droppedRows.push(row);
-          continue;
-        }
-        staleSum += staleness;
-        staleMax = Math.max(staleMax, staleness);
-        fresh.push(row);
-      }
-      if (fresh.length > 0) {
-        sources.push({ msg: source.msg, rows: fresh });
-        kept.push(...fresh);
-      }
-    }
-    return { kept, sources, dropped, droppedRows, stalenessMean: staleSum / Math.max(1, kept.length), stalenessMax: staleMax };
-  }
-
-  /**
-   * rl.staleness pace: what has arrived is held (up to heldRows), rows past the bound at `version` are
-   * taken out of it (never trained, counted), and once the held rows can fill the step, whole messages
-   * are taken oldest first. Nothing is taken before the step can be filled, so a straggler that arrives
-   * while the step waits still goes first. Which messages a step took depends on when they arrived: the
-   * learner records them (its step event's `seqs` label) so replay and a restored learner can follow them.
-   */
-  private async collectPaced(version: number, o: CollectOptions, carry?: CollectedBatch): Promise<CollectedBatch | null> {
-    const bound = o.maxOffPolicySteps;
-    const cap = Math.max(o.batchSize, o.heldRows ?? o.batchSize * (bound + 2));
-    const chosen: BatchSource[] = [...(carry?.sources ?? [])];
-    const droppedRows: RolloutRow[] = [...(carry?.droppedRows ?? [])];
-    const rowsOf = (list: BatchSource[]) => list.reduce((n, s) => n + s.rows.length, 0);
-    const follow = o.follow ? new Set(o.follow.filter((seq) => !chosen.some((c) => c.msg.seq === seq))) : null;
-    if (follow) {
-      for (const seq of follow) {
-        if (seq < this.position && !this.held.some((h) => h.msg.seq === seq) && !this.o.skipSeqs?.has(seq)) {
-          throw new Error(`the recorded step for version ${version} took stream seq ${seq}, which this reader no longer holds`);
-        }
-      }
-    }
-    const expire = () => {
-      for (const h of [...this.held]) {
-        const fresh = h.rows.filter((r) => version - r.policyVersionMin <= bound);
-        if (fresh.length === h.rows.length) continue;
-        droppedRows.push(...h.rows.filter((r) => version - r.policyVersionMin > bound));
-        h.rows = fresh;
-        if (fresh.length === 0) this.release(h);
-      }
-    };
-    const ready = () =>
-      follow
-        ? [...follow].every((seq) => this.held.some((h) => h.msg.seq === seq) || this.o.skipSeqs?.has(seq))
-        : rowsOf(chosen) + rowsOf(this.held) >= o.batchSize;
-    let idleSince = Date.now();
-    for (;;) {
-      if (o.signal?.aborted) return null;
-      // Everything already here is held before choosing, so the oldest of it goes first.
-      if (!follow) while (rowsOf(this.held) < cap && (await this.drainOne(o.signal))) idleSince = Date.now();
-      expire();
-      if (ready()) break;
-      const source = await this.nextSource(o.waitMs ?? 1000, o.signal);
-      if (!source) {
-        if (Date.now() - idleSince > (o.giveUpAfterIdleMs ?? Infinity)) return null;
-        await o.onIdle?.(Math.max(1, o.batchSize - rowsOf(chosen) - rowsOf(this.held)));
-        continue;
-      }
-      idleSince = Date.now();
-      this.hold(source);
-    }
-    const order = follow
-      ? this.held.filter((h) => follow.has(h.msg.seq))
-      : [...this.held].sort((a, b) => minVersion(a) - minVersion(b) || a.msg.seq - b.msg.seq);
-    for (const h of order) {
-      if (!follow && rowsOf(chosen) >= o.batchSize) break;
-      chosen.push(h);
-      this.release(h);
-    }
-    chosen.sort((a, b) => a.msg.seq - b.msg.seq);
-    const kept = chosen.flatMap((s) => s.rows);
-    const staleness = kept.map((r) => version - r.policyVersionMin);
-    return {
-      kept,
-      sources: chosen,
-      dropped: droppedRows.length,
-      droppedRows,
-      stalenessMean: staleness.reduce((a, b) => a + b, 0) / Math.max(1, kept.length),
-      stalenessMax: staleness.reduce((a, b) => Math.max(a, b), 0),
-    };
-  }
-
-  /** One message that is already here (a short wait), held; false when none came. */
-  private async drainOne(signal?: AbortSignal): Promise<boolean> {
-    const source = await this.nextSource(DRAIN_WAIT_MS, signal);
-    if (!source) return false;
-    this.hold(source);
-    return true;
-  }
-
-  private hold(source: BatchSource): void {
-    if (source.rows.length > 0) this.held.push(source);
-    else this.consumed.add(source.msg.seq);
-  }
-
-  /** A held message leaves the reader: trained on, or emptied by the bound. */
-  private release(source: BatchSource): void {
-    this.held = this.held.filter((h) => h !== source);
-    this.consumed.add(source.msg.seq);
-  }
-
-  /** Where a reader must resume to see again what this one holds and nothing it consumed (stored in checkpoints). */
-  resumePoint(): ReaderResume {
-    const seq = Math.min(this.position, ...this.held.map((h) => h.msg.seq));
-    for (const c of this.consumed) if (c < seq) this.consumed.delete(c);
-    return { seq, consumedAhead: [...this.consumed].sort((a, b) => a - b) };
-  }
-
-  /** Rows held for later steps (pace). */
-  get heldRowCount(): number {
-    return this.held.reduce((n, s) => n + s.rows.length, 0);
+  /** A sequence the run set aside (dead-lettered), which a selection never waits for. */
+  isSetAside(seq: number): boolean {
+    return this.o.skipSeqs?.has(seq) ?? false;
   }
 
   close(): Promise<void> {

@@ -8,7 +8,8 @@ import assert from "node:assert/strict";
 import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { TaskSchema } from "../../streams/messages.js";
-import { RunChannels, StateKeys, type PoolStats } from "../../streams/index.js";
+import { encode } from "@msgpack/msgpack";
+import { Hdr, RunChannels, StateKeys, type PoolStats } from "../../streams/index.js";
 import { chooseExample, inBand, quotaEnvironment } from "../../rl/difficulty-pool.js";
 import { loadRunEnvironments } from "../../actors/runtime/environments.js";
 import { outcomeOf } from "../helpers/feedback-fixtures.js";
@@ -79,9 +80,18 @@ test("the orchestrator dispatches what the pool sampler chooses from KV, keeps t
       }
       // A scored group moves its example's running pass rate (decay 0.5), once.
       const groups = new RunChannels(run.topology.wire).groups;
+      // An outcome with a bad field (stored by a foreign producer, as no channel would) is dead-lettered by the
+      // orchestrator with the reason, and moves no stats; the good one after it does.
+      const bad = { ...outcomeOf(tasks[0]!, { envKey: "a", step: 0, exampleIndex: 3, passRate: 1, rewards: [1, 1] }), taskId: "foreign", passRate: -1 };
+      await run.js.publish(run.topology.names.subjects.groups, encode(bad));
       await groups.publish(outcomeOf(tasks[0]!, { envKey: "a", step: 0, exampleIndex: 1, passRate: 1, rewards: [1, 1] }));
       await waitUntil("stats updated", async () => (await run.state.get(StateKeys.poolStats))?.envs["a"]?.["1"]?.[0] === 3, 20_000, `${run.dir}/logs`);
       assert.deepEqual((await run.state.get(StateKeys.poolStats))!.envs["a"]!["1"], [3, 0.75]);
+      assert.deepEqual((await run.state.get(StateKeys.poolStats))!.envs["a"]!["3"], [2, 0.5], "the bad outcome moved no stats");
+      const dead = await storedMessages(run.topology.jsm, run.topology.names.streams.events, run.topology.names.subjects.dlq);
+      assert.equal(dead.length, 1);
+      assert.equal(dead[0]!.header?.get(Hdr.actor), "orchestrator");
+      assert.match(dead[0]!.header?.get(Hdr.error) ?? "", /^group outcome: .*passRate/);
       await run.state.put(StateKeys.learnerStep, 10);
       await waitUntil("done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 20_000, `${run.dir}/logs`);
     } finally {
