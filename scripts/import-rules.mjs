@@ -4,19 +4,11 @@
 // rl/ (the algorithm, pure functions) imports only rl/. And control code never reads a metrics event: an
 // actor or a cli/ command that reads `.values[...]` or `.labels[...]` decides from a display channel; only
 // the display code (the dashboard, train's progress view) may.
-import { readdirSync, readFileSync, statSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import ts from "typescript";
-
-function sourcesUnder(dir, out = []) {
-  for (const name of readdirSync(dir)) {
-    const p = join(dir, name);
-    if (statSync(p).isDirectory()) sourcesUnder(p, out);
-    else if (name.endsWith(".ts") && !name.endsWith(".d.ts")) out.push(p);
-  }
-  return out;
-}
+import { sourcesUnder } from "./source-files.mjs";
 
 /** Repo-relative paths ("streams/index.ts") of the project files a source imports (static and dynamic). */
 export function importsOf(root, file, text) {
