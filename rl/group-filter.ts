@@ -37,3 +37,13 @@ export function passRate(rewards: readonly number[]): number {
 export function replacementTaskId(taskId: string, round: number): string {
   return `${taskId.replace(/~r\d+$/, "")}~r${round}`;
 }
+
+/**
+ * The advantages of a group the learner trained on, recomputed from its recorded rewards (replay under changed
+ * settings): with the filter on, a zero-variance group can only have been trained past the refill cap, so its
+ * advantages are zero, as the reward actor gave them.
+ */
+export function recomputedAdvantages(rewards: readonly number[], shapedRewards: readonly number[], kind: AdvantageKind, zeroVarianceTolerance: number | null): number[] {
+  const capped = zeroVarianceTolerance !== null && isZeroVariance(rewards, zeroVarianceTolerance);
+  return advantagesFor(capped ? "capHit" : "scored", shapedRewards, kind);
+}

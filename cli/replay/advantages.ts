@@ -1,9 +1,9 @@
 // Advantages of recorded rows under changed advantage settings (replay --set rl.advantage=rloo, ...).
-// The reward actor computes them per group from its rewards with the same function (actors/runtime/
-// advantages.ts) and rejects a whole group when one advantage is past rl.maxAbsAdvantage. Rewards are recomputed from the rows' stored (float32) rewards.
+// The reward actor computes them per group from its rewards with the same rule (rl/group-filter.ts) and
+// rejects a whole group when one advantage is past rl.maxAbsAdvantage. Rewards are the rows' stored (float32) ones.
 import type { RolloutRow } from "../../streams/index.js";
 import type { AdvantageSettings } from "./settings.js";
-import { groupAdvantages, isZeroVariance } from "../../rl/advantages.js";
+import { recomputedAdvantages } from "../../rl/group-filter.js";
 import { LENGTH_PENALTY_METRIC } from "../../rl/length-penalty.js";
 
 /** The step's rows with advantages under `s`, in their order; rows of rejected groups are left out. */
@@ -19,8 +19,7 @@ export function withAdvantages(rows: RolloutRow[], s: AdvantageSettings): { rows
       const rewards = idx.map((i) => rows[i]!.reward);
       // The reward the run's advantages were computed from: the rubric's plus its recorded length penalty.
       const shaped = idx.map((i) => rows[i]!.reward + (rows[i]!.metrics[LENGTH_PENALTY_METRIC] ?? 0));
-      // As the reward actor did: a zero-variance group the run trained on (its filter's refill cap) has zero advantages.
-      const a = s.zeroVarianceTolerance !== null && isZeroVariance(rewards, s.zeroVarianceTolerance) ? rewards.map(() => 0) : groupAdvantages(shaped, s.kind);
+      const a = recomputedAdvantages(rewards, shaped, s.kind, s.zeroVarianceTolerance);
       idx.forEach((i, k) => {
         advantage[i] = a[k]!;
       });
