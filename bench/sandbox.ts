@@ -224,7 +224,7 @@ function thpMode(): string {
   }
 }
 
-/** The median of what the service's python sandboxes' pid 1s and its node fork servers pinned (VmPin, kB): pinHotPages at work. */
+/** The median of what the service's python sandboxes' pid 1s and its node fork servers pinned (VmPin, kB): hot pages at work. */
 function pinnedKb(servicePid: number): { python: number; node: number } {
   const python: number[] = [];
   const node: number[] = [];
@@ -361,12 +361,9 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   const freshNamespaces = process.env["SANDBOX_FRESH_NAMESPACES"] === "1";
   // With them, as root, each execution also gets a host uid of its own unless SANDBOX_PER_EXECUTION_UID=0.
   const perExecutionUid = process.env["SANDBOX_PER_EXECUTION_UID"] !== "0";
-  // SANDBOX_PIN_HOT_PAGES=0: forks share every page copy-on-write (pinHotPages: false), for comparing.
-  const pinHotPages = process.env["SANDBOX_PIN_HOT_PAGES"] !== "0";
   const service = await startServiceProcess(nats.url, {
     poolSize,
     maxSessions: sessionsTarget + 16,
-    pinHotPages,
     isolation: { freshNamespaces, perExecutionUid },
   });
   const client = new NatsSandboxClient(nc, { timeoutMs: 60_000 });
@@ -386,7 +383,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
   out.pinned_kb = pinned.python;
   out.node_pinned_kb = pinned.node;
   print(
-    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; THP ${thpMode()}; pin-hot-pages=${pinHotPages ? 1 : 0} (${out.pinned_kb} kB pinned by each python sandbox's pid 1, ${out.node_pinned_kb} kB by each node fork server)`,
+    `sandbox bench on ${availableParallelism()} cores (nats-server and the service each in a session of its own); isolation: seccomp=${st0.isolation_seccomp} per-sandbox-uid=${st0.isolation_per_sandbox_uid} fresh-namespaces=${st0.isolation_fresh_namespaces} per-execution-uid=${st0.isolation_per_execution_uid}; THP ${thpMode()}; hot pages: ${out.pinned_kb} kB pinned by each python sandbox's pid 1, ${out.node_pinned_kb} kB by each node fork server`,
   );
 
   // Faults, forks and exits are most of an execution's CPU: what they cost today explains swings of the ratios.
@@ -574,8 +571,8 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
         await sleep(300);
         return machineCpuDuring(() => closedLoop(64, total, run));
       };
-      const off = await withSecondService("reset-only", { poolSize, pinHotPages, isolation: { freshNamespaces: false, perExecutionUid } }, round);
-      const on = await withSecondService("fresh-ns", { poolSize, pinHotPages, isolation: { freshNamespaces: true, perExecutionUid } }, round);
+      const off = await withSecondService("reset-only", { poolSize, isolation: { freshNamespaces: false, perExecutionUid } }, round);
+      const on = await withSecondService("fresh-ns", { poolSize, isolation: { freshNamespaces: true, perExecutionUid } }, round);
       out.fresh_ns_c64_exec_per_s = r2(on.value.perSec);
       out.fresh_ns_c64_p99_ms = r2(pct(on.value.lat, 0.99));
       out.fresh_ns_c64_cpu_ms_per_exec = r2((on.busySeconds * 1000) / total);

@@ -139,7 +139,7 @@ export class SandboxExecutor {
           ...describeFeatures(outcome.features, uidPool ? [iso.hostUidBase, iso.hostUidBase + iso.hostUidCount] : undefined),
           pinsHotPages(layout)
             ? "hot pages: each reused sandbox's pid 1 pins the pages a python execution writes, its node fork server those a node execution writes (copied at fork, not faulted in); each seals io_uring off before serving"
-            : "hot pages: not pinned (pinHotPages: false, or maxExecsPerSandbox: 1)",
+            : "hot pages: not pinned (maxExecsPerSandbox: 1)",
           ...(settings.cpus ? [`CPUs: ${settings.cpus} (settings.cpus)`] : []),
         ],
         bwrap: bwrapVersion(bwrap),

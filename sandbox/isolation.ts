@@ -68,7 +68,7 @@ export class RuntimeFolder {
   readonly executionFilterHex: string | null;
   /** The filter the supervisor loads on itself once it pinned its hot pages (buildSealFilter), hex. */
   readonly sealFilterHex: string | null;
-  /** The sandbox-wide filter's variants (seccompPathFor), by "fresh namespaces, pinned hot pages". */
+  /** The sandbox-wide filter's variants (seccompPathFor), by "fresh namespaces, pins at start". */
   private readonly filterPaths = new Map<string, string>();
   private readonly base: string;
 
@@ -94,12 +94,12 @@ export class RuntimeFolder {
     for (const d of [this.dir, join(this.dir, "etc")]) chmodSync(d, 0o755);
     // The filters stay root-only: bwrap gets one as an open fd, the sandbox never sees the file.
     for (const freshNamespaces of [false, true])
-      for (const pinHotPages of [false, true]) {
-        const filter = buildSeccompFilter({ freshNamespaces, pinHotPages });
+      for (const pinAtStart of [false, true]) {
+        const filter = buildSeccompFilter({ freshNamespaces, pinAtStart });
         if (!filter) continue;
-        const path = join(this.base, `seccomp${freshNamespaces ? "-fresh" : ""}${pinHotPages ? "-pin" : ""}.bpf`);
+        const path = join(this.base, `seccomp${freshNamespaces ? "-fresh" : ""}${pinAtStart ? "-pin" : ""}.bpf`);
         writeFileSync(path, filter, { mode: 0o600 });
-        this.filterPaths.set(`${freshNamespaces},${pinHotPages}`, path);
+        this.filterPaths.set(`${freshNamespaces},${pinAtStart}`, path);
       }
     this.seccompPath = this.seccompPathFor(false, false);
     this.executionFilterHex = buildExecutionFilter()?.toString("hex") ?? null;
@@ -108,10 +108,10 @@ export class RuntimeFolder {
 
   /**
    * The sandbox-wide filter for bwrap: with unshare(2), setns(2) and mount(2) left to each execution's own filter
-   * (freshNamespaces), io_uring_setup(2) and io_uring_register(2) to the supervisor's start (pinHotPages).
+   * (freshNamespaces), io_uring_setup(2) and io_uring_register(2) to the sandbox's start (pinsHotPages).
    */
-  seccompPathFor(freshNamespaces: boolean, pinHotPages: boolean): string | null {
-    return this.filterPaths.get(`${freshNamespaces},${pinHotPages}`) ?? null;
+  seccompPathFor(freshNamespaces: boolean, pinAtStart: boolean): string | null {
+    return this.filterPaths.get(`${freshNamespaces},${pinAtStart}`) ?? null;
   }
 
   remove(): void {
@@ -288,7 +288,7 @@ export function bwrapArgs(layout: SandboxLayout, prestart: string): string[] {
     "PYTHONDONTWRITEBYTECODE",
     "1",
     ...freshNamespaceEnv(layout),
-    ...pinHotPagesEnv(layout),
+    ...sealEnv(layout),
     ...(features.perExecutionUid
       ? [
           "--setenv",
@@ -381,22 +381,19 @@ function freshNamespaceEnv(layout: SandboxLayout): string[] {
 }
 
 /**
- * Whether this sandbox's supervisor pins the pages its executions write (settings.pinHotPages,
- * supervisor/pin-hot.h): a sandbox that serves many commands.
+ * Whether this sandbox pins, at its start, the pages its executions write (supervisor/pin-hot.h): one that serves
+ * many commands. Its sandbox-wide filter then leaves io_uring_setup(2) and io_uring_register(2) to that start
+ * (seccompPathFor), and the seal (sealEnv) takes them away before it serves anything: sandbox/README.md, "io_uring
+ * at a sandbox's start".
  */
 export function pinsHotPages(layout: SandboxLayout): boolean {
-  return layout.settings.pinHotPages && layout.settings.maxExecsPerSandbox > 1;
+  return layout.settings.maxExecsPerSandbox > 1;
 }
 
-/**
- * The supervisor pins, then (with seccomp) loads the seal filter on itself before it serves anything: the
- * sandbox-wide filter left it io_uring_setup(2) and io_uring_register(2) for that (seccompPathFor). It refuses
- * to start when it cannot load the seal.
- */
-function pinHotPagesEnv(layout: SandboxLayout): string[] {
-  if (!pinsHotPages(layout)) return [];
-  const seal = layout.features.seccomp ? layout.runtime.sealFilterHex : null;
-  return ["--setenv", "RS_PIN_HOT", "1", ...(seal ? ["--setenv", "RS_SEAL_SECCOMP", seal] : [])];
+/** The seal pid 1 loads on itself (and hands its node fork server) wherever the sandbox's filter leaves io_uring to its start. */
+function sealEnv(layout: SandboxLayout): string[] {
+  const seal = pinsHotPages(layout) && layout.features.seccomp ? layout.runtime.sealFilterHex : null;
+  return seal ? ["--setenv", "RS_SEAL_SECCOMP", seal] : [];
 }
 
 /** Hands out host uids so that no two live sandboxes share one (FIFO reuse maximises the gap). */

@@ -65,7 +65,7 @@ export interface ProbeFacts {
   netDevs: string[];
   outbound: string;
   unshareUser: boolean;
-  /** io_uring_setup(2) succeeded (the sandbox's filter refuses it; with pinHotPages the supervisor's seal). */
+  /** io_uring_setup(2) succeeded (the sandbox's filter refuses it, or, in a reused sandbox, the seal). */
   ioUring: boolean;
   visible: string[];
   rootWritable: boolean;

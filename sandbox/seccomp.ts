@@ -188,11 +188,11 @@ export function deniedSyscalls(): string[] {
  * The filter as the raw `struct sock_filter[]` bytes bwrap reads from `--seccomp FD`, or null when
  * this architecture has no syscall table here. `freshNamespaces`: leave unshare(2), setns(2) and mount(2) to the
  * per-execution filter (buildExecutionFilter), so that the supervisor can give each execution its own
- * namespaces and tmpfs folders. `pinHotPages`: leave io_uring_setup(2) and io_uring_register(2) to the
- * supervisor's start (it pins pages with them, supervisor/pin-hot.h), which then seals them off itself
- * (buildSealFilter) before any request; io_uring_enter(2) stays refused throughout.
+ * namespaces and tmpfs folders. `pinAtStart`: leave io_uring_setup(2) and io_uring_register(2) to the
+ * sandbox's start, which pins pages with them and then seals them off (buildSealFilter) before any request;
+ * io_uring_enter(2) stays refused throughout. Why that is safe: sandbox/README.md, "io_uring at a sandbox's start".
  */
-export function buildSeccompFilter(opts: { freshNamespaces?: boolean; pinHotPages?: boolean } = {}): Buffer | null {
+export function buildSeccompFilter(opts: { freshNamespaces?: boolean; pinAtStart?: boolean } = {}): Buffer | null {
   const t = archTable();
   if (!t) return null;
   const prog: Insn[] = [];
@@ -205,7 +205,7 @@ export function buildSeccompFilter(opts: { freshNamespaces?: boolean; pinHotPage
   if (t.x32Bit) jump(BPF_JGE_K, t.x32Bit, "enosys", 0);
   for (const [name, nr] of Object.entries(t.denied)) {
     if (opts.freshNamespaces && PER_EXECUTION.includes(name)) continue;
-    if (opts.pinHotPages && SUPERVISOR_START.includes(name)) continue;
+    if (opts.pinAtStart && SUPERVISOR_START.includes(name)) continue;
     jump(BPF_JEQ_K, nr, "eperm", 0);
   }
   // clone3 passes its flags in memory that a filter cannot read; ENOSYS makes libc fall back to clone.
@@ -222,7 +222,7 @@ export function buildSeccompFilter(opts: { freshNamespaces?: boolean; pinHotPage
  */
 const PER_EXECUTION = ["unshare", "setns", "mount"];
 
-/** What the supervisor pins its hot pages with at start (pinHotPages), sealed off before any request. */
+/** What a reused sandbox pins its hot pages with at start (supervisor/pin-hot.h), sealed off before any request. */
 const SUPERVISOR_START = ["io_uring_setup", "io_uring_register"];
 
 /**
@@ -235,10 +235,10 @@ export function buildExecutionFilter(): Buffer | null {
 }
 
 /**
- * What the supervisor loads on itself once it has pinned its hot pages (pinHotPages), before it serves
- * anything: io_uring_setup(2) and io_uring_register(2) refused, to it and to every process it forks from then
- * on, as the sandbox-wide filter refuses them where the supervisor pins nothing. Null when this architecture
- * has no table.
+ * The seal: what pid 1 (and a node sandbox's fork server) loads on itself once it has pinned its hot pages,
+ * before the sandbox serves anything: io_uring_setup(2) and io_uring_register(2) refused, to it and to every
+ * process it forks from then on, as the sandbox-wide filter refuses them where nothing is pinned. Null when this
+ * architecture has no table.
  */
 export function buildSealFilter(): Buffer | null {
   return denyOnly(SUPERVISOR_START);

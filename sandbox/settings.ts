@@ -132,12 +132,6 @@ export const SandboxSettingsSchema = z.object({
     .describe(
       "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
     ),
-  pinHotPages: z
-    .boolean()
-    .default(true)
-    .describe(
-      "a sandbox that serves many commands (maxExecsPerSandbox > 1) pins, at start, the pages of its python interpreter that an execution writes (found by running a known program in it; ~200 pages), so that each fork copies them at once instead of faulting on each first write (python's pid 1: sandbox/supervisor/pin-hot.h; on a guest with shadow page tables a fault costs 15-18 us and its TLB flush is a hypercall: +65-120% executions/s there). The supervisor pins with io_uring_setup(2)/io_uring_register(2), which the sandbox's seccomp filter leaves it for that; it then refuses both to itself and everything it forks before serving anything. Pinned pages count against RLIMIT_MEMLOCK of the sandbox's host uid; where it runs out, or before Linux 5.18, that sandbox pins nothing",
-    ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });
 

@@ -115,7 +115,7 @@ function zygote() {
   const mounts = process.env.RS_NF_MOUNTS ?? "";
   const filter = process.env.RS_NF_FILTER ?? "";
   const execUids = process.env.RS_NF_EXEC_UIDS === "1";
-  // settings.pinHotPages: the most pages to pin and pid 1's seal, which serve() loads on this process after
+  // In a reused sandbox: the most pages to pin and pid 1's seal, which serve() loads on this process after
   // pinning (nodefork.c: survey). Absent when pid 1 had sealed itself before starting this server.
   const pinMax = Number(process.env.RS_NF_PIN ?? "0");
   const seal = process.env.RS_NF_SEAL ?? "";

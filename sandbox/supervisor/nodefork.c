@@ -6,8 +6,9 @@
 // program as boot.cjs always has; the zygote reports the child's pid, waits for it, reports its status and
 // CPU time, and waits for the next. A fork of a warm node costs ~1 ms where starting node costs ~40.
 //
-// With settings.pinHotPages it first pins the pages a node execution writes (pin-hot.h; survey() below), so that
-// each fork copies them at once instead of each child faulting on them, and then seals io_uring off itself.
+// In a sandbox that serves many commands it first pins the pages a node execution writes (pin-hot.h; survey()
+// below), so that each fork copies them at once instead of each child faulting on them, and then seals io_uring
+// off itself (sandbox/README.md, "io_uring at a sandbox's start").
 //
 // Forking node needs what V8 and libuv do not do for us:
 //   - V8 marks its heap MADV_DONTFORK, so a child would have no heap: every mapping is marked DOFORK again
@@ -56,7 +57,7 @@
 // 2 MiB per execution, while it runs: moving node's 26 MiB at once before a fork held that request up
 // (~13 ms alone; 100-300 ms when 8 sandboxes reached their 9th fork together).
 static struct rs_huge_text_plan huge_plan = {.after = -1, .per_step = 1, .after_fork = 1};
-// settings.pinHotPages (pin-hot.h): at serve()'s start the zygote surveys what a node execution writes and pins
+// Hot pages (pin-hot.h): at serve()'s start the zygote surveys what a node execution writes and pins
 // those pages (at most pin_max), then loads pid 1's seal on itself (no io_uring from then on, in it or in any
 // child) before it reports ready. pid 1 starts the zygote before sealing itself, for this, and only then.
 static long pin_max;
@@ -427,7 +428,7 @@ static long hex_decode(const char *hex, size_t len, unsigned char *out, size_t c
 // init(sockFd, freshMounts, execFilterHex, execUids, pinMaxPages, sealHex): called once, after the zygote's
 // warm-up and before serve(). freshMounts "" leaves fresh namespaces off; else both are what pid 1's C loop was
 // configured with. execUids: pid 1 hands each child a uid of its own, so every child unshares its own user
-// namespace and the server makes no template. pinMaxPages and sealHex (optional; settings.pinHotPages): the
+// namespace and the server makes no template. pinMaxPages and sealHex (optional; a reused sandbox's): the
 // most pages serve() pins after its survey, and the seal it then loads on itself.
 static napi_value init(napi_env env, napi_callback_info info) {
   size_t argc = 6;

@@ -47,10 +47,10 @@ EXEC_IDS = os.environ.pop("RS_EXEC_IDS", "")
 # once it has forked this many python executions, and the node fork server once it has forked this many node
 # ones: the copy costs about an execution, and an idle session never holds one.
 HUGE_TEXT_AFTER = 8
-# settings.pinHotPages: pid 1 pins the pages a python execution writes (pin_hot_pages), then loads
-# SEAL_FILTER on itself (io_uring_setup and io_uring_register refused from then on, to it and to all it forks)
-# before it serves anything; it refuses to start when it cannot.
-PIN_HOT = os.environ.pop("RS_PIN_HOT", "") == "1"
+# In a sandbox that serves many commands pid 1 pins the pages a python execution writes (pin_hot_pages), then
+# loads SEAL_FILTER on itself (io_uring_setup and io_uring_register refused from then on, to it and to all it
+# forks) before it says ready; it refuses to start when it cannot. Why: sandbox/README.md, "io_uring at a
+# sandbox's start".
 SEAL_FILTER = bytes.fromhex(os.environ.pop("RS_SEAL_SECCOMP", ""))
 ISOLATE = None  # the C loop's rs_fs_isolate, when fresh namespaces are on
 LOOP = None  # the C loop (load_fork_loop)
@@ -1118,13 +1118,13 @@ def main():
     in_c = PRESTART == "python"
     if in_c:
         load_site()  # before "ready": a ready sandbox has its modules loaded
-        if PIN_HOT and REUSED:
+        if REUSED:
             pin_hot_pages(loop)
     # A node sandbox's fork server pins its own hot pages: started before the seal, it seals itself after.
-    if not in_c and PRESTART == "node" and PIN_HOT and REUSED and SEAL_FILTER:
+    if PRESTART == "node" and REUSED and SEAL_FILTER:
         zygote(pin=True)  # a server started later (one that died) starts after the seal below and inherits it
     if SEAL_FILTER and loop["seal"](SEAL_FILTER, len(SEAL_FILTER)) != 0:
-        print("rollstream sandbox: could not load the seccomp filter that ends pid 1's start (settings.pinHotPages)", file=sys.stderr)
+        print("rollstream sandbox: could not load the seccomp filter that ends pid 1's start (the seal)", file=sys.stderr)
         os._exit(1)
     if not in_c:
         prestart(PRESTART)

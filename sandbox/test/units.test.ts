@@ -127,8 +127,8 @@ describe("sandbox plumbing", () => {
     const [setup, enter, register] = [425, 426, 427];
     const plain = compared(f);
     assert.ok(plain.has(setup) && plain.has(enter) && plain.has(register), "the sandbox's filter refuses all three");
-    const pin = compared(buildSeccompFilter({ pinHotPages: true })!);
-    assert.ok(!pin.has(setup) && !pin.has(register) && pin.has(enter), "pinHotPages leaves setup and register, never enter");
+    const pin = compared(buildSeccompFilter({ pinAtStart: true })!);
+    assert.ok(!pin.has(setup) && !pin.has(register) && pin.has(enter), "pinAtStart leaves setup and register, never enter");
     assert.equal(pin.size, plain.size - 2, "and nothing else");
     const seal = buildSealFilter()!;
     const sealed = compared(seal);
