@@ -70,7 +70,7 @@ export const LearnerBackendSchema = z.object({
 });
 
 /**
- * Difficulty pools (rl.pool): each example's running pass rate, from the reward actor's group events, which the
+ * Difficulty pools (rl.pool): each example's running pass rate, from the group outcomes on rs.<run>.groups, which the
  * orchestrator alone applies in stream order. `seq` is the next event to apply, so a restarted orchestrator
  * neither loses a group nor counts one twice; the sampler chooses only from what is written here.
  */
@@ -103,7 +103,7 @@ export const StateKeySchemas = {
   "orchestrator.next": int.nonnegative(),
   /** Refill tasks and zero-variance replacements published so far (refill msg-ids and their dataset positions count from here). */
   "orchestrator.refills": int.nonnegative(),
-  /** Next sequence of the events stream the orchestrator reads the reward actor's group events from (rl.filter). */
+  /** Next sequence of the events stream the orchestrator reads the group outcomes (rs.<run>.groups) from (rl.filter). */
   "orchestrator.filterSeq": int.positive(),
   "learner.starved": LearnerStarvedSchema,
   /** rl.pool: running pass rate per example (the orchestrator writes it). */

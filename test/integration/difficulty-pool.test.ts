@@ -2,7 +2,7 @@
 // KV by the test, so every choice is known in advance: with revisit 0 the orchestrator must dispatch exactly the
 // examples the pure sampler gives from those stats (none outside the band), with rl.pool.quotas' share of every
 // step per environment, and an orchestrator killed and started again in the middle must go on with the same
-// choices. A reward group event is then applied to the stats once, as a running pass rate.
+// choices. A group outcome is then applied to the stats once, as a running pass rate.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";

@@ -1,6 +1,6 @@
 // Under rl.staleness pace which messages a step trains on depends on when they arrived, so a learner restored
 // from a checkpoint cannot rebuild its lost steps by reading again: it follows the stream sequences its earlier
-// life recorded in its step events. SIGKILL the learner between checkpoints of a paced run with a slow and a
+// life recorded in its step records. SIGKILL the learner between checkpoints of a paced run with a slow and a
 // fast environment; the new learner must redo each lost step on the same messages (the same `seqs`) with the
 // same loss, bit for bit, and say that it follows the earlier life.
 import { test } from "node:test";

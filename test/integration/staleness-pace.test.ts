@@ -2,7 +2,7 @@
 // late: each step has one prompt of an environment whose rubric takes 1.5 s (slow@1.0.0, a long rollout of a
 // hard problem) and one of an environment scored at once (fast@1.0.0), fixed by rl.pool.quotas. Under drop the
 // learner trains on the fast groups while a slow one is scored, and the slow one arrives past the bound and is
-// dropped: the bias the issue is about, visible by environment in the step events (the control). Under pace the
+// dropped: the bias the issue is about, visible by environment in the step records (the control). Under pace the
 // orchestrator holds back work that would let the learner run past a straggler, so nothing is ever trained past
 // the bound, checked row by row against the stream sequences each step recorded, and nothing is dropped.
 import { test } from "node:test";
