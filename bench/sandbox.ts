@@ -19,9 +19,8 @@
 // nats-server and the service each run in a session of their own, as separate services do in a deployment
 // (their own systemd unit or pod). On a host that shares the CPU between sessions first (autogroups, every
 // process in the root cgroup), they would otherwise split one session's share with the bench's client while
-// every sandbox and every execution has a session, and so a share, of its own (c64, 6 alternating pairs:
-// +2 to +14% executions/s, the client's CPU an execution 0.21-0.24 ms instead of 0.26-0.34). The bare
-// baseline is unaffected: its processes run while the others are idle.
+// every sandbox and every execution has a session, and so a share, of its own. The bare baseline is
+// unaffected: its processes run while the others are idle.
 // The last line printed is one JSON object of the figures.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -495,7 +494,7 @@ export async function runSandboxBench(opts: SandboxBenchOptions = {}): Promise<R
     // 2. Throughput at concurrency 1, 8, 64, 256 (a fresh process per request on a reused sandbox). Each
     // round runs many times `c` executions: a closed loop's first and last `c` requests find the queue
     // filling and draining, and with only 2c of them that transient, not the steady rate, is what a
-    // round measures (at 64 on 2 cores: ~400 /s at 128 executions, ~510 /s at 3,000).
+    // round measures.
     for (const c of [1, 8, 64, 256]) {
       const total = quick ? Math.max(100, c * 6) : Math.max(300, c * 16);
       await sleep(300);

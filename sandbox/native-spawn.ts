@@ -1,8 +1,8 @@
 // Starting bwrap without copying the service: node's spawn() is a fork(), which copies every page table of
-// the calling process before the child can exec, and holds the event loop meanwhile (7 ms at 49 MB, 32 ms at
-// 1 GB on the PVM guest: a burst of sandbox starts held replies up for hundreds of ms). posix_spawn (the
-// rs_spawn addon, spawn/spawn.cc) shares the address space until the exec instead, so a start costs the same
-// whatever the caller's size. NativeChild is the part of ChildProcess that SandboxProcess uses.
+// the calling process before the child can exec, and holds the event loop meanwhile, longer the larger the
+// process (sandbox/README.md, "start call"). posix_spawn (the rs_spawn addon, spawn/spawn.cc) shares the
+// address space until the exec instead, so a start costs the same whatever the caller's size. NativeChild is
+// the part of ChildProcess that SandboxProcess uses.
 import { EventEmitter } from "node:events";
 import { closeSync, existsSync } from "node:fs";
 import { createRequire } from "node:module";

@@ -47,8 +47,8 @@ export interface PoolOptions {
   /** Requests one sandbox serves before it is replaced; 1 = no reuse. */
   maxExecsPerSandbox: number;
   /**
-   * A sandbox that has just come back is still forking and preparing its next interpreter (a few ms on a
-   * slow host), and a request handed to it waits for that; back this long, it is taken as ready.
+   * A sandbox that has just come back is still forking and preparing its next interpreter, and a request
+   * handed to it waits for that; back this long, it is taken as ready.
    */
   settleMs: number;
 }

@@ -180,7 +180,7 @@ export async function startSandboxService(opts: {
  * Replies of one event-loop turn go out together: each result arrives on its own sandbox pipe, in its
  * own callback, and nats.js writes what was published in a callback as one socket write. Publishing them
  * from one setImmediate (run right after the poll phase that read the results) makes that one write for
- * all of them: a loopback write that wakes nats-server costs tens of µs of CPU on a VM.
+ * all of them: each loopback write that wakes nats-server costs CPU, most on a VM.
  */
 class ReplyBatch {
   private queued: Array<() => void> = [];

@@ -4,10 +4,10 @@
 // the next interpreter while the caller reads the result), and files persist between them.
 //
 // Why a live sandbox and not "a work dir on disk + a fresh bwrap per command": a command then costs
-// a fork (~1-3 ms) instead of a sandbox start (~15 ms python, ~60 ms node), files never touch the
-// host disk or need a quota, and an idle session costs no CPU at all: its supervisor sits in read(2)
-// and the prestarted interpreter in read(2). What it costs is memory, a few MB per session (measured
-// by the benchmark), which is why sessions are capped (maxSessions) and closed when idle.
+// a fork instead of a sandbox start, files never touch the host disk or need a quota, and an idle
+// session costs no CPU at all: its supervisor sits in read(2) and the prestarted interpreter in
+// read(2). What it costs is memory (the benchmark's "sessions held"), which is why sessions are capped
+// (maxSessions) and closed when idle.
 import type { Logger } from "pino";
 import type { SandboxExecRequest, SandboxExecResult, SandboxLanguage } from "../environments/api/sandbox.js";
 import { gone, notFound, overloaded } from "./errors.js";

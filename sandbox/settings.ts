@@ -65,7 +65,7 @@ export const IsolationSettingsSchema = z.object({
     .boolean()
     .default(false)
     .describe(
-      "give each one-shot execution its own mount and ipc namespaces (made in the supervisor's template user namespace, or with perExecutionUid in one of its own) and a fresh tmpfs /workspace, /tmp and /dev/shm, on top of the reset between executions (needs seccomp). Costs CPU an execution (setting up and tearing down its namespaces): 5-20% fewer executions/s at concurrency 64 on 2 cores, so off by default. Sessions keep one set: their files persist",
+      "give each one-shot execution its own mount and ipc namespaces (made in the supervisor's template user namespace, or with perExecutionUid in one of its own) and a fresh tmpfs /workspace, /tmp and /dev/shm, on top of the reset between executions (needs seccomp). Costs CPU an execution (setting up and tearing down its namespaces; sandbox/README.md has the figure), so off by default. Sessions keep one set: their files persist",
     ),
   perExecutionUid: z
     .boolean()
@@ -130,7 +130,7 @@ export const SandboxSettingsSchema = z.object({
     .regex(/^\d+(-\d+)?(,\d+(-\d+)?)*$/, "a CPU list like 0-3,8")
     .optional()
     .describe(
-      "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs (on a paravirtualized guest with slow page faults one core served more executions/s than two, on a faster day no more: sandbox/README.md). A placement policy, not a boundary: a program may move itself to other CPUs",
+      "CPUs the sandboxes run on, as a list like 0-3,8 (default: every CPU the service may use). Keeps them off cores the learner or inference needs. A placement policy, not a boundary: a program may move itself to other CPUs",
     ),
   drainMs: nonneg().default(5_000).describe("on stop, how long running commands may finish before their sandboxes are killed (default 5 s)"),
 });

@@ -90,9 +90,9 @@ function warmUp() {
 }
 
 // A young-generation collection, the last thing before serving: each child then allocates from an empty
-// young generation instead of the warm-up's leftovers (alternating runs on a slow host, node c8: 40.4 vs
-// 43.5 ms of CPU an execution; a full collection instead made each child costlier). gc() is taken from a
-// context of its own and the flag dropped again: no program sees a gc function.
+// young generation instead of the warm-up's leftovers (less CPU an execution; a full collection instead made
+// each child costlier). gc() is taken from a context of its own and the flag dropped again: no program sees a
+// gc function.
 function emptyYoungGeneration() {
   const v8 = require("node:v8");
   v8.setFlagsFromString("--expose-gc");

@@ -102,9 +102,8 @@ static int rs_exec_isolation_parse(struct rs_exec_isolation *iso, const char *mo
 // The template user namespace, made once by a fork server (after rs_exec_isolation_parse): a helper child
 // unshares it and maps the sandbox's uid and gid to themselves, the server keeps it open and the helper exits.
 // Each fresh execution without a uid of its own then enters it (setns: its owner's processes hold every
-// capability in it) instead of unsharing a user namespace and writing its maps, which on a paravirtualized
-// guest was half of what fresh namespaces cost an execution (~0.2 of ~0.43 ms: the first open of a new
-// process's /proc files). What a user namespace holds that an execution could write is refused to it or
+// capability in it) instead of unsharing a user namespace and writing its maps, which was half of what fresh
+// namespaces cost an execution (the first open of a new process's /proc files). What a user namespace holds that an execution could write is refused to it or
 // gone with its processes: keyrings (seccomp), sysctls (read-only /proc/sys, no capabilities), rlimit
 // counts. Returns 0, or -1 (iso->userns_fd stays -1: executions unshare their own, as before).
 static int rs_exec_isolation_template(struct rs_exec_isolation *iso) {

@@ -449,7 +449,7 @@ static int sysv_ipc_count(int kind) {
 
 // SysV IPC objects outlive their creator; they live in the sandbox's ipc namespace, so /proc/sysvipc
 // lists exactly ours. Read only for a kind this namespace holds any of: nearly every command leaves none,
-// and three /proc files an execution cost pid 1 ~0.1 ms.
+// and three /proc files an execution are three opens, reads and closes for pid 1.
 static int remove_sysv_ipc(void) {
   static const char *kinds[] = {"/proc/sysvipc/shm", "/proc/sysvipc/sem", "/proc/sysvipc/msg"};
   int ok = 1;
@@ -481,7 +481,7 @@ static int remove_sysv_ipc(void) {
 // Closed TCP connections outlive their processes (TIME_WAIT for a minute; orphans while they finish closing)
 // in the sandbox's network namespace, where the next command could list their ports: nothing can remove
 // them, so a sandbox that has any is not clean (its replacement comes with a new network namespace).
-// /proc/net/sockstat{,6} count this namespace's; /proc/net/tcp would walk the whole machine's table (~2.7 ms).
+// /proc/net/sockstat{,6} count this namespace's; /proc/net/tcp would walk the whole machine's table.
 // 1: none; 0: some; -1: the counts cannot be read (supervisor.py: tcp_left does the same).
 static int tcp_counts_zero(void) {
   static const char *files[] = {"/proc/net/sockstat", "/proc/net/sockstat6"};
@@ -734,9 +734,9 @@ static int run_once(struct field *req) {
   snprintf(fields[6], 48, "%.3f", wall);
   fields[8][0] = 0;
   // The report goes before the reset: every process of the command is dead and its output ends at the
-  // marker, so nothing the reset does can change the result, and the reply no longer waits for it (~0.5 ms
-  // on a slow host, a tenth of a warm execution). "p": the host gives this sandbox no other command until
-  // the "reset" frame says whether it came back clean (supervisor.py's loop still reports both at once).
+  // marker, so nothing the reset does can change the result, and the reply no longer waits for it. "p": the
+  // host gives this sandbox no other command until the "reset" frame says whether it came back clean
+  // (supervisor.py's loop still reports both at once).
   snprintf(fields[9], 48, "p");
   send_report(fields, 10);
   char reset[2][48];

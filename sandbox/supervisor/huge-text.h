@@ -3,10 +3,10 @@
 // forkserver.c and nodefork.c.
 //
 // Why: a forked execution starts with none of the executable's code mapped (fork copies no page-table
-// entries for an unwritten file mapping), so each one faults the interpreter's code in again, 16 pages a
-// fault, and on a guest with shadow page tables (a PVM day) the host then fills a shadow entry for every
-// distinct page it touches: ~4 us a page, for the ~450 code pages a print(1) runs through. An anonymous copy
-// on 2 MiB pages is copied by fork as one entry per 2 MiB, and the host maps it as such.
+// entries for an unwritten file mapping), so each one faults the interpreter's code in again, and on a guest
+// with shadow page tables the host then fills a shadow entry for every distinct page it touches, hundreds for
+// a print(1). An anonymous copy on 2 MiB pages is copied by fork as one entry per 2 MiB, and the host maps it
+// as such (sandbox/README.md has the figures).
 //
 // What moves: each 2 MiB of the executable that holds code and is all read-only file mapping (no hole, no
 // writable part), made read+execute (a 2 MiB page has one permission): for Debian's python3.11 the ELF
@@ -17,8 +17,8 @@
 //
 // When: python's pid 1 moves its 4 MiB at once, before it forks the next warm interpreter (after the reply,
 // off the request's path). The node fork server forks on request, so it moves 2 MiB after each fork, while
-// that execution runs: all 26 MiB before one fork held that request up ~13 ms alone, and 100-300 ms when
-// the 8 sandboxes of a pool reached that fork together (the copy's first touch of fresh memory).
+// that execution runs: all 26 MiB before one fork held that request up, and far longer when the sandboxes of a
+// pool reached that fork together (the copy's first touch of fresh memory).
 //
 // The price: the moved code is this process's own memory instead of the page cache's, shared by every
 // sandbox; and tools that name code by file (perf, /proc/PID/maps) see an anonymous mapping there. Hence

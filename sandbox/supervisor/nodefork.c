@@ -4,7 +4,7 @@
 // programs run, then sits in serve(): per execution the supervisor (pid 1) sends it two fds (the program's
 // stdin and the pipe its code arrives on) and it forks. The child returns to JavaScript and runs the
 // program as boot.cjs always has; the zygote reports the child's pid, waits for it, reports its status and
-// CPU time, and waits for the next. A fork of a warm node costs ~1 ms where starting node costs ~40.
+// CPU time, and waits for the next. A fork of a warm node costs a fraction of a node's start.
 //
 // In a sandbox that serves many commands it first pins the pages a node execution writes (pin-hot.h; survey()
 // below), so that each fork copies them at once instead of each child faulting on them, and then seals io_uring
@@ -55,7 +55,7 @@
 #include "pin-hot.h"
 
 // 2 MiB per execution, while it runs: moving node's 26 MiB at once before a fork held that request up
-// (~13 ms alone; 100-300 ms when 8 sandboxes reached their 9th fork together).
+// (huge-text.h).
 static struct rs_huge_text_plan huge_plan = {.after = -1, .per_step = 1, .after_fork = 1};
 // Hot pages (pin-hot.h): at serve()'s start the zygote surveys what a node execution writes and pins
 // those pages (at most pin_max), then loads pid 1's seal on itself (no io_uring from then on, in it or in any
@@ -108,10 +108,10 @@ static struct rs_exec_isolation iso;
 // - performance.timeOrigin reads a copy of both in the environment's milestones, a Float64Array of
 //   N_MILESTONES entries (node 20: timeOrigin timestamp, timeOrigin, environment, nodeStart, v8Start,
 //   loopStart, loopExit, bootstrapComplete; uv_hrtime ns, -1 when not reached) that no exported name reaches.
-//   find_milestones() looks for it in the malloc heap (~1 ms, once): the one place holding those two values
+//   find_milestones() looks for it in the malloc heap (once): the one place holding those two values
 //   side by side, followed by milestones that are -1 or between the origin and now. Where address-space
 //   randomization put a mapping right after the heap, malloc cannot grow it and carries on in anonymous
-//   mappings (seen in 1 of ~100 zygotes: a 1 MB [heap] that did not hold the array): those are searched too,
+//   mappings (now and then a [heap] does not hold the array): those are searched too,
 //   only when the heap alone did not give exactly one place. The milestones node reached before the fork (its
 //   bootstrap) move to the child's origin: its node was ready when it started.
 // What is not found, or does not hold what it should, is left alone. performance.now() and timeOrigin move
@@ -713,7 +713,7 @@ static napi_value exit_now(napi_env env, napi_callback_info info) {
   _exit(code & 0xff);
 }
 
-// randomSeed(): a positive int32 from the kernel's randomness (crypto's would load webcrypto: ~2 ms a fork).
+// randomSeed(): a positive int32 from the kernel's randomness (crypto's would load webcrypto in every fork).
 static napi_value random_seed(napi_env env, napi_callback_info info) {
   (void)info;
   uint32_t v = 0;

@@ -2,9 +2,9 @@
 //
 // Why: fork shares each of this process's pages with the child copy-on-write, and a child's first write
 // to one is a fault that copies it and flushes its old translation. On a paravirtualized host with shadow
-// page tables that is 15-18 us a page (the flush is a hypercall), against ~1.3 us for a page fork copies
-// itself; a python execution writes ~130-190 such pages (reference counts of the objects it uses, the
-// allocator's pools, frames), whatever its program, and a node execution ~300-470 of its fork server's.
+// page tables the flush is a hypercall, many times what fork's own copy of a page costs; an execution writes
+// hundreds of such pages (reference counts of the objects it uses, the allocator's pools, frames), whatever
+// its program (sandbox/README.md has the figures).
 // The kernel copies a page at fork, for the child, when it is pinned (a long-term pin, as a DMA buffer has:
 // fork cannot share it). io_uring's registered buffers are such pins, taken from user space: this process
 // pins the pages an execution writes and every child gets them already copied, with no fault and no flush
@@ -18,6 +18,8 @@
 // The ring is registered with the task (IORING_REGISTER_RING_FDS) and its fd closed: no execution
 // inherits an fd to it (and io_uring's task context is not copied at fork). That needs Linux 5.18; pinned
 // pages count against RLIMIT_MEMLOCK. Where a step fails nothing is pinned and forks copy on write as before.
+// Why io_uring may be used here at all, and never by a program: sandbox/README.md, "io_uring at a sandbox's
+// start".
 #ifndef RS_PIN_HOT_H
 #define RS_PIN_HOT_H
 #ifndef _GNU_SOURCE

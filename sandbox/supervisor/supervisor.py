@@ -114,13 +114,12 @@ class _Warm:
 # Only when python is served: a node or bash sandbox does not pay for them.
 PRELOAD = ("json", "re", "math", "collections", "itertools", "functools", "heapq", "bisect", "operator", "struct")
 # In a sandbox that serves many commands (argv[4] "reuse": maxExecsPerSandbox > 1, the default), also
-# these: an import a child does itself costs 6-8 ms of copy-on-write faults on a slow host even for a
-# small module (string), 17 ms for typing, and the traceback of a program that raises ~18 ms (its
-# modules, then their lazy set-up: see warm_tracebacks); preloaded, ~0. The price: ~20 ms and ~2 MB
-# more at the sandbox's start, paid once for its ~1,000 commands, and a few more faults in a command
-# that uses none of them (print(1) at concurrency 64: 229-231 against 222). Not random, statistics or
-# queue: random re-seeds in every fork (13 faults), queue brings threading, whose fork hooks cost every
-# command ~80.
+# these: an import a child does itself costs copy-on-write faults even for a small module (string), and
+# the traceback of a program that raises more (its modules, then their lazy set-up: see warm_tracebacks);
+# preloaded, nearly nothing. The price: a little time and memory at the sandbox's start, paid once for its
+# many commands, and a few more faults in a command that uses none of them (sandbox/README.md). Not random,
+# statistics or queue: random re-seeds in every fork, queue brings threading, whose fork hooks cost every
+# command many faults.
 PRELOAD_REUSED = ("traceback", "linecache", "typing", "string", "copy", "array", "decimal", "fractions", "datetime")
 WIPE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
 _libc = _ctypes.dlopen(None)
@@ -438,8 +437,8 @@ def load_site():
         if REUSED:
             warm_tracebacks()
         # One compile here, before any fork: the first compile in a process grows shared tables (the
-        # interned-string dict is resized, ~150 pages rewritten). Done once here instead of in every
-        # child, it takes ~45% of a warm child's copy-on-write faults off each execution.
+        # interned-string dict is resized, many pages rewritten). Done once here instead of in every
+        # child, it takes a large share of a warm child's copy-on-write faults off each execution.
         exec(compile(WARM_UP_PROGRAM, "<warm-up>", "exec"), {"__name__": "<warm-up>"})
         global prepared_main
         prepared_main = prepare_main()
@@ -495,8 +494,8 @@ def plug_allocator_holes():
     # over many pages. A child allocates from those first, so each object it makes lands on another page it
     # shares with this process: a copy-on-write fault each. Filled here, with objects of each size class
     # that live as long as this process, they leave a child's allocations to fresh pools, where they sit
-    # side by side (print(1) forked outside a sandbox: 168 faults instead of 177, a dict-building program
-    # 225 instead of 269, 6-20% less CPU). The free-block counts come from sys._debugmallocstats (written
+    # side by side (fewer faults and less CPU a child: sandbox/test/allocator-plugs.test.ts). The free-block
+    # counts come from sys._debugmallocstats (written
     # to fd 2: allocator_free_blocks); without pymalloc, or where its format differs, nothing is filled.
     try:
         rows = allocator_free_blocks()
@@ -533,8 +532,8 @@ def exit_code_of(e):
 def prepare_main():
     # What every python child needs and pid 1 can hold unharmed: argv, an empty __main__ (pid 1's own code
     # keeps its globals; nothing looks its module up by name), a line-buffered sys.stdout (pid 1 never
-    # writes to it). Built once in pid 1 (load_site), before the freeze, it is not rebuilt in every child:
-    # that took ~20 of a child's ~180 copy-on-write faults and ~9% of its CPU.
+    # writes to it). Built once in pid 1 (load_site), before the freeze, it is not rebuilt (and its pages not
+    # copied) in every child.
     sys.argv = ["-c"]
     main = ModuleType("__main__")
     main.__dict__["__builtins__"] = __builtins__
@@ -548,12 +547,11 @@ def prepare_main():
 def prepare_python():
     # Everything but the program itself, so that a warm child does it before the request arrives.
     # sys.path[0] = "" (the program's folder) only here, in the child: pid 1 must never import from a
-    # folder the program writes. The throwaway compile/exec matters: a fresh fork pays ~1.5 ms of
-    # copy-on-write faults and lazy set-up on its first compile; paid here, it is off the request's path.
-    # It is a call that prints nothing, then both streams flushed (no bytes reach them: nothing was
-    # buffered): a call, stdout's write path and the flushes at exit are what nearly every program takes,
-    # so their pages are copied before the request, not in its time (a slow host's print(1), 4 alternating
-    # rounds: 2.05-2.84 ms in the sandbox against 2.89-3.11; the same CPU under load).
+    # folder the program writes. The throwaway compile/exec matters: a fresh fork pays copy-on-write faults
+    # and lazy set-up on its first compile; paid here, it is off the request's path. It is a call that
+    # prints nothing, then both streams flushed (no bytes reach them: nothing was buffered): a call,
+    # stdout's write path and the flushes at exit are what nearly every program takes, so their pages are
+    # copied before the request, not in its time.
     main = prepared_main if prepared_main is not None else prepare_main()
     sys.path.insert(0, "")
     try:
@@ -995,7 +993,7 @@ def prestart(lang):
 SURVEY_REPORT = None
 # The program whose written pages pid 1 pins (pin-hot.h): print(1), then what a small solution does. An
 # execution writes most of the same pages whatever its program (the interpreter's own state, the objects
-# every program uses, the allocator's pools, the exit path); one listed but not written costs a fork ~1 us.
+# every program uses, the allocator's pools, the exit path); one listed but not written costs each fork a copy.
 SURVEY_PROGRAM = (
     b"print(1)\n"
     b"def f(xs):\n    return sorted(x * 2 for x in xs if x % 3)\n"
