@@ -4,15 +4,54 @@
 // (msg-ids per version, environment and sample: a version evaluated again after a restart is stored once);
 // the version's summary goes to KV eval.results, which says what is done. It exits when the final version
 // is evaluated. The checkpoint actor does not prune a scheduled version's weights before it is evaluated.
+import type { Counter, Gauge } from "prom-client";
 import { inject, injectable } from "tsyringe";
+import type { PolicyModel } from "../../kernels/index.js";
+import type { Tokenizer } from "../../kernels/tokenizer.js";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
-import { loadRunEnvironments } from "../runtime/environments.js";
+import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
 import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
 import { evalSchedule } from "../../rl/eval-schedule.js";
 import { StateKeys, type EvalChannel, type RunState, type WeightsChannel } from "../../streams/index.js";
 import { evaluateVersion } from "./held-out.js";
+
+/** The newest policy version, kept by a watch on KV, and a pause that a new version or the actor's stop ends early. */
+class PolicyWatch {
+  newest = -1;
+  private wake: (() => void) | null = null;
+
+  static async open(state: RunState, signal: AbortSignal): Promise<PolicyWatch> {
+    const w = new PolicyWatch();
+    await state.watch(
+      StateKeys.policyVersion,
+      (v) => {
+        w.newest = v;
+        w.wake?.();
+      },
+      signal,
+    );
+    signal.addEventListener("abort", () => w.wake?.(), { once: true });
+    return w;
+  }
+
+  pause(ms: number): Promise<void> {
+    return new Promise<void>((r) => {
+      this.wake = r;
+      setTimeout(r, ms);
+    }).finally(() => (this.wake = null));
+  }
+}
+
+/** What every evaluation uses: the environments, one model and tokenizer for the actor's life, its meters. */
+interface Evaluation {
+  envs: LoadedEnvironment[];
+  model: PolicyModel;
+  tokenizer: Tokenizer;
+  evaluated: Counter;
+  passGauge: Gauge;
+}
 
 @injectable()
 export class EvaluatorActor implements Actor {
@@ -23,31 +62,13 @@ export class EvaluatorActor implements Actor {
     @inject(Tokens.Eval) private readonly evals: EvalChannel,
   ) {}
 
+  /** Evaluates the first scheduled version not yet in eval.results once the policy reached it; retries a failure with backoff. */
   async run(): Promise<void> {
     const { ctx, state } = this;
     const { config, log } = ctx;
     const schedule = evalSchedule(config);
-    const envs = [...(await loadRunEnvironments(config)).values()];
-    const model = createPolicyModel(config, { threads: config.actors.evaluator.threads });
-    const tokenizer = createTokenizer(config);
-    const evaluated = ctx.metrics.counter("evaluations_total", "policy versions evaluated");
-    const passGauge = ctx.metrics.gauge("eval_pass_at_1", "greedy held-out pass@1 of the newest evaluated version");
-    let newest = -1;
-    let wake: (() => void) | null = null;
-    await state.watch(
-      StateKeys.policyVersion,
-      (v) => {
-        newest = v;
-        wake?.();
-      },
-      ctx.signal,
-    );
-    const pause = (ms: number) =>
-      new Promise<void>((r) => {
-        wake = r;
-        setTimeout(r, ms);
-      }).finally(() => (wake = null));
-    ctx.signal.addEventListener("abort", () => wake?.(), { once: true });
+    const ev = await this.prepare();
+    const policy = await PolicyWatch.open(state, ctx.signal);
     log.info({ schedule }, "evaluating these policy versions");
     let backoffMs = 500;
     try {
@@ -58,55 +79,77 @@ export class EvaluatorActor implements Actor {
           log.info("every scheduled version evaluated");
           return;
         }
-        if (next > newest) {
+        if (next > policy.newest) {
           // Waiting for the learner is this actor's idle time, not a stall.
-          await ctx.health.wait("policy", () => pause(2_000), { detail: `v${next}`, idle: true });
-          newest = Math.max(newest, await state.policyVersion().catch(() => newest));
+          await ctx.health.wait("policy", () => policy.pause(2_000), { detail: `v${next}`, idle: true });
+          policy.newest = Math.max(policy.newest, await state.policyVersion().catch(() => policy.newest));
           continue;
         }
         try {
-          model.loadSafetensors(
-            await ctx.health.wait("weights", () => this.weights.fetch(next, config.actors.inference.weightsDeadlineMs), { detail: `v${next}` }),
-          );
-          const engine = new PolicyEngine(model, tokenizer, next, {
-            maxBatch: 128,
-            generateDeadlineMs: config.actors.inference.generateDeadlineMs,
-            onWedged: (e) => exitWedged(ctx, e),
-          });
-          const { samples, results, summary } = await ctx.health.work(`evaluate v${next}`, () => evaluateVersion(engine, envs, config, next, ctx.signal));
-          if (ctx.signal.aborted) return;
-          // Samples first, the version's summary in KV last: a restart before the KV write evaluates the
-          // version again, and the msg-ids keep its messages from being stored twice.
-          for (const m of [...samples, ...results]) await this.evals.publish(m);
-          await state.put(StateKeys.evalResults, { ...((await state.get(StateKeys.evalResults)) ?? {}), [String(next)]: summary });
-          evaluated.inc();
-          passGauge.set(summary.passAt1);
-          // Other held-out splits (arithmetic's hard) beside the eval split, never in its place.
-          const splits = Object.fromEntries(Object.entries(summary.splits ?? {}).map(([name, r]) => [`passAt1_${name}`, r.passAt1]));
-          log.info({ version: next, passAt1: summary.passAt1, passAtK: summary.passAtK, n: summary.n, ...splits, seconds: summary.seconds }, "evaluated");
-          await ctx.publishMetrics(
-            "eval",
-            { version: next, passAt1: summary.passAt1, rewardMean: summary.rewardMean, n: summary.n, ...splits, seconds: summary.seconds },
-            next,
-          );
+          if (!(await this.evaluate(ev, next))) return;
           backoffMs = 500;
         } catch (e) {
           if (ctx.signal.aborted) return;
-          const why = (e as Error).message;
-          if (/not in the object store/.test(why) && next < newest) {
-            // Gone for good (a run from before the evaluator protected its versions): say so, go on.
-            const skipped = { version: next, n: 0, passAt1: 0, passAtK: {}, rewardMean: 0, byEnv: {}, seconds: 0, skipped: why };
-            await state.put(StateKeys.evalResults, { ...((await state.get(StateKeys.evalResults)) ?? {}), [String(next)]: skipped });
-            log.error({ version: next, err: why }, "version skipped: its weights are gone");
-            continue;
-          }
+          if (await this.skipIfGone(next, policy.newest, e)) continue;
           log.warn({ version: next, err: (e as Error).message, retryInMs: backoffMs }, "evaluation failed; retrying");
-          await pause(backoffMs);
+          await policy.pause(backoffMs);
           backoffMs = Math.min(10_000, backoffMs * 2);
         }
       }
     } finally {
-      model.dispose();
+      ev.model.dispose();
     }
+  }
+
+  private async prepare(): Promise<Evaluation> {
+    const { config, metrics } = this.ctx;
+    return {
+      envs: [...(await loadRunEnvironments(config)).values()],
+      model: createPolicyModel(config, { threads: config.actors.evaluator.threads }),
+      tokenizer: createTokenizer(config),
+      evaluated: metrics.counter("evaluations_total", "policy versions evaluated"),
+      passGauge: metrics.gauge("eval_pass_at_1", "greedy held-out pass@1 of the newest evaluated version"),
+    };
+  }
+
+  /** Evaluates `version` and stores what it saw and its summary; false when the actor was stopped meanwhile (nothing stored). */
+  private async evaluate(ev: Evaluation, version: number): Promise<boolean> {
+    const { ctx, state } = this;
+    const { config, log } = ctx;
+    const weights = () => this.weights.fetch(version, config.actors.inference.weightsDeadlineMs);
+    ev.model.loadSafetensors(await ctx.health.wait("weights", weights, { detail: `v${version}` }));
+    const engine = new PolicyEngine(ev.model, ev.tokenizer, version, {
+      maxBatch: 128,
+      generateDeadlineMs: config.actors.inference.generateDeadlineMs,
+      onWedged: (e) => exitWedged(ctx, e),
+    });
+    const { samples, results, summary } = await ctx.health.work(`evaluate v${version}`, () => evaluateVersion(engine, ev.envs, config, version, ctx.signal));
+    if (ctx.signal.aborted) return false;
+    // Samples first, the version's summary in KV last: a restart before the KV write evaluates the
+    // version again, and the msg-ids keep its messages from being stored twice.
+    for (const m of [...samples, ...results]) await this.evals.publish(m);
+    await state.put(StateKeys.evalResults, { ...((await state.get(StateKeys.evalResults)) ?? {}), [String(version)]: summary });
+    ev.evaluated.inc();
+    ev.passGauge.set(summary.passAt1);
+    // Other held-out splits (arithmetic's hard) beside the eval split, never in its place.
+    const splits = Object.fromEntries(Object.entries(summary.splits ?? {}).map(([name, r]) => [`passAt1_${name}`, r.passAt1]));
+    log.info({ version, passAt1: summary.passAt1, passAtK: summary.passAtK, n: summary.n, ...splits, seconds: summary.seconds }, "evaluated");
+    await ctx.publishMetrics(
+      "eval",
+      { version, passAt1: summary.passAt1, rewardMean: summary.rewardMean, n: summary.n, ...splits, seconds: summary.seconds },
+      version,
+    );
+    return true;
+  }
+
+  /** A version whose weights are gone for good (a run from before the evaluator protected its versions) is
+   *  recorded as skipped, said, and passed over; true when that is what `e` was. */
+  private async skipIfGone(version: number, newest: number, e: unknown): Promise<boolean> {
+    const why = (e as Error).message;
+    if (!/not in the object store/.test(why) || version >= newest) return false;
+    const skipped = { version, n: 0, passAt1: 0, passAtK: {}, rewardMean: 0, byEnv: {}, seconds: 0, skipped: why };
+    await this.state.put(StateKeys.evalResults, { ...((await this.state.get(StateKeys.evalResults)) ?? {}), [String(version)]: skipped });
+    this.ctx.log.error({ version, err: why }, "version skipped: its weights are gone");
+    return true;
   }
 }

@@ -3,7 +3,7 @@
 // eval messages (one per completion, one result per environment and split) plus the version's summary for KV.
 // The summary's headline is the eval split, which follows train's distribution; a split an environment offers
 // besides (arithmetic's "hard") is evaluated the same way and reported under its own name in `splits`.
-import { heldOutSplits } from "../../environments/api/index.js";
+import { heldOutSplits, type DatasetRow, type SamplingArgs } from "../../environments/api/index.js";
 import { passAtK, reportedKs } from "../../environments/eval/index.js";
 import type { EvalMessage, HeldOutResult } from "../../streams/index.js";
 import type { RunConfig } from "../runtime/config.js";
@@ -85,6 +85,21 @@ class SplitTotals {
   }
 }
 
+/** How every problem of one environment's split is evaluated. */
+interface SplitRun {
+  engine: PolicyEngine;
+  loaded: LoadedEnvironment;
+  config: RunConfig;
+  version: number;
+  /** The eval split's messages look as they always did; another split's carry its name. */
+  tag: { split?: string };
+  greedy: SamplingArgs;
+  sampled: SamplingArgs;
+  /** Sampled completions per problem (eval.samples), for pass@k. */
+  k: number;
+  signal?: AbortSignal;
+}
+
 async function evaluateSplit(
   engine: PolicyEngine,
   loaded: LoadedEnvironment,
@@ -96,45 +111,63 @@ async function evaluateSplit(
 ): Promise<{ samples: EvalSample[]; result: EvalResult; passes: number; rewardSum: number }> {
   const envStart = Date.now();
   const maxTokens = config.eval.maxTokens ?? config.rl.sampling.maxTokens;
-  const greedy = { temperature: 0, topP: 1, topK: 0, maxTokens };
-  const sampled = { ...config.rl.sampling, maxTokens };
-  const k = config.eval.samples;
-  // The eval split's messages look as they always did; another split's carry its name.
-  const tag = split === "eval" ? {} : { split };
+  const run: SplitRun = {
+    engine,
+    loaded,
+    config,
+    version,
+    tag: split === "eval" ? {} : { split },
+    greedy: { temperature: 0, topP: 1, topK: 0, maxTokens },
+    sampled: { ...config.rl.sampling, maxTokens },
+    k: config.eval.samples,
+    signal,
+  };
   const ds = loaded.env.dataset(split);
   const count = Math.min(perEnv, Number.isFinite(ds.size) ? ds.size : perEnv);
-  // Seeds depend on the version and the problem only, so an evaluation repeated after a restart is the same.
-  const perProblem = await Promise.all(
-    Array.from({ length: count }, async (_, i) => {
-      const row = ds.row(i);
-      const runs = [{ greedy: true, sampling: greedy, seed: 0 }];
-      for (let s = 0; s < k; s++) runs.push({ greedy: false, sampling: sampled, seed: (version * 1_000_003 + i * 131 + s) >>> 0 });
-      return Promise.all(
-        runs.map(async (r, sampleIndex) => {
-          const rollout = await loaded.env.rollout({ model: engine.client(r.seed), sampling: r.sampling, signal }, row);
-          const [score] = await loaded.env.scoreGroup([rollout], row, {});
-          const sample: EvalSample = {
-            kind: "sample",
-            run: config.run,
-            version,
-            env: loaded.id,
-            ...tag,
-            exampleId: row.id,
-            sampleIndex,
-            greedy: r.greedy,
-            messages: rollout.messages,
-            reward: score!.reward,
-            components: score!.components,
-            metrics: score!.metrics,
-            errors: score!.errors,
-            stopReason: rollout.stopReason,
-            completionTokens: rollout.completionIds.length,
-          };
-          return sample;
-        }),
-      );
+  const perProblem = await Promise.all(Array.from({ length: count }, (_, i) => evaluateProblem(run, ds.row(i), i)));
+  return splitResult(run, perProblem, envStart);
+}
+
+/** One problem's completions, the greedy one first (sampleIndex 0), then the k sampled ones. Seeds depend on the
+ *  version and the problem only, so an evaluation repeated after a restart is the same. */
+async function evaluateProblem(run: SplitRun, row: DatasetRow, i: number): Promise<EvalSample[]> {
+  const { config, loaded, version } = run;
+  const runs = [{ greedy: true, sampling: run.greedy, seed: 0 }];
+  for (let s = 0; s < run.k; s++) runs.push({ greedy: false, sampling: run.sampled, seed: (version * 1_000_003 + i * 131 + s) >>> 0 });
+  return Promise.all(
+    runs.map(async (r, sampleIndex) => {
+      const rollout = await loaded.env.rollout({ model: run.engine.client(r.seed), sampling: r.sampling, signal: run.signal }, row);
+      const [score] = await loaded.env.scoreGroup([rollout], row, {});
+      const sample: EvalSample = {
+        kind: "sample",
+        run: config.run,
+        version,
+        env: loaded.id,
+        ...run.tag,
+        exampleId: row.id,
+        sampleIndex,
+        greedy: r.greedy,
+        messages: rollout.messages,
+        reward: score!.reward,
+        components: score!.components,
+        metrics: score!.metrics,
+        errors: score!.errors,
+        stopReason: rollout.stopReason,
+        completionTokens: rollout.completionIds.length,
+      };
+      return sample;
     }),
   );
+}
+
+/** The split's result message (greedy pass@1 and reward, sampled pass@k, stop reasons), and the sums SplitTotals adds. */
+function splitResult(
+  run: SplitRun,
+  perProblem: EvalSample[][],
+  envStart: number,
+): { samples: EvalSample[]; result: EvalResult; passes: number; rewardSum: number } {
+  const { k } = run;
+  const count = perProblem.length;
   const flat = perProblem.flat();
   const greedyOnes = perProblem.map((p) => p[0]!);
   const passes = greedyOnes.filter((s) => s.reward >= PASS).length;
@@ -150,10 +183,10 @@ async function evaluateSplit(
   for (const s of flat) stopReasons[s.stopReason] = (stopReasons[s.stopReason] ?? 0) + 1;
   const result: EvalResult = {
     kind: "result",
-    run: config.run,
-    version,
-    env: loaded.id,
-    ...tag,
+    run: run.config.run,
+    version: run.version,
+    env: run.loaded.id,
+    ...run.tag,
     n: count,
     passAt1: passes / count,
     passAtK: envPassAtK,

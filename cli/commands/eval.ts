@@ -10,7 +10,7 @@ import { isRunCheckpoint, runConfigPathOf } from "../run-checkpoint.js";
 import cliProgress from "cli-progress";
 import type { CodeSandbox, ModelClient, SamplingArgs, TokenizerLike } from "../../environments/api/index.js";
 import { OpenAICompletionsClient } from "../../environments/clients/openai.js";
-import { formatSummary, runEval } from "../../environments/eval/index.js";
+import { formatSummary, runEval, type EvalProgress, type EvalReport } from "../../environments/eval/index.js";
 import { resolveEnvironment } from "../../environments/registry.js";
 
 export interface EvalCommandDeps {
@@ -116,25 +116,7 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
   if (flags.baseUrl && !flags.model) throw new UsageError("--base-url needs --model <name>");
   const envArgs = Object.keys(flags.envArgs).length > 0 || !flags.checkpoint ? flags.envArgs : (runEnvArgs(flags.checkpoint, spec) ?? flags.envArgs);
   const env = await resolveEnvironment(spec, envArgs);
-  const sampling: SamplingArgs = {
-    temperature: flags.temperature,
-    topP: flags.topP,
-    topK: flags.topK,
-    maxTokens: flags.maxTokens,
-    ...(flags.stop?.length ? { stop: flags.stop } : {}),
-  };
-
-  let model: ModelClient;
-  let modelTag: string;
-  if (flags.checkpoint) {
-    model = await deps.makeCheckpointClient(flags.checkpoint, { threads: flags.threads, seed: flags.seed });
-    modelTag = basename(resolve(flags.checkpoint));
-  } else {
-    const tokenizer = await (deps.loadTokenizer ?? defaultTokenizer)(flags.tokenizer);
-    model = new OpenAICompletionsClient({ baseUrl: flags.baseUrl!, model: flags.model!, tokenizer, apiKey: flags.apiKey ?? process.env["OPENAI_API_KEY"] });
-    modelTag = flags.model!;
-  }
-
+  const { model, modelTag } = await modelOf(flags, deps);
   const natsUrl = flags.nats ?? process.env["NATS_URL"];
   const sandbox = natsUrl ? await (deps.makeSandbox ?? natsSandbox)(natsUrl) : undefined;
   // Another split's results go beside the eval split's, not over them (a folder resumes one split only).
@@ -142,25 +124,14 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
   const outDir = flags.out ?? join("evals", `${env.name}@${env.version}`, folder);
 
   const ac = new AbortController();
-  const onSigint = () => {
-    if (ac.signal.aborted) process.exit(130);
-    process.stderr.write("\ninterrupted: finishing writes (Ctrl-C again to quit now)\n");
-    ac.abort(new Error("interrupted"));
-  };
+  const onSigint = abortOnSigint(ac);
   process.on("SIGINT", onSigint);
-  const bar =
-    flags.progress && process.stderr.isTTY
-      ? new cliProgress.SingleBar(
-          { format: "eval [{bar}] {value}/{total} rollouts | reward {reward} | {eta_formatted} left", hideCursor: true, stream: process.stderr },
-          cliProgress.Presets.shades_classic,
-        )
-      : null;
-  let started = false;
+  const bar = progressBar(flags);
   try {
     const report = await runEval({
       env,
       model,
-      sampling,
+      sampling: samplingOf(flags),
       outDir,
       n: flags.numExamples,
       rollouts: flags.rollouts,
@@ -175,28 +146,79 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
         envArgs,
         argv: process.argv.slice(2),
       },
-      onProgress: (p) => {
-        if (!bar) return;
-        if (!started) {
-          bar.start(p.total, p.done, { reward: "-" });
-          started = true;
-        }
-        bar.update(p.done, { reward: p.scored ? p.rewardMean.toFixed(3) : "-" });
-      },
+      onProgress: bar.onProgress,
     });
-    bar?.stop();
-    if (flags.json) process.stdout.write(JSON.stringify(report.summary, null, 2) + "\n");
-    else process.stdout.write(formatSummary(report.summary) + "\n");
-    if (report.resumed) process.stderr.write(`resumed ${report.resumed} finished rollouts from ${outDir}\n`);
-    process.stderr.write(`results: ${join(outDir, "results.jsonl")}\n`);
-    if (report.interrupted) {
-      process.stderr.write("interrupted: run the same command again to resume\n");
-      process.exitCode = 130;
-    }
+    bar.stop();
+    printReport(report, flags, outDir);
   } finally {
-    bar?.stop();
+    bar.stop();
     process.off("SIGINT", onSigint);
     await sandbox?.close();
+  }
+}
+
+function samplingOf(flags: EvalFlags): SamplingArgs {
+  return {
+    temperature: flags.temperature,
+    topP: flags.topP,
+    topK: flags.topK,
+    maxTokens: flags.maxTokens,
+    ...(flags.stop?.length ? { stop: flags.stop } : {}),
+  };
+}
+
+/** The model evaluated, and its tag in the output folder's name: the checkpoint's folder, or the endpoint's model name. */
+async function modelOf(flags: EvalFlags, deps: EvalCommandDeps): Promise<{ model: ModelClient; modelTag: string }> {
+  if (flags.checkpoint) {
+    const model = await deps.makeCheckpointClient(flags.checkpoint, { threads: flags.threads, seed: flags.seed });
+    return { model, modelTag: basename(resolve(flags.checkpoint)) };
+  }
+  const tokenizer = await (deps.loadTokenizer ?? defaultTokenizer)(flags.tokenizer);
+  const model = new OpenAICompletionsClient({ baseUrl: flags.baseUrl!, model: flags.model!, tokenizer, apiKey: flags.apiKey ?? process.env["OPENAI_API_KEY"] });
+  return { model, modelTag: flags.model! };
+}
+
+/** Ctrl-C once aborts the evaluation, which still finishes its writes (so it resumes); twice quits at once. */
+function abortOnSigint(ac: AbortController): () => void {
+  return () => {
+    if (ac.signal.aborted) process.exit(130);
+    process.stderr.write("\ninterrupted: finishing writes (Ctrl-C again to quit now)\n");
+    ac.abort(new Error("interrupted"));
+  };
+}
+
+/** A bar on stderr, started by the first report (which knows the total); none without a TTY or with --no-progress. */
+function progressBar(flags: EvalFlags): { onProgress(p: EvalProgress): void; stop(): void } {
+  const bar =
+    flags.progress && process.stderr.isTTY
+      ? new cliProgress.SingleBar(
+          { format: "eval [{bar}] {value}/{total} rollouts | reward {reward} | {eta_formatted} left", hideCursor: true, stream: process.stderr },
+          cliProgress.Presets.shades_classic,
+        )
+      : null;
+  let started = false;
+  return {
+    onProgress: (p) => {
+      if (!bar) return;
+      if (!started) {
+        bar.start(p.total, p.done, { reward: "-" });
+        started = true;
+      }
+      bar.update(p.done, { reward: p.scored ? p.rewardMean.toFixed(3) : "-" });
+    },
+    stop: () => bar?.stop(),
+  };
+}
+
+/** The summary on stdout (JSON with --json); where the results are, and an interruption (exit code 130), on stderr. */
+function printReport(report: EvalReport, flags: EvalFlags, outDir: string): void {
+  if (flags.json) process.stdout.write(JSON.stringify(report.summary, null, 2) + "\n");
+  else process.stdout.write(formatSummary(report.summary) + "\n");
+  if (report.resumed) process.stderr.write(`resumed ${report.resumed} finished rollouts from ${outDir}\n`);
+  process.stderr.write(`results: ${join(outDir, "results.jsonl")}\n`);
+  if (report.interrupted) {
+    process.stderr.write("interrupted: run the same command again to resume\n");
+    process.exitCode = 130;
   }
 }
 

@@ -2,7 +2,7 @@
 // subject decoded (Arrow as a table, msgpack as JSON) with their headers — a stand-in for the `nats`
 // CLI that knows our payloads.
 import type { Command } from "commander";
-import { jetstreamManager, type StoredMsg } from "@nats-io/jetstream";
+import { jetstreamManager, type JetStreamManager, type StoredMsg } from "@nats-io/jetstream";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { decode } from "@msgpack/msgpack";
 import { Kvm } from "@nats-io/kv";
@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { natsForRun } from "../run-nats.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
-import { blobOf, ContentType, decodeRolloutBatch, Hdr, headerRecord, openWire, readPayload, runNames } from "../../streams/index.js";
+import { blobOf, ContentType, decodeRolloutBatch, Hdr, headerRecord, openWire, readPayload, runNames, type RunNames } from "../../streams/index.js";
 
 interface InspectOptions {
   run?: string;
@@ -41,6 +41,28 @@ export function registerInspectCommand(program: Command): void {
 }
 
 async function inspect(opts: InspectOptions): Promise<number> {
+  const where = runOf(opts);
+  if (!where) {
+    process.stderr.write("inspect needs --run or --config\n");
+    return 2;
+  }
+  const names = runNames(where.run);
+  const served = await natsForRun(join(where.outDir, where.run), where.configUrl, opts.nats);
+  const nc = await connectNats(served.url, "rollstream-inspect");
+  try {
+    const jsm = await jetstreamManager(nc);
+    if (opts.subject) return await printLastMessages(nc, jsm, opts.subject, opts);
+    await printStreams(jsm, names);
+    await printState(nc, names);
+    return 0;
+  } finally {
+    await nc.close();
+    await served.stop();
+  }
+}
+
+/** The run's name, and where its config says its server and folder are (--config), or null when neither flag names it. */
+function runOf(opts: InspectOptions): { run: string; configUrl?: string; outDir: string } | null {
   let run = opts.run;
   let configUrl: string | undefined;
   let outDir = opts.outDir ?? "runs";
@@ -50,71 +72,67 @@ async function inspect(opts: InspectOptions): Promise<number> {
     configUrl = c.nats.url;
     outDir = c.outDir;
   }
-  if (!run) {
-    process.stderr.write("inspect needs --run or --config\n");
-    return 2;
+  return run ? { run, configUrl, outDir } : null;
+}
+
+/** Each of the run's streams: its size and sequence range, messages per subject, and its consumers' positions. */
+async function printStreams(jsm: JetStreamManager, names: RunNames): Promise<void> {
+  for (const s of Object.values(names.streams)) {
+    const info = await jsm.streams.info(s, { subjects_filter: ">" }).catch(() => null);
+    if (!info) {
+      console.log(`stream ${s}: missing`);
+      continue;
+    }
+    console.log(
+      `stream ${s}: ${info.state.messages} msgs, ${(info.state.bytes / 1e6).toFixed(2)} MB, seq ${info.state.first_seq}..${info.state.last_seq}, retention ${info.config.retention}`,
+    );
+    for (const [subj, n] of Object.entries(info.state.subjects ?? {})) console.log(`  ${subj}: ${n}`);
+    for await (const ci of jsm.consumers.list(s)) {
+      console.log(
+        `  consumer ${ci.name}: pending ${ci.num_pending}, ack pending ${ci.num_ack_pending}, redelivered ${ci.num_redelivered}, delivered seq ${ci.delivered.stream_seq}`,
+      );
+    }
   }
-  const names = runNames(run);
-  const served = await natsForRun(join(outDir, run), configUrl, opts.nats);
-  const nc = await connectNats(served.url, "rollstream-inspect");
-  try {
-    const jsm = await jetstreamManager(nc);
-    if (!opts.subject) {
-      for (const s of Object.values(names.streams)) {
-        const info = await jsm.streams.info(s, { subjects_filter: ">" }).catch(() => null);
-        if (!info) {
-          console.log(`stream ${s}: missing`);
-          continue;
-        }
-        console.log(
-          `stream ${s}: ${info.state.messages} msgs, ${(info.state.bytes / 1e6).toFixed(2)} MB, seq ${info.state.first_seq}..${info.state.last_seq}, retention ${info.config.retention}`,
-        );
-        for (const [subj, n] of Object.entries(info.state.subjects ?? {})) console.log(`  ${subj}: ${n}`);
-        for await (const ci of jsm.consumers.list(s)) {
-          console.log(
-            `  consumer ${ci.name}: pending ${ci.num_pending}, ack pending ${ci.num_ack_pending}, redelivered ${ci.num_redelivered}, delivered seq ${ci.delivered.stream_seq}`,
-          );
-        }
-      }
-      const kv = await new Kvm(nc).open(names.kvBucket).catch(() => null);
-      if (kv) {
-        console.log(`kv ${names.kvBucket}:`);
-        for await (const k of await kv.keys()) {
-          const e = await kv.get(k);
-          const text = e ? new TextDecoder().decode(e.value) : "";
-          console.log(`  ${k} = ${text.length > 200 ? text.slice(0, 200) + "…" : text}`);
-        }
-      }
-      return 0;
-    }
-    const stream = await jsm.streams.find(opts.subject).catch(() => null);
-    if (!stream) {
-      process.stderr.write(`no stream holds subject ${opts.subject}\n`);
-      return 1;
-    }
-    const last = Math.max(1, Number(opts.last));
-    const msgs: StoredMsg[] = [];
-    const lastMsg = await jsm.streams.getMessage(stream, { last_by_subj: opts.subject }).catch(() => null);
-    if (!lastMsg) {
-      console.log(`no messages on ${opts.subject}`);
-      return 0;
-    }
-    msgs.push(lastMsg);
-    let seq = lastMsg.seq - 1;
-    // Walk backwards through the stream (it may interleave other subjects); bounded so a huge
-    // stream with a rare subject cannot keep us here forever.
-    let scanned = 0;
-    while (msgs.length < last && seq >= 1 && scanned++ < 20_000) {
-      const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
-      if (m && m.subject === opts.subject) msgs.push(m);
-      seq--;
-    }
-    for (const m of msgs.reverse()) await printMessage(nc, m, opts);
+}
+
+/** Every key of the run's state bucket with its value (long ones cut); nothing when the bucket is missing. */
+async function printState(nc: NatsConnection, names: RunNames): Promise<void> {
+  const kv = await new Kvm(nc).open(names.kvBucket).catch(() => null);
+  if (!kv) return;
+  console.log(`kv ${names.kvBucket}:`);
+  for await (const k of await kv.keys()) {
+    const e = await kv.get(k);
+    const text = e ? new TextDecoder().decode(e.value) : "";
+    console.log(`  ${k} = ${text.length > 200 ? text.slice(0, 200) + "…" : text}`);
+  }
+}
+
+/** The last --last messages of `subject`, oldest first, decoded; exit code 1 when no stream holds the subject. */
+async function printLastMessages(nc: NatsConnection, jsm: JetStreamManager, subject: string, opts: InspectOptions): Promise<number> {
+  const stream = await jsm.streams.find(subject).catch(() => null);
+  if (!stream) {
+    process.stderr.write(`no stream holds subject ${subject}\n`);
+    return 1;
+  }
+  const last = Math.max(1, Number(opts.last));
+  const msgs: StoredMsg[] = [];
+  const lastMsg = await jsm.streams.getMessage(stream, { last_by_subj: subject }).catch(() => null);
+  if (!lastMsg) {
+    console.log(`no messages on ${subject}`);
     return 0;
-  } finally {
-    await nc.close();
-    await served.stop();
   }
+  msgs.push(lastMsg);
+  let seq = lastMsg.seq - 1;
+  // Walk backwards through the stream (it may interleave other subjects); bounded so a huge
+  // stream with a rare subject cannot keep us here forever.
+  let scanned = 0;
+  while (msgs.length < last && seq >= 1 && scanned++ < 20_000) {
+    const m = await jsm.streams.getMessage(stream, { seq }).catch(() => null);
+    if (m && m.subject === subject) msgs.push(m);
+    seq--;
+  }
+  for (const m of msgs.reverse()) await printMessage(nc, m, opts);
+  return 0;
 }
 
 /** The payload, fetched from the run's blob bucket when the message is a pointer (streams/large-payload.ts). */

@@ -17,7 +17,8 @@ import { PolicyModel } from "../../kernels/index.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
 import { readSafetensorsMetadata } from "../../kernels/safetensors.js";
 import { decodeTrainState } from "../../kernels/train-state.js";
-import { openWire, readPayload, readStepRecords, RunChannels, RunState, StateKeys } from "../../streams/index.js";
+import type { NatsConnection } from "@nats-io/transport-node";
+import { openWire, readPayload, readStepRecords, RunChannels, RunState, StateKeys, type BatchSource, type ScoredReader } from "../../streams/index.js";
 import { natsForRun } from "../run-nats.js";
 import { matchBackend, type RecordedBackend } from "../replay/backend.js";
 import { readBundle, writeBundle, type CapturedStep } from "../replay/bundle.js";
@@ -115,7 +116,61 @@ function checkpointPosition(state: Uint8Array, where: string): { step: number; r
   return { step, readerSeq, consumedAhead };
 }
 
+/** The run's config and the checkpoint replay starts from: all read and checked before any server is started. */
+interface RunStart {
+  config: RunConfig;
+  configText: string;
+  runDir: string;
+  dir: CheckpointDir;
+  start: number;
+  state: Uint8Array;
+  position: ReturnType<typeof checkpointPosition>;
+  changed: ChangedSettings | null;
+  fromSeq: number;
+}
+
+/** What the run recorded in NATS, and a reader of its scored batches from the start position. */
+interface RunRecord {
+  wire: ReturnType<typeof openWire>;
+  channels: RunChannels;
+  backend: RecordedBackend | null;
+  recorded: RecordedSteps;
+  follow: Map<number, number[]>;
+  reader: ScoredReader;
+}
+
 async function replayRun(opts: ReplayOptions): Promise<number> {
+  const run = runStart(opts);
+  const out = new ReplayOutput(opts.json === true);
+  const served = await natsForRun(run.runDir, run.config.nats.url, opts.nats);
+  try {
+    const nc = await connectNats(served.url, "rollstream-replay");
+    try {
+      const rec = await readRunRecord(nc, run, out);
+      const steps = Number(opts.steps ?? 3);
+      if (opts.export) return await exportFromStream(opts.export, run, rec, steps);
+      out.say(`replaying run ${run.config.run} from checkpoint step ${run.position.step} (stream seq ${run.fromSeq})`);
+      return await replayWith({
+        source: streamSource(rec.reader, run.config, undefined, rec.follow),
+        record: replayRecorder(rec.channels, run.changed),
+        state: run.state,
+        model: modelConfigOf(run.config),
+        config: run.config,
+        changed: run.changed,
+        recorded: rec.recorded,
+        backend: rec.backend,
+        steps,
+        out,
+      });
+    } finally {
+      await nc.close();
+    }
+  } finally {
+    await served.stop();
+  }
+}
+
+function runStart(opts: ReplayOptions): RunStart {
   const configPath = opts.config ?? join(opts.outDir ?? "runs", opts.run!, "config.yaml");
   if (!opts.config && !existsSync(configPath)) throw new Error(`no run ${opts.run} under ${opts.outDir ?? "runs"} (${configPath} is missing)`);
   if (opts.export && existsSync(opts.export) && readdirSync(opts.export).length > 0) throw new Error(`${opts.export} is not empty: export into a new folder`);
@@ -133,66 +188,51 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
   // Before any server is started: a bad --set is a one-line error at once.
   const changed = opts.set?.length ? applySettings(configText, config, opts.set) : null;
   const fromSeq = opts.fromSeq !== undefined ? Number(opts.fromSeq) : position.readerSeq;
-  const out = new ReplayOutput(opts.json === true);
+  return { config, configText, runDir, dir, start, state, position, changed, fromSeq };
+}
 
-  const served = await natsForRun(runDir, config.nats.url, opts.nats);
+async function readRunRecord(nc: NatsConnection, run: RunStart, out: ReplayOutput): Promise<RunRecord> {
+  const wire = openWire(nc, run.config.run);
+  const kv = await new Kvm(nc).open(wire.names.kvBucket).catch(() => null);
+  const backend = kv ? ((await new RunState(kv).get(StateKeys.learnerBackend)) ?? null) : null;
+  const channels = new RunChannels(wire);
+  const recorded = recordedStepsOf((await readStepRecords(channels.steps, { firstWaitMs: 1000 })).values());
+  // The learner dead-lettered such a batch and trained without it; replay does the same, loudly. That
+  // includes batches it set aside after reading them (they broke a step, or it kept dying on them).
+  const setAside = await channels.deadLetters.originalSeqs(channels.scored.subject);
+  for (const seq of run.position.consumedAhead) setAside.add(seq);
+  const follow = recordedSeqs(recorded);
+  const reader = channels.scored.reader(run.fromSeq, {
+    actor: "replay",
+    readOnly: true,
+    skipSeqs: setAside,
+    onDeadLetter: (m, reason) => out.say(`seq ${m.seq}: skipped undecodable batch (${reason})`),
+  });
+  return { wire, channels, backend, recorded, follow, reader };
+}
+
+/** Reads `steps` steps' batches as the learner took them (the payloads too), then writes them to a bundle. */
+async function exportFromStream(target: string, run: RunStart, rec: RunRecord, steps: number): Promise<number> {
+  const captured: CapturedStep[] = [];
+  const payloadOf = (s: BatchSource) => readPayload({ data: s.msg.data, headers: s.msg.headers }, rec.wire.blobs);
+  const source = streamSource(rec.reader, run.config, { steps: captured, payloadOf }, rec.follow);
   try {
-    const nc = await connectNats(served.url, "rollstream-replay");
-    try {
-      const wire = openWire(nc, config.run);
-      const kv = await new Kvm(nc).open(wire.names.kvBucket).catch(() => null);
-      const backend = kv ? ((await new RunState(kv).get(StateKeys.learnerBackend)) ?? null) : null;
-      const channels = new RunChannels(wire);
-      const recorded = recordedStepsOf((await readStepRecords(channels.steps, { firstWaitMs: 1000 })).values());
-      // The learner dead-lettered such a batch and trained without it; replay does the same, loudly. That
-      // includes batches it set aside after reading them (they broke a step, or it kept dying on them).
-      const setAside = await channels.deadLetters.originalSeqs(channels.scored.subject);
-      for (const seq of position.consumedAhead) setAside.add(seq);
-      const follow = recordedSeqs(recorded);
-      const reader = channels.scored.reader(fromSeq, {
-        actor: "replay",
-        readOnly: true,
-        skipSeqs: setAside,
-        onDeadLetter: (m, reason) => out.say(`seq ${m.seq}: skipped undecodable batch (${reason})`),
-      });
-      const steps = Number(opts.steps ?? 3);
-      if (opts.export) {
-        const captured: CapturedStep[] = [];
-        const source = streamSource(
-          reader,
-          config,
-          {
-            steps: captured,
-            payloadOf: (s) => readPayload({ data: s.msg.data, headers: s.msg.headers }, wire.blobs),
-          },
-          follow,
-        );
-        try {
-          for (let i = 0; i < steps; i++) if (!(await source.next(position.step + i))) break;
-        } finally {
-          await source.close();
-        }
-        return exportBundle(opts.export, { config, configText, dir, start, fromSeq, backend, recorded, captured, model: modelConfigOf(config) });
-      }
-      out.say(`replaying run ${config.run} from checkpoint step ${position.step} (stream seq ${fromSeq})`);
-      return await replayWith({
-        source: streamSource(reader, config, undefined, follow),
-        record: replayRecorder(channels, changed),
-        state,
-        model: modelConfigOf(config),
-        config,
-        changed,
-        recorded,
-        backend,
-        steps,
-        out,
-      });
-    } finally {
-      await nc.close();
-    }
+    for (let i = 0; i < steps; i++) if (!(await source.next(run.position.step + i))) break;
   } finally {
-    await served.stop();
+    await source.close();
   }
+  const { config, configText, dir, start, fromSeq } = run;
+  return exportBundle(target, {
+    config,
+    configText,
+    dir,
+    start,
+    fromSeq,
+    backend: rec.backend,
+    recorded: rec.recorded,
+    captured,
+    model: modelConfigOf(config),
+  });
 }
 
 function exportBundle(

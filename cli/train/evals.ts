@@ -1,0 +1,67 @@
+// How `train` says the evaluator's held-out results: a line per evaluated version as it arrives (kept in
+// runs/<run>/eval.json), and at the end the curve and the figures before and after RL.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import type { RunConfig } from "../../actors/runtime/config.js";
+import { StateKeys, type HeldOutResult, type RunState } from "../../streams/index.js";
+
+/** The evaluator's results, each version said once as it arrives, and all of them kept in runs/<run>/eval.json. */
+export class EvalFeed {
+  private readonly shown = new Set<string>();
+
+  constructor(
+    private readonly state: RunState,
+    private readonly runDir: string,
+    private readonly say: (line: string) => void,
+  ) {}
+
+  async show(): Promise<Record<string, HeldOutResult>> {
+    const results = (await this.state.get(StateKeys.evalResults)) ?? {};
+    let fresh = false;
+    for (const [v, r] of Object.entries(results).sort(([a], [b]) => Number(a) - Number(b))) {
+      if (this.shown.has(v)) continue;
+      this.shown.add(v);
+      fresh = true;
+      this.say(
+        r.skipped
+          ? `held-out evaluation of v${v} skipped: ${r.skipped}`
+          : `held-out pass@1 at v${v}: ${r.passAt1.toFixed(3)} on ${r.n} problems${passAtKText(r)}${splitsText(r)} (${r.seconds.toFixed(1)} s)`,
+      );
+    }
+    if (fresh) writeFileSync(join(this.runDir, "eval.json"), JSON.stringify(results, null, 2) + "\n");
+    return results;
+  }
+}
+
+/** Held-out splits other than eval (arithmetic's hard), said beside the eval split's figure. */
+function splitsText(r: HeldOutResult): string {
+  return Object.entries(r.splits ?? {})
+    .map(([name, s]) => `; ${name} split ${s.passAt1.toFixed(3)} on ${s.n}`)
+    .join("");
+}
+
+function passAtKText(r: HeldOutResult): string {
+  const ks = Object.entries(r.passAtK);
+  return ks.length ? `, sampled ${ks.map(([k, v]) => `${k} ${v.toFixed(3)}`).join(" ")}` : "";
+}
+
+/** The eval curve (greedy pass@1 per evaluated version), then before and after RL. */
+export function printSummary(config: RunConfig, results: Record<string, HeldOutResult>): void {
+  const versions = Object.keys(results)
+    .map(Number)
+    .sort((a, b) => a - b);
+  const lines = ["held-out evaluation (greedy pass@1 by policy version):"];
+  if (versions.length > 2) lines.push(`  curve     ${versions.map((v) => `v${v} ${results[String(v)]!.passAt1.toFixed(3)}`).join("  ")}`);
+  const line = (label: string, r?: HeldOutResult) =>
+    r && !r.skipped
+      ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}${passAtKText(r)}${splitsText(r)}  (n=${r.n}, policy v${r.version})`
+      : `  ${label.padEnd(10)} (not evaluated)`;
+  const first = results["0"];
+  const last = results[String(config.rl.steps)];
+  lines.push(line(config.sft ? "after SFT" : "at start", first), line("after RL", last));
+  if (first && last && !first.skipped && !last.skipped) {
+    const d = last.passAt1 - first.passAt1;
+    lines.push(`  RL changed pass@1 by ${d >= 0 ? "+" : ""}${d.toFixed(3)}`);
+  }
+  process.stdout.write(lines.join("\n") + "\n");
+}

@@ -1,0 +1,60 @@
+// `train`'s last step, the summary: how the run ends and the exit code that says so. 1 when an actor failed
+// for good, 130 on Ctrl-C (the same command resumes), else 0 once the final evaluations are in, the run is
+// marked done and the last checkpoint written. Every path stops what train started before it prints.
+import { setTimeout as sleep } from "node:timers/promises";
+import { evalSchedule } from "../../rl/eval-schedule.js";
+import { StateKeys, type HeldOutResult } from "../../streams/index.js";
+import { printSummary, type EvalFeed } from "./evals.js";
+import type { OutageReport } from "./outage.js";
+import type { TrainSession } from "./session.js";
+
+/** A run that already finished: its summary again, and nothing started. */
+export async function reportFinishedRun(s: TrainSession): Promise<number> {
+  process.stdout.write(`run ${s.config.run} already finished (use --fresh to start over)\n`);
+  printSummary(s.config, (await s.state.get(StateKeys.evalResults)) ?? {});
+  await s.cleanup();
+  return 0;
+}
+
+/** Ends a run whose watch returned (waitForRl): stops what train started, prints the summary, gives the exit code. */
+export async function endRun(s: TrainSession, outage: OutageReport, evals: EvalFeed | null): Promise<number> {
+  if (s.fatal) {
+    s.say(`run stopped: ${s.fatal}`);
+    await s.cleanup();
+    return 1;
+  }
+  if (s.interrupted) {
+    await s.cleanup();
+    process.stdout.write(`run ${s.config.run} stopped; run the same command to resume from the last checkpoint\n`);
+    return 130;
+  }
+  s.say(`RL finished: ${s.config.rl.steps} steps`);
+  const results = evals ? await finalEvals(s, evals) : {};
+  await runMarkedDone(s);
+  if (outage.outages.length) s.say(`rode through ${outage.outages.length} NATS outage(s): ${outage.outages.map((x) => `${x.toFixed(1)} s`).join(", ")}`);
+  await s.cleanup();
+  printSummary(s.config, results);
+  if (s.idleLines.length)
+    process.stdout.write(["time spent waiting, per actor (size the inference : training split by it):", ...s.idleLines.map((l) => `  ${l}`)].join("\n") + "\n");
+  return 0;
+}
+
+/** The evaluator exits once the final version is evaluated: its results, waited for (up to 10 min) while it works. */
+async function finalEvals(s: TrainSession, evals: EvalFeed): Promise<Record<string, HeldOutResult>> {
+  const schedule = evalSchedule(s.config);
+  let results: Record<string, HeldOutResult> = {};
+  const deadline = Date.now() + 10 * 60_000;
+  while (!s.interrupted && !s.fatal && Date.now() < deadline) {
+    results = await evals.show().catch(() => results);
+    if (schedule.every((v) => results[String(v)] !== undefined)) break;
+    await sleep(500);
+  }
+  return results;
+}
+
+/** Gives the orchestrator and the checkpoint actor up to 30 s to mark the run done and write the final state. */
+async function runMarkedDone(s: TrainSession): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline && (await s.state.get(StateKeys.runStatus).catch(() => undefined)) !== "done") await sleep(250);
+  while (Date.now() < deadline && ((await s.state.get(StateKeys.checkpointLatest).catch(() => undefined)) ?? -1) < s.config.rl.steps) await sleep(250);
+}
