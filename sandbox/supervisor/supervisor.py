@@ -117,9 +117,8 @@ PRELOAD = ("json", "re", "math", "collections", "itertools", "functools", "heapq
 # these: an import a child does itself costs copy-on-write faults even for a small module (string), and
 # the traceback of a program that raises more (its modules, then their lazy set-up: see warm_tracebacks);
 # preloaded, nearly nothing. The price: a little time and memory at the sandbox's start, paid once for its
-# many commands, and a few more faults in a command that uses none of them (sandbox/README.md). Not random,
-# statistics or queue: random re-seeds in every fork, queue brings threading, whose fork hooks cost every
-# command many faults.
+# many commands, and a few more faults in a command that uses none of them. Not random, statistics or queue:
+# random re-seeds in every fork, queue brings threading, whose fork hooks cost every command many faults.
 PRELOAD_REUSED = ("traceback", "linecache", "typing", "string", "copy", "array", "decimal", "fractions", "datetime")
 WIPE_DIRS = (("/workspace", 0o700), ("/tmp", 0o1777), ("/dev/shm", 0o1777))
 _libc = _ctypes.dlopen(None)
