@@ -48,6 +48,8 @@ export {
 } from "./messages.js";
 export { toRawRollout, toScoredRow } from "./rollout-record.js";
 export { checkAdvantage, checkRolloutLimits, rejectReasonOf, RolloutRejectedError, type RolloutLimits } from "./rollout-limits.js";
+export { checkTask, type TaskLimits } from "./task-limits.js";
+export { checkTurnText } from "./turn-text.js";
 export type { RolloutRow } from "./rollout-schema.js";
 export { decodeRolloutBatch } from "./arrow-codec.js";
 

@@ -16,9 +16,12 @@ export interface RolloutLimits {
   maxAbsAdvantage: number;
 }
 
-export const REJECT_REASONS = ["vocab", "context", "future_version", "version_order", "advantage", "group"] as const;
-/** Why else a message is set aside: it broke a training step (kernel), or its actor kept dying on it (crash_loop). */
-export const DEAD_LETTER_REASONS = [...REJECT_REASONS, "kernel", "crash_loop"] as const;
+export const REJECT_REASONS = ["vocab", "context", "future_version", "version_order", "advantage", "group", "text"] as const;
+/**
+ * Why else a message is set aside: a task outside the run's limits (task, streams/task-limits.ts), it broke a
+ * training step (kernel), or its actor kept dying on it (crash_loop).
+ */
+export const DEAD_LETTER_REASONS = [...REJECT_REASONS, "task", "kernel", "crash_loop"] as const;
 export type RejectReason = (typeof REJECT_REASONS)[number];
 
 /** The reason category of a dead letter's error text ("invalid" for schema and decode failures). */

@@ -7,16 +7,17 @@ import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
-import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
+import { createPolicyModel, createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import {
-  PoisonMessageError,
+  checkTask,
   StateKeys,
   toRawRollout,
   type RawRolloutChannel,
   type RunState,
   type Task,
   type TaskChannel,
+  type TaskLimits,
   type WeightsChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
@@ -25,6 +26,7 @@ import type { CodeSandbox } from "../../environments/api/sandbox.js";
 export class InferenceActor implements Actor {
   private engine!: PolicyEngine;
   private envs!: Map<string, LoadedEnvironment>;
+  private limits!: TaskLimits;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -39,6 +41,7 @@ export class InferenceActor implements Actor {
     const { ctx, state } = this;
     const { config, log } = ctx;
     this.envs = await loadRunEnvironments(config);
+    this.limits = taskLimitsOf(config, this.envs);
     const tokenizer = createTokenizer(config);
     const model = createPolicyModel(config, { threads: config.actors.inference.threads });
 
@@ -145,10 +148,10 @@ export class InferenceActor implements Actor {
 
   private async handleTask(task: Task): Promise<void> {
     const { ctx } = this;
-    if (task.run !== ctx.config.run) throw new PoisonMessageError(`task belongs to run ${task.run}, not ${ctx.config.run}`);
-    const loaded = this.envs.get(task.envKey);
-    if (!loaded) throw new PoisonMessageError(`task names environment key ${task.envKey}, which this run's config does not have`);
-    if (loaded.id !== task.env) throw new PoisonMessageError(`task wants ${task.env} but this actor resolved ${loaded.id}`);
+    // Before any work: a task outside the run's limits (a group of a million, a billion tokens) is dead-lettered
+    // at once with the reason, never started and never retried.
+    checkTask(task, this.limits);
+    const loaded = this.envs.get(task.envKey)!;
     if (task.minPolicyVersion !== undefined && this.engine.version < task.minPolicyVersion) await this.waitForVersion(task.minPolicyVersion);
     const started = Date.now();
     const tokensBefore = this.engine.generatedTokens;

@@ -13,10 +13,11 @@ import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { failpoint } from "../runtime/failpoints.js";
-import { rolloutLimitsOf } from "../runtime/model-factory.js";
+import { createTokenizer, rolloutLimitsOf } from "../runtime/model-factory.js";
 import {
   checkAdvantage,
   checkRolloutLimits,
+  checkTurnText,
   PoisonMessageError,
   RolloutRejectedError,
   toScoredRow,
@@ -30,7 +31,7 @@ import {
   type ScoredChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
-import type { ScoreResult } from "../../environments/api/index.js";
+import { completionMessages, type ScoreResult, type TokenizerLike } from "../../environments/api/index.js";
 import { advantageKindOf } from "../runtime/config.js";
 import { advantagesFor, judgeGroup, passRate, type GroupVerdict } from "../../rl/group-filter.js";
 import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../../rl/length-penalty.js";
@@ -38,6 +39,7 @@ import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../../rl/leng
 @injectable()
 export class RewardActor implements Actor {
   private envs!: Map<string, LoadedEnvironment>;
+  private tokenizer!: TokenizerLike;
   private overlong!: Counter;
   private filtered!: Counter;
   private capHits!: Counter;
@@ -55,6 +57,7 @@ export class RewardActor implements Actor {
   async run(): Promise<void> {
     const { ctx } = this;
     this.envs = await loadRunEnvironments(ctx.config);
+    this.tokenizer = createTokenizer(ctx.config);
     this.overlong = ctx.metrics.counter("rollouts_overlong_total", "rollouts longer than the context, left out of training");
     this.filtered = ctx.metrics.counter("groups_filtered_total", "zero-variance groups left out of training (rl.filter), by environment", ["env"]);
     this.capHits = ctx.metrics.counter("groups_refill_cap_total", "zero-variance groups trained on (zero advantage) past rl.filter.maxRefillRounds", ["env"]);
@@ -69,6 +72,11 @@ export class RewardActor implements Actor {
     const limits = rolloutLimitsOf(ctx.config, await this.state.policyVersion());
     const overlong = this.overlongRollouts(group, limits);
     const row = loaded.env.dataset("train").row(task.exampleIndex);
+    // The rubric scores the text, the learner trains the ids: a group whose text says other than its ids is
+    // dead-lettered before it is scored (streams/turn-text.ts says what exactly is compared).
+    group.rollouts.forEach((r, i) => {
+      checkTurnText(r, completionMessages(r, row), this.tokenizer, task.sampling.stop ?? [], `rollout ${i} of task ${task.taskId}`);
+    });
     failpoint("reward.score", [task.taskId]);
     const t0 = Date.now();
     const scores = await ctx.health.work(`score ${task.taskId}`, () => loaded.env.scoreGroup(group.rollouts, row, { sandbox: this.sandbox }));

@@ -5,8 +5,9 @@ import { PolicyModel } from "../../kernels/index.js";
 import { fromHfConfig } from "../../kernels/hf-config.js";
 import { loadTokenizer, type Tokenizer } from "../../kernels/tokenizer.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
-import type { RolloutLimits } from "../../streams/index.js";
+import type { RolloutLimits, TaskLimits } from "../../streams/index.js";
 import type { RunConfig } from "./config.js";
+import type { LoadedEnvironment } from "./environments.js";
 
 export function modelConfigOf(config: RunConfig): ModelConfig {
   const m = config.model;
@@ -33,6 +34,24 @@ export function rolloutLimitsOf(config: RunConfig, maxPolicyVersion: number): Ro
   let m = shapes.get(config);
   if (!m) shapes.set(config, (m = modelConfigOf(config))); // an HF config.json is read once, not per message
   return { vocabSize: m.vocabSize, contextTokens: m.maxPositionEmbeddings, maxPolicyVersion, maxAbsAdvantage: config.rl.maxAbsAdvantage };
+}
+
+/**
+ * What a task of this run must fit (streams/task-limits.ts): the orchestrator fills groupSize and sampling from
+ * this config, so they are the limits; a temperature up to 2 (or the config's, if higher) stays plausible for
+ * a task published before the config's was lowered.
+ */
+export function taskLimitsOf(config: RunConfig, envs: ReadonlyMap<string, LoadedEnvironment>): TaskLimits {
+  const rl = config.rl;
+  return {
+    run: config.run,
+    groupSize: rl.groupSize,
+    maxTokens: rl.sampling.maxTokens,
+    maxTemperature: Math.max(2, rl.sampling.temperature),
+    vocabSize: rolloutLimitsOf(config, 0).vocabSize,
+    steps: rl.steps,
+    envs: new Map([...envs].map(([key, e]) => [key, { id: e.id, trainSize: e.env.dataset("train").size }])),
+  };
 }
 
 export function createTokenizer(config: RunConfig): Tokenizer {
