@@ -8,6 +8,8 @@ import { registerBenchCommand } from "./commands/bench.js";
 import { registerConfigCommand } from "./commands/config.js";
 import { registerDoctorCommand } from "./commands/doctor.js";
 import { debugEnabled, reportError } from "./errors.js";
+import { configureKernels } from "../kernels/native.js";
+import { kernelSettingsFromEnv } from "../actors/runtime/kernel-settings.js";
 
 // Anything thrown past a command's own handling ends the same way: one line, a hint, exit code.
 for (const event of ["uncaughtException", "unhandledRejection"] as const) {
@@ -16,6 +18,9 @@ for (const event of ["uncaughtException", "unhandledRejection"] as const) {
     process.exit();
   });
 }
+
+// The kernels' knobs, read once here and passed to the libraries as arguments (before any backend is opened).
+configureKernels(kernelSettingsFromEnv());
 
 const program = new Command();
 program

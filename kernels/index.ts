@@ -10,7 +10,8 @@ export type { LossSpec, LossName } from "./loss-spec.js";
 export { kernels } from "./layer-kernels.js";
 export type { AttentionDims, SgemmArgs, GemmImpl, BlasMode } from "./layer-kernels.js";
 export type { ModelConfig } from "./model-config.js";
-export type { Device, DeviceRequest } from "./native.js";
+export type { Device, DeviceRequest, KernelSettings, CudaMatmul } from "./native.js";
+export { configureKernels, kernelSettings, DEFAULT_KERNEL_SETTINGS } from "./native.js";
 
 export interface BackendInfo {
   device: string;

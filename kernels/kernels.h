@@ -11,7 +11,7 @@
  *   - Determinism: every reduction runs in a fixed order that does not depend on the thread count, so the
  *     same inputs give bit-identical outputs (replay depends on it). The optional BLAS path is deterministic
  *     for a fixed thread count and library, but its bits differ from ours; which products take it is measured
- *     at run time (rs_set_blas_mode), so a replay pins the routes the run recorded.
+ *     at run time (rs_settings.blas_mode), so a replay pins the routes the run recorded (rs_settings.blas_routes).
  *
  * Model parameter layout (one flat float buffer; grads and both AdamW moments use the same layout):
  *   model.embed_tokens.weight                      [V, D]
@@ -43,7 +43,7 @@
 extern "C" {
 #endif
 
-#define RS_ABI_VERSION 1
+#define RS_ABI_VERSION 2
 #define RS_API __attribute__((visibility("default")))
 
 enum rs_status {
@@ -74,14 +74,63 @@ RS_API int32_t rs_device_count(void);
 /* Thread count for the stand-alone kernels called from the calling thread (0 = all cores). Model calls use
  * the model's own count. */
 RS_API void rs_set_num_threads(int32_t n);
-/* BLAS dispatch: mode 0 = auto (default): the CPU backend times our sgemm and OpenBLAS per shape class and routes
- * each class to the faster (ROLLSTREAM_BLAS_ROUTES pins recorded routes); 1 = never (env ROLLSTREAM_BLAS=off: never
- * even loaded); 2 = on (CPU: every product of at least 2^19 multiply-adds to OpenBLAS, unmeasured; env
- * ROLLSTREAM_BLAS=on; CUDA: as 0). Every call forgets measured routes. Returns 1 when BLAS is loaded and not off. */
-RS_API int32_t rs_set_blas_mode(int32_t mode);
-/* SIMD level of our own sgemm: 0 = best the CPU has (AVX-512 micro-kernel when available; env
- * ROLLSTREAM_SIMD=avx2 forces 1), 1 = AVX2 only. Both give identical bits. Returns 1 when AVX-512 is in use. */
-RS_API int32_t rs_set_simd_level(int32_t level);
+
+/* ----------------------------------------------------------------------------------------- settings */
+/* Everything a caller chooses about how the library runs, passed as arguments: the library reads no environment
+ * variable for any of it (the Node side takes the user's knobs from its own config, kernels/native.ts). One
+ * struct for both backends: each keeps the other's fields (rs_get_settings returns them) and ignores them. */
+
+enum rs_blas_mode { RS_BLAS_AUTO = 0, RS_BLAS_OFF = 1, RS_BLAS_ON = 2 };
+enum rs_cuda_matmul { RS_MATMUL_DEFAULT = 0, RS_MATMUL_FP32 = 1, RS_MATMUL_TF32 = 2, RS_MATMUL_BF16 = 3 };
+
+typedef struct rs_settings {
+  /* RS_BLAS_AUTO (default): the CPU backend times our sgemm and OpenBLAS per shape class and routes each class to
+   * the faster (cpu/gemm_router.h); the CUDA backend uses cuBLAS when it loads. RS_BLAS_OFF: never BLAS (and never
+   * even loaded when set before the library's first use). RS_BLAS_ON: CPU, every product of at least 2^19
+   * multiply-adds to OpenBLAS, unmeasured; CUDA, as auto. */
+  int32_t blas_mode;
+  /* CPU: the OpenBLAS file to dlopen instead of the usual names (libopenblas.so.0, ...); NULL or "" = those.
+   * Read at BLAS's first use: changing it afterwards fails with RS_ERR_INVALID_ARGUMENT. */
+  const char* blas_lib;
+  /* CPU, auto mode: shape classes routed as given instead of measured, as rs_backend_info's "blas_routes" writes
+   * them ("nt:2048x256x128:2t=blas,tn:128x128x2048:2t=own"); what replay pins. NULL or "" = measure every class. */
+  const char* blas_routes;
+  /* CPU: 0 = our sgemm uses the best micro-kernel the CPU has (AVX-512 when available), 1 = AVX2 only. Both give
+   * identical bits. */
+  int32_t simd_level;
+  /* CUDA: how a model created afterwards runs its matmuls (rs_cuda_matmul); RS_MATMUL_DEFAULT = bf16 when cuBLAS
+   * loads, else exact fp32 with our own kernels. The stand-alone kernels are always exact fp32. */
+  int32_t cuda_matmul;
+  /* CUDA: 1 = synchronise after every kernel launch, so a fault inside a kernel is reported with its name. */
+  int32_t cuda_sync;
+  /* CUDA: the libcublas file to dlopen first; NULL or "" = libcublas.so.13/.12/.11/.so on the loader path.
+   * Read at cuBLAS's first use: changing it afterwards fails with RS_ERR_INVALID_ARGUMENT. */
+  const char* cublas_lib;
+} rs_settings;
+
+/* Replaces all settings at once (the strings are copied). Every field is checked first: on an error nothing
+ * changes. Every call forgets the CPU dispatcher's measured routes (and pins blas_routes). A library nobody has
+ * configured runs with every field 0 / NULL. */
+RS_API int32_t rs_set_settings(const rs_settings* settings, rs_error* err);
+/* The settings in force; the strings point into the library and stay valid until the next rs_set_settings. */
+RS_API void rs_get_settings(rs_settings* out);
+
+/* TEST ONLY: hooks that make the CPU dispatcher's decisions testable (positive controls). Never called by
+ * production code; rs_backend_info's "blas_dispatch" says "TEST HOOKS ACTIVE" while any is set. The CUDA backend
+ * accepts and ignores them. */
+typedef struct rs_test_hooks {
+  /* Load OpenBLAS the first time as if it had detected this core (e.g. "Prescott", a CPU it does not know);
+   * NULL or "" = no pretence. Only the library's first load reads it. */
+  const char* blas_detected_core;
+  /* The dispatcher's timed runs run our sgemm / OpenBLAS this many times each (0 or 1 = once). */
+  int32_t slowdown_own;
+  int32_t slowdown_blas;
+  /* 1 = perturb OpenBLAS's result before the agreement check, so it disagrees with our sgemm. */
+  int32_t corrupt_blas;
+} rs_test_hooks;
+
+/* Replaces the hooks (strings copied) and, like rs_set_settings, forgets measured routes. */
+RS_API int32_t rs_set_test_hooks(const rs_test_hooks* hooks, rs_error* err);
 
 /* ----------------------------------------------------------------------------------- layer kernels */
 /* Stand-alone forms of what the model runs, for tests and benchmarks. "accumulate" outputs are added to;
@@ -109,7 +158,7 @@ RS_API int32_t rs_residual_rmsnorm_bwd(const float* dy, const float* dr_in, cons
                                        const float* rstd, int32_t T, int32_t D, float* dx, float* dw,
                                        rs_error* err);
 
-/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; impl 0 = dispatch (see rs_set_blas_mode), 1 = our kernel, 2 = BLAS (fails
+/* C[M,N] = alpha * op(A) op(B) + beta * C, row-major; impl 0 = dispatch (see rs_settings.blas_mode), 1 = our kernel, 2 = BLAS (fails
  * with RS_ERR_UNSUPPORTED when not loaded). */
 RS_API int32_t rs_sgemm(int32_t trans_a, int32_t trans_b, int32_t M, int32_t N, int32_t K, float alpha,
                         const float* A, int32_t lda, const float* B, int32_t ldb, float beta, float* C,

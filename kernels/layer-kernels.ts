@@ -2,7 +2,7 @@
 // allocates its outputs and returns them; backward kernels return fresh gradients (the native
 // "accumulate" outputs start from zeros here). Shapes are row-major; Linear weights are HF [out, in].
 import { toNativeLossSpec, type LossSpec } from "./loss-spec.js";
-import { resolveBackend, type NativeBackend } from "./native.js";
+import { configureKernels, resolveBackend, type BlasMode, type NativeBackend } from "./native.js";
 import { OptimizerSchema } from "./optimizer.js";
 import type { MicroStats } from "./policy-model.js";
 import { checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
@@ -35,8 +35,8 @@ function checkAttention(what: string, d: AttentionDims): void {
 }
 
 export type GemmImpl = "auto" | "own" | "blas";
-export type BlasMode = "auto" | "off" | "on";
-const BLAS_MODE: Record<BlasMode, 0 | 1 | 2> = { auto: 0, off: 1, on: 2 };
+export type { BlasMode };
+const BLAS_MODES: readonly BlasMode[] = ["auto", "off", "on"];
 const IMPL: Record<GemmImpl, number> = { auto: 0, own: 1, blas: 2 };
 
 export interface SgemmArgs {
@@ -79,18 +79,16 @@ export const kernels = {
   setThreads(n: number): void {
     be().setThreads(expectInt("setThreads: n", n, 0, 4096));
   },
-  /** Turns OpenBLAS dispatch on ("auto": measured routing, when loadable) or off; returns whether BLAS is now active. */
-  setBlas(enabled: boolean): boolean {
-    return be().setBlasMode(enabled ? 0 : 1);
-  },
   /**
-   * How "auto" products are routed: "auto" times our sgemm and OpenBLAS per shape class and takes the faster
-   * (ROLLSTREAM_BLAS_ROUTES pins recorded routes), "off" our sgemm only, "on" OpenBLAS for every product of at
-   * least 2^19 multiply-adds, unmeasured. Forgets measured routes. Returns whether BLAS is loaded and not off.
+   * configureKernels({ blasMode }): how "auto" products are routed: "auto" times our sgemm and OpenBLAS per shape
+   * class and takes the faster (KernelSettings.blasRoutes pins recorded routes), "off" our sgemm only, "on" OpenBLAS
+   * for every product of at least 2^19 multiply-adds, unmeasured. Forgets measured routes. Returns whether BLAS is
+   * loaded and not off.
    */
   setBlasMode(mode: BlasMode): boolean {
-    if (!(mode in BLAS_MODE)) throw new RangeError(`setBlasMode: mode must be "auto", "off" or "on" (got ${mode})`);
-    return be().setBlasMode(BLAS_MODE[mode]);
+    if (!BLAS_MODES.includes(mode)) throw new RangeError(`setBlasMode: mode must be "auto", "off" or "on" (got ${mode})`);
+    configureKernels({ blasMode: mode });
+    return !(JSON.parse(be().info()) as { blas: string }).blas.startsWith("none");
   },
 
   /**
@@ -109,10 +107,11 @@ export const kernels = {
     return `${transA ? "t" : "n"}${transB ? "t" : "n"}:${bucket(M)}x${bucket(N)}x${bucket(K)}:${threads}t`;
   },
 
-  /** Lets our sgemm use its AVX-512 micro-kernel when the CPU has one (true) or forces AVX2 (false); the bits
-   * are identical either way. Returns whether AVX-512 is now in use. */
+  /** configureKernels({ simd }): lets our sgemm use its AVX-512 micro-kernel when the CPU has one (true) or forces
+   * AVX2 (false); the bits are identical either way. Returns whether AVX-512 is now in use. */
   setAvx512(enabled: boolean): boolean {
-    return be().setSimdLevel(enabled ? 0 : 1);
+    configureKernels({ simd: enabled ? "best" : "avx2" });
+    return (JSON.parse(be().info()) as { simd: string }).simd.includes("avx512f-sgemm");
   },
 
   embeddingForward(table: Float32Array, vocab: number, dim: number, ids: Int32Array): Float32Array {

@@ -1,6 +1,8 @@
 // Loads the N-API addon and the kernels backend it drives. The addon (rollstream_kernels.node) holds no math:
 // it dlopen()s a backend shared library that implements the C ABI in kernels.h, librollstream_cpu.so now and
-// librollstream_cuda.so when that is built, and this file picks which one (device auto | cpu | cuda).
+// librollstream_cuda.so when that is built, and this file picks which one (device auto | cpu | cuda). Settings reach
+// the libraries as arguments (configureKernels -> rs_set_settings), never through the environment: whoever starts
+// the process decides them (the rollstream CLI reads its documented knobs in actors/runtime/kernel-settings.ts).
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";
 import { dirname, join } from "node:path";
@@ -9,6 +11,50 @@ import type { ModelConfig } from "./model-config.js";
 
 export type Device = "cpu" | "cuda";
 export type DeviceRequest = "auto" | Device;
+
+/** rs_settings.blas_mode: "auto" measured routing per shape class (CPU) / cuBLAS when it loads (CUDA), "off" never
+ *  (never even loaded when set before BLAS's first use), "on" (CPU) every product of at least 2^19 multiply-adds to
+ *  OpenBLAS, unmeasured. */
+export type BlasMode = "auto" | "off" | "on";
+/** rs_settings.cuda_matmul: how a CUDA model created afterwards runs its matmuls; "default" = bf16 when cuBLAS loads,
+ *  else exact fp32. */
+export type CudaMatmul = "default" | "fp32" | "tf32" | "bf16";
+
+/** How the kernels run: rs_settings in kernels.h, field by field. One value for both backends (each ignores the
+ *  other's fields). */
+export interface KernelSettings {
+  blasMode: BlasMode;
+  /** CPU: the OpenBLAS file to load instead of the usual names ("" = those); fixed at BLAS's first use. */
+  blasLib: string;
+  /** CPU, auto mode: routes pinned instead of measured, as BackendInfo.blasRoutes writes them ("" = measure all). */
+  blasRoutes: string;
+  /** CPU: our sgemm's micro-kernel, the best the CPU has or AVX2 only (identical bits). */
+  simd: "best" | "avx2";
+  cudaMatmul: CudaMatmul;
+  /** CUDA: synchronise after every kernel launch so a fault names its kernel. */
+  cudaSync: boolean;
+  /** CUDA: the libcublas file to load first ("" = the loader path's names); fixed at cuBLAS's first use. */
+  cublasLib: string;
+}
+
+/** What a library nobody configured runs with (rs_settings all zero). */
+export const DEFAULT_KERNEL_SETTINGS: Readonly<KernelSettings> = Object.freeze({
+  blasMode: "auto",
+  blasLib: "",
+  blasRoutes: "",
+  simd: "best",
+  cudaMatmul: "default",
+  cudaSync: false,
+  cublasLib: "",
+});
+
+/** TEST ONLY (rs_test_hooks in kernels.h; set through kernels/testing.ts, never by production code). */
+export interface NativeTestHooks {
+  blasDetectedCore: string;
+  slowdownOwn: number;
+  slowdownBlas: number;
+  corruptBlas: boolean;
+}
 
 /** Loss spec in the addon's flat form (see rs_loss_spec in kernels.h). */
 export interface NativeLossSpec {
@@ -112,10 +158,13 @@ export interface NativeBackend {
   path(): string;
   deviceCount(): number;
   setThreads(n: number): void;
-  /** 0 = auto (measured routing per shape class; CPU), 1 = off, 2 = on (CPU: unmeasured, every product of at least
-   *  2^19 multiply-adds; CUDA: as 0). Forgets measured routes. Returns whether BLAS is loaded and not off. */
-  setBlasMode(mode: 0 | 1 | 2): boolean;
-  setSimdLevel(level: 0 | 1): boolean;
+  /** rs_set_settings: all fields at once, checked by the library (nothing changes when it throws); forgets the CPU
+   *  dispatcher's measured routes and pins settings.blasRoutes. Prefer configureKernels, which every backend follows. */
+  setSettings(settings: KernelSettings): void;
+  /** rs_get_settings: what this library runs with. */
+  settings(): KernelSettings;
+  /** TEST ONLY: rs_set_test_hooks (kernels/testing.ts). */
+  setTestHooks(hooks: NativeTestHooks): void;
   createModel(cfg: NativeModelConfig, seed: bigint): NativeModel;
   embeddingFwd(table: Float32Array, V: number, D: number, ids: Int32Array, out: Float32Array): void;
   embeddingBwd(dout: Float32Array, ids: Int32Array, V: number, D: number, dtable: Float32Array): void;
@@ -264,9 +313,9 @@ export function packageRoot(): string {
   }
 }
 
-/** Where node-gyp put the addon and the backend libraries (ROLLSTREAM_KERNELS_BUILD overrides). */
+/** Where node-gyp put the addon and the backend libraries. */
 export function buildDir(): string {
-  return process.env.ROLLSTREAM_KERNELS_BUILD ?? join(packageRoot(), "kernels", "build", "Release");
+  return join(packageRoot(), "kernels", "build", "Release");
 }
 
 let addon: Addon | undefined;
@@ -283,6 +332,34 @@ function loadAddon(): Addon {
 const LIB_NAME: Record<Device, string> = { cpu: "librollstream_cpu.so", cuda: "librollstream_cuda.so" };
 const backends = new Map<Device, NativeBackend>();
 
+/** The process's settings: every backend gets them when it is opened. */
+let configured: KernelSettings = { ...DEFAULT_KERNEL_SETTINGS };
+
+/** The settings backends opened from now on get (each open backend reports its own: NativeBackend.settings()). */
+export function kernelSettings(): KernelSettings {
+  return { ...configured };
+}
+
+/**
+ * Changes the given fields of the kernel settings, in every backend already open and in those opened later; the
+ * other fields keep their values. Throws the library's message (naming the field) when a backend refuses, and then
+ * nothing has changed. Every call forgets the CPU dispatcher's measured routes (and pins `blasRoutes`).
+ */
+export function configureKernels(changes: Partial<KernelSettings>): void {
+  const done: Array<[NativeBackend, KernelSettings]> = [];
+  try {
+    for (const be of backends.values()) {
+      const before = be.settings();
+      be.setSettings({ ...before, ...changes });
+      done.push([be, before]);
+    }
+  } catch (e) {
+    for (const [be, before] of done) be.setSettings(before);
+    throw e;
+  }
+  configured = { ...configured, ...changes };
+}
+
 function openDevice(device: Device): NativeBackend {
   const cached = backends.get(device);
   if (cached) return cached;
@@ -295,6 +372,7 @@ function openDevice(device: Device): NativeBackend {
     );
   }
   const be = loadAddon().openBackend(path);
+  be.setSettings(configured); // before anything can load a BLAS library
   if (be.deviceCount() < 1) throw new Error(`kernels: device "${device}" backend loaded from ${path} but it sees no device`);
   backends.set(device, be);
   return be;

@@ -314,8 +314,8 @@ export class LearnerActor implements Actor {
       blasRoutes: be.blasRoutes,
       blasDecision: be.blasDispatch,
       simd: be.simd,
-      // CUDA: what the model runs (model.cu: the variable's mode, else bf16 only when cuBLAS loaded); the info line reports the variable alone.
-      matmul: be.matmul && (process.env.ROLLSTREAM_CUDA_MATMUL ? be.matmul : blasDispatch ? "bf16" : "fp32"),
+      // CUDA: what the model runs (the cuda_matmul setting, else bf16 when cuBLAS loaded): the info line reports it.
+      matmul: be.matmul,
       abi: be.abi,
       threads: this.model.threads,
       threadIndependent: this.model.device === "cuda" || !blasDispatch, // our kernels give the same bits on any count
@@ -331,8 +331,8 @@ export class LearnerActor implements Actor {
     const earlier = await this.state.get(StateKeys.learnerBackend);
     const here = this.backendInfo();
     if (!earlier?.blasRoutes?.includes("=") || here.blasMode !== "auto" || earlier.blas !== here.blas || earlier.threads !== this.model.threads) return;
-    process.env.ROLLSTREAM_BLAS_ROUTES = earlier.blasRoutes; // read by setBlasMode
-    resolveBackend(this.model.device).backend.setBlasMode(0);
+    const backend = resolveBackend(this.model.device).backend;
+    backend.setSettings({ ...backend.settings(), blasRoutes: earlier.blasRoutes }); // pinned; later classes still measured
     this.ctx.log.info({ routes: earlier.blasRoutes }, "sgemm routes pinned as the earlier learner measured them");
   }
 

@@ -7,7 +7,7 @@
 // of reported as a bare MISMATCH.
 import { availableParallelism } from "node:os";
 import type { z } from "zod";
-import { resolveBackend, type Device, type DeviceRequest, type NativeBackend } from "../../kernels/native.js";
+import { configureKernels, kernelSettings, resolveBackend, type Device, type DeviceRequest, type NativeBackend } from "../../kernels/native.js";
 import { parseBackendInfo } from "../../kernels/index.js";
 import type { StateKeySchemas } from "../../streams/index.js";
 
@@ -45,7 +45,7 @@ export function describeBackend(b: RecordedBackend): string {
 
 /** Why BLAS is missing here, and what would load it. */
 function blasHint(here: string): string {
-  if (here.includes("ROLLSTREAM_BLAS=off")) return "; unset ROLLSTREAM_BLAS to load it";
+  if (here.includes("blas_mode off")) return "; unset ROLLSTREAM_BLAS to load it";
   if (here.includes("not found")) return "; install that library (Debian/Ubuntu: apt-get install libopenblas0-pthread)";
   return "";
 }
@@ -78,22 +78,22 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
     resolved = resolveBackend("cpu");
   }
   const be = resolved.backend;
-  const before = info(be);
-  const savedMatmul = process.env.ROLLSTREAM_CUDA_MATMUL;
-  const savedRoutes = process.env.ROLLSTREAM_BLAS_ROUTES;
+  const before = kernelSettings();
+  const loadedHere = () => !info(be).blas.startsWith("none");
 
   if (device === recorded.device) {
     if (!recorded.blasDispatch) {
-      const couldLoad = be.setBlasMode(0);
+      // Whether the library is here at all: the user's mode, unless that is off (then it stays unloaded).
+      const couldLoad = before.blasMode !== "off" && loadedHere();
       const loaded = info(be).blas;
-      be.setBlasMode(1);
+      configureKernels({ blasMode: "off" });
       matched.push(`BLAS dispatch off, as in the run${couldLoad ? ` (${loaded} is here but not used)` : ""}`);
     } else {
       // The run's routing, never a fresh measurement: every product goes where it went in the run. A CPU run from
       // before measured routing sent every product of at least 2^19 multiply-adds to BLAS: mode "on" is that rule.
       const pin = device === "cpu" && pinnable(recorded.blasRoutes);
-      if (pin) process.env.ROLLSTREAM_BLAS_ROUTES = recorded.blasRoutes; // read by setBlasMode
-      const on = be.setBlasMode(device === "cpu" && !pin ? 2 : 0);
+      if (before.blasMode !== "off") configureKernels({ blasMode: device === "cpu" && !pin ? "on" : "auto", blasRoutes: pin ? recorded.blasRoutes : "" });
+      const on = loadedHere();
       const here = info(be).blas;
       if (on && here === recorded.blas)
         matched.push(`sgemm dispatched to the same library: ${here}${pin ? `, routes pinned as recorded (${recorded.blasRoutes})` : ""}`);
@@ -104,11 +104,13 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
     }
     if (device === "cpu") {
       // Both micro-kernels give the same bits (test/kernels/sgemm.test.ts); matched for clarity all the same.
-      const wide = be.setSimdLevel(avx512(recorded.simd) ? 0 : 1);
+      configureKernels({ simd: avx512(recorded.simd) ? "best" : "avx2" });
+      const wide = avx512(info(be).simd);
       if (wide === avx512(recorded.simd)) matched.push(`${wide ? "AVX-512" : "AVX2"} sgemm kernel, as in the run`);
       else matched.push("AVX2 sgemm kernel (no AVX-512 here; both kernels give the same bits)");
     } else {
-      if (recorded.matmul) process.env.ROLLSTREAM_CUDA_MATMUL = recorded.matmul; // read when the model is created
+      const matmul = (["fp32", "tf32", "bf16"] as const).find((m) => m === recorded.matmul);
+      if (matmul) configureKernels({ cudaMatmul: matmul }); // read when the model is created
       matched.push(`matmuls in ${recorded.matmul ?? "the default mode"}, as in the run`);
       // cuBLAS picks its algorithms per GPU; our own kernels run the same order everywhere.
       if (recorded.blasDispatch && info(be).simd !== recorded.simd) unmatched.push(`the run's GPU was ${recorded.simd}; here ${info(be).simd}`);
@@ -133,13 +135,6 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
     threads: recorded.threads,
     matched: unmatched.length === 0,
     lines,
-    restore: () => {
-      if (savedRoutes === undefined) delete process.env.ROLLSTREAM_BLAS_ROUTES;
-      else process.env.ROLLSTREAM_BLAS_ROUTES = savedRoutes;
-      be.setBlasMode(before.blasMode === "on" ? 2 : before.blasMode === "off" || before.blas === "none (disabled)" ? 1 : 0);
-      if (device === "cpu") be.setSimdLevel(avx512(before.simd) ? 0 : 1);
-      if (savedMatmul === undefined) delete process.env.ROLLSTREAM_CUDA_MATMUL;
-      else process.env.ROLLSTREAM_CUDA_MATMUL = savedMatmul;
-    },
+    restore: () => configureKernels(before),
   };
 }

@@ -2,12 +2,30 @@
 #include <napi.h>
 
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "api.h"
 #include "args.h"
 
 namespace {
+
+// Index = the C enum's value (kernels.h: rs_blas_mode, rs_settings.simd_level, rs_cuda_matmul).
+const std::vector<const char*> kBlasModes = {"auto", "off", "on"};
+const std::vector<const char*> kSimdLevels = {"best", "avx2"};
+const std::vector<const char*> kMatmulModes = {"default", "fp32", "tf32", "bf16"};
+
+int32_t field_enum(const Args& a, Napi::Object o, const char* key, const std::vector<const char*>& names) {
+  Napi::Value v = o.Get(key);
+  if (v.IsString()) {
+    const std::string got = v.As<Napi::String>().Utf8Value();
+    for (size_t i = 0; i < names.size(); i++)
+      if (got == names[i]) return (int32_t)i;
+  }
+  std::string want;
+  for (const char* n : names) want += (want.empty() ? "\"" : ", \"") + std::string(n) + "\"";
+  a.type_error(std::string(key) + " must be one of " + want);
+}
 
 class BackendWrap : public Napi::ObjectWrap<BackendWrap> {
  public:
@@ -17,8 +35,9 @@ class BackendWrap : public Napi::ObjectWrap<BackendWrap> {
         InstanceMethod("path", &BackendWrap::Path),
         InstanceMethod("deviceCount", &BackendWrap::DeviceCount),
         InstanceMethod("setThreads", &BackendWrap::SetThreads),
-        InstanceMethod("setBlasMode", &BackendWrap::SetBlasMode),
-        InstanceMethod("setSimdLevel", &BackendWrap::SetSimdLevel),
+        InstanceMethod("setSettings", &BackendWrap::SetSettings),
+        InstanceMethod("settings", &BackendWrap::GetSettings),
+        InstanceMethod("setTestHooks", &BackendWrap::SetTestHooks),
         InstanceMethod("createModel", &BackendWrap::CreateModel),
 #define RS_KERNEL_PROP(name) InstanceMethod(#name, &BackendWrap::K_##name),
         RS_KERNEL_METHODS(RS_KERNEL_PROP)
@@ -48,13 +67,52 @@ class BackendWrap : public Napi::ObjectWrap<BackendWrap> {
     be_->rs_set_num_threads(a.i32(0, "threads", 0, 4096));
     return info.Env().Undefined();
   }
-  Napi::Value SetBlasMode(const Napi::CallbackInfo& info) {
-    Args a(info, "setBlasMode");
-    return Napi::Boolean::New(info.Env(), be_->rs_set_blas_mode(a.i32(0, "mode", 0, 2)) != 0);
+  // KernelSettings (kernels/native.ts) <-> rs_settings: the names of the C enums as strings, every field required
+  // (the TS side fills defaults); the library checks the rest (routes, a library changed after its first use).
+  Napi::Value SetSettings(const Napi::CallbackInfo& info) {
+    Args a(info, "setSettings");
+    Napi::Object o = a.obj(0, "settings");
+    const std::string blas_lib = field_str(a, o, "blasLib"), blas_routes = field_str(a, o, "blasRoutes"), cublas_lib = field_str(a, o, "cublasLib");
+    rs_settings s{};
+    s.blas_mode = field_enum(a, o, "blasMode", kBlasModes);
+    s.blas_lib = blas_lib.c_str();
+    s.blas_routes = blas_routes.c_str();
+    s.simd_level = field_enum(a, o, "simd", kSimdLevels);
+    s.cuda_matmul = field_enum(a, o, "cudaMatmul", kMatmulModes);
+    s.cuda_sync = field_bool(a, o, "cudaSync") ? 1 : 0;
+    s.cublas_lib = cublas_lib.c_str();
+    rs_error e{};
+    check_status(info.Env(), "setSettings", be_->rs_set_settings(&s, &e), e);
+    return info.Env().Undefined();
   }
-  Napi::Value SetSimdLevel(const Napi::CallbackInfo& info) {
-    Args a(info, "setSimdLevel");
-    return Napi::Boolean::New(info.Env(), be_->rs_set_simd_level(a.i32(0, "level", 0, 1)) != 0);
+  Napi::Value GetSettings(const Napi::CallbackInfo& info) {
+    rs_settings s{};
+    be_->rs_get_settings(&s);
+    Napi::Env env = info.Env();
+    auto name = [](const std::vector<const char*>& names, int32_t v) { return v >= 0 && (size_t)v < names.size() ? names[(size_t)v] : "?"; };
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("blasMode", Napi::String::New(env, name(kBlasModes, s.blas_mode)));
+    o.Set("blasLib", Napi::String::New(env, s.blas_lib ? s.blas_lib : ""));
+    o.Set("blasRoutes", Napi::String::New(env, s.blas_routes ? s.blas_routes : ""));
+    o.Set("simd", Napi::String::New(env, name(kSimdLevels, s.simd_level)));
+    o.Set("cudaMatmul", Napi::String::New(env, name(kMatmulModes, s.cuda_matmul)));
+    o.Set("cudaSync", Napi::Boolean::New(env, s.cuda_sync != 0));
+    o.Set("cublasLib", Napi::String::New(env, s.cublas_lib ? s.cublas_lib : ""));
+    return o;
+  }
+  // Test only (kernels/testing.ts): {blasDetectedCore, slowdownOwn, slowdownBlas, corruptBlas}.
+  Napi::Value SetTestHooks(const Napi::CallbackInfo& info) {
+    Args a(info, "setTestHooks");
+    Napi::Object o = a.obj(0, "hooks");
+    const std::string core = field_str(a, o, "blasDetectedCore");
+    rs_test_hooks h{};
+    h.blas_detected_core = core.c_str();
+    h.slowdown_own = (int32_t)a.int_in(field_num(a, o, "slowdownOwn"), "slowdownOwn", 0, 1 << 20);
+    h.slowdown_blas = (int32_t)a.int_in(field_num(a, o, "slowdownBlas"), "slowdownBlas", 0, 1 << 20);
+    h.corrupt_blas = field_bool(a, o, "corruptBlas") ? 1 : 0;
+    rs_error e{};
+    check_status(info.Env(), "setTestHooks", be_->rs_set_test_hooks(&h, &e), e);
+    return info.Env().Undefined();
   }
   Napi::Value CreateModel(const Napi::CallbackInfo& info) { return create_model(be_, info); }
 #define RS_KERNEL_IMPL(name) \

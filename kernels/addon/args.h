@@ -89,6 +89,11 @@ inline double field_num(const Args& a, Napi::Object o, const char* key) {
   if (!v.IsNumber()) a.type_error(std::string(key) + " must be a number");
   return v.As<Napi::Number>().DoubleValue();
 }
+inline std::string field_str(const Args& a, Napi::Object o, const char* key) {
+  Napi::Value v = o.Get(key);
+  if (!v.IsString()) a.type_error(std::string(key) + " must be a string");
+  return v.As<Napi::String>().Utf8Value();
+}
 inline bool field_bool(const Args& a, Napi::Object o, const char* key) {
   Napi::Value v = o.Get(key);
   if (!v.IsBoolean()) a.type_error(std::string(key) + " must be a boolean");

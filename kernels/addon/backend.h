@@ -6,7 +6,8 @@
 #include "../kernels.h"
 
 #define RS_BACKEND_FUNCS(X)                                                                                            \
-  X(rs_abi_version) X(rs_backend_info) X(rs_device_count) X(rs_set_num_threads) X(rs_set_blas_mode) X(rs_set_simd_level)  \
+  X(rs_abi_version) X(rs_backend_info) X(rs_device_count) X(rs_set_num_threads) X(rs_set_settings) X(rs_get_settings) \
+  X(rs_set_test_hooks)                                                                                               \
   X(rs_embedding_fwd) X(rs_embedding_bwd) X(rs_rmsnorm_fwd) X(rs_rmsnorm_bwd) X(rs_residual_rmsnorm_fwd)             \
   X(rs_residual_rmsnorm_bwd) X(rs_sgemm) X(rs_matmul_fwd) X(rs_matmul_bwd) X(rs_rope_fwd) X(rs_rope_bwd)             \
   X(rs_attention_fwd) X(rs_attention_bwd) X(rs_swiglu_fwd) X(rs_swiglu_bwd) X(rs_loss_fwd_bwd) X(rs_grad_norm)      \

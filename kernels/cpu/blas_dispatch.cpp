@@ -19,6 +19,13 @@ using get_string_fn = char* (*)();
 
 constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
 
+// Set by library.cpp from rs_settings / rs_test_hooks; read when the library is loaded (its first use).
+std::mutex g_cfg_mu;
+std::string g_lib_path;     // rs_settings.blas_lib: "" = the usual names
+std::string g_loaded_path;  // the blas_lib the load used (it cannot change afterwards)
+std::string g_fake_core;    // rs_test_hooks.blas_detected_core
+std::atomic<bool> g_load_started{false};
+
 struct Lib {
   void* handle = nullptr;
   cblas_sgemm_fn sgemm = nullptr;
@@ -32,12 +39,12 @@ std::string call_string(void* h, const char* sym) {
   return s ? std::string(s) : std::string();
 }
 
-// Debian/Ubuntu install OpenBLAS under several names. ROLLSTREAM_BLAS_LIB names one library to use instead.
-void* open_first(const char** used) {
-  if (const char* lib = std::getenv("ROLLSTREAM_BLAS_LIB"); lib && *lib) {
-    void* h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+// Debian/Ubuntu install OpenBLAS under several names. rs_settings.blas_lib names one library to use instead.
+void* open_first(const std::string& lib, const char** used) {
+  if (!lib.empty()) {
+    void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (h && dlsym(h, "cblas_sgemm")) {
-      *used = lib;
+      *used = lib.c_str();
       return h;
     }
     if (h) dlclose(h);
@@ -45,7 +52,7 @@ void* open_first(const char** used) {
   }
   // The generic soname first (Debian's alternatives: the pthread build unless the admin chose otherwise). Debian's
   // OpenMP build shares our kernels' OpenMP threads and ran sgemm 1.7x faster than the pthread build inside a
-  // training step here, but a replay on it was not bit-exact (kernels/NOTES.md): ROLLSTREAM_BLAS_LIB selects it.
+  // training step here, but a replay on it was not bit-exact (kernels/NOTES.md): rs_settings.blas_lib selects it.
   const char* names[] = {"libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0",
                          "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0",
                          "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0",
@@ -66,28 +73,30 @@ void* open_first(const char** used) {
 // OpenBLAS reads OPENBLAS_CORETYPE once, in its constructor: the only way to change its core is to load it with
 // the variable set. So it is loaded once as it is, asked which core it chose, and, when that core lacks the CPU's
 // vector units, unloaded and loaded again with the variable set (then unset, so child processes decide alone).
+// OPENBLAS_CORETYPE and OPENBLAS_THREAD_TIMEOUT are OpenBLAS's own variables, the only way to hand it these choices;
+// none of rollstream's settings travel through the environment.
 void load(Lib& l) {
-  const char* env = std::getenv("ROLLSTREAM_BLAS");
-  if (env && (!std::strcmp(env, "off") || !std::strcmp(env, "0") || !std::strcmp(env, "none"))) {
-    l.desc = "none (ROLLSTREAM_BLAS=off)";
-    return;
+  std::string lib_path, fake;
+  {
+    std::lock_guard<std::mutex> g(g_cfg_mu);
+    g_load_started = true;  // under the lock: set_lib sees the path this load uses
+    lib_path = g_loaded_path = g_lib_path;
+    fake = g_fake_core;
   }
   // OpenBLAS's idle threads spin (sched_yield) for 2^28 cycles after each call by default, stealing the
   // cores our OpenMP kernels run on between products; let them sleep almost at once unless the user chose.
   setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+  // The user's own OPENBLAS_CORETYPE is OpenBLAS's setting, read to leave it alone (blas_coretype.h).
   const char* user_env = std::getenv("OPENBLAS_CORETYPE");
   const std::string user = user_env ? user_env : "";
-  // Test hook: load the first time as if OpenBLAS had detected this core (a CPU it does not know).
-  const char* fake = std::getenv("ROLLSTREAM_BLAS_TEST_DETECTED_CORE");
-  const bool faking = fake && *fake && user.empty();
-  if (faking) setenv("OPENBLAS_CORETYPE", fake, 1);
+  // Test hook (rs_test_hooks): load the first time as if OpenBLAS had detected this core (a CPU it does not know).
+  const bool faking = !fake.empty() && user.empty();
+  if (faking) setenv("OPENBLAS_CORETYPE", fake.c_str(), 1);
   const char* name = nullptr;
-  void* h = open_first(&name);
+  void* h = open_first(lib_path, &name);
   if (faking) unsetenv("OPENBLAS_CORETYPE");
   if (!h) {
-    const char* lib = std::getenv("ROLLSTREAM_BLAS_LIB");
-    l.desc = lib && *lib ? std::string("none (ROLLSTREAM_BLAS_LIB=") + lib + " is not a loadable BLAS with cblas_sgemm)"
-                         : "none (libopenblas.so.0 not found)";
+    l.desc = !lib_path.empty() ? "none (blas_lib " + lib_path + " is not a loadable BLAS with cblas_sgemm)" : "none (libopenblas.so.0 not found)";
     return;
   }
   const std::string detected = call_string(h, "openblas_get_corename");
@@ -128,15 +137,7 @@ Lib& lib() {
   return l;
 }
 
-int initial_mode() {
-  const char* env = std::getenv("ROLLSTREAM_BLAS");
-  if (!env) return (int)Mode::Auto;
-  if (!std::strcmp(env, "on") || !std::strcmp(env, "1") || !std::strcmp(env, "force")) return (int)Mode::On;
-  if (!std::strcmp(env, "off") || !std::strcmp(env, "0") || !std::strcmp(env, "none")) return (int)Mode::Off;  // and never loaded
-  return (int)Mode::Auto;
-}
-
-std::atomic<int> g_mode{initial_mode()};
+std::atomic<int> g_mode{(int)Mode::Auto};
 std::mutex g_threads_mu;
 int g_threads_set = -1;
 }  // namespace
@@ -152,7 +153,8 @@ int cpu_simd_level() {
   return kSimdSse;
 }
 
-bool loaded() { return lib().sgemm != nullptr; }
+// Off before the first use: the library is never loaded (nothing of it runs in this process).
+bool loaded() { return (g_mode.load() != (int)Mode::Off || g_load_started) && lib().sgemm != nullptr; }
 bool available() { return g_mode.load() != (int)Mode::Off && loaded(); }
 Mode mode() { return static_cast<Mode>(g_mode.load()); }
 const char* mode_name() {
@@ -164,14 +166,28 @@ const char* mode_name() {
 }
 
 std::string describe() {
-  if (!loaded()) return lib().desc;  // why it is not there says more than the mode
+  if (g_mode.load() == (int)Mode::Off && !g_load_started) return "none (blas_mode off: never loaded)";
+  if (!lib().sgemm) return lib().desc;  // why it is not there says more than the mode
   if (g_mode.load() == (int)Mode::Off) return "none (disabled)";
   return lib().desc;
 }
 
-bool set_mode(int m) {
-  g_mode.store(m == 1 ? (int)Mode::Off : m == 2 ? (int)Mode::On : (int)Mode::Auto);
-  return available();
+void set_mode(int m) { g_mode.store(m == 1 ? (int)Mode::Off : m == 2 ? (int)Mode::On : (int)Mode::Auto); }
+
+bool set_lib(const std::string& path, std::string* why) {
+  std::lock_guard<std::mutex> g(g_cfg_mu);
+  if (g_load_started && path != g_loaded_path) {
+    *why = "blas_lib cannot change after BLAS's first use (loaded from " + (g_loaded_path.empty() ? std::string("the usual names") : g_loaded_path) +
+           "): set it before, or in a fresh process";
+    return false;
+  }
+  g_lib_path = path;
+  return true;
+}
+
+void set_test_detected_core(const std::string& core) {
+  std::lock_guard<std::mutex> g(g_cfg_mu);
+  g_fake_core = core;
 }
 
 void sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda, const float* B, int ldb,

@@ -2,7 +2,8 @@
 // stays correct) on machines without it. Loading checks the core OpenBLAS picked against the CPU's vector units
 // and reloads it with OPENBLAS_CORETYPE when it picked slower kernels than the CPU can run (blas_coretype.h).
 // Whether a product then goes to OpenBLAS or to our own sgemm is gemm_router.h's decision, never assumed.
-// ROLLSTREAM_BLAS=off: never load it; =on: every product of at least 2^19 multiply-adds to it, unmeasured.
+// rs_settings.blas_mode off before the first use: never load it; on: every product of at least 2^19 multiply-adds to
+// it, unmeasured.
 #pragma once
 #include <string>
 
@@ -17,8 +18,13 @@ bool available();
 Mode mode();
 // "auto", "off" or "on".
 const char* mode_name();
-// 0 = auto (measured routing), 1 = off, 2 = on. Returns available().
-bool set_mode(int mode);
+// 0 = auto (measured routing), 1 = off, 2 = on (rs_settings.blas_mode).
+void set_mode(int mode);
+// rs_settings.blas_lib ("" = the usual names), read at the first load. Refused (false, *why set) once the library was
+// loaded from another path.
+bool set_lib(const std::string& path, std::string* why);
+// Test hook (rs_test_hooks.blas_detected_core): the first load pretends OpenBLAS detected this core ("" = none).
+void set_test_detected_core(const std::string& core);
 // The library as loaded: "openblas (<file>) <config>, core <name> (<how the core was chosen>)", or "none (<why>)".
 // Stable for a machine and library build: replay compares it with the run's.
 std::string describe();

@@ -19,7 +19,7 @@ namespace rs::router {
 
 namespace {
 constexpr int64_t kTinyWork = int64_t(1) << 15;     // below: always our sgemm, never measured
-constexpr int64_t kOnMinWork = int64_t(1) << 19;    // ROLLSTREAM_BLAS=on: the old fixed rule, for benchmarks and old runs
+constexpr int64_t kOnMinWork = int64_t(1) << 19;    // blas_mode on: the old fixed rule, for benchmarks and old runs
 constexpr int64_t kMeasureWork = int64_t(1) << 28;  // scratch products are cut down to this many multiply-adds
 constexpr int64_t kMeasureElems = int64_t(1) << 22; // and each scratch matrix to 16 MB
 constexpr int kMinPairs = 7;          // timed runs per kernel, alternating own / BLAS: at least this many,
@@ -40,11 +40,9 @@ struct Route {
 
 struct State {
   std::mutex mu;
-  bool ready = false;
   std::map<std::string, Route> table;
-  std::string pin_error;  // why ROLLSTREAM_BLAS_ROUTES was ignored
-  std::string rejected;   // why BLAS is never used (it disagreed with our sgemm)
-  int slow_own = 1, slow_blas = 1;
+  std::string rejected;  // why BLAS is never used (it disagreed with our sgemm)
+  int slow_own = 1, slow_blas = 1;  // test hooks (rs_test_hooks)
   bool corrupt = false;
   double worst_diff = 0;  // largest relative difference over the measured classes
   double spent_s = 0;     // wall time spent measuring
@@ -69,26 +67,9 @@ bool valid_class(const std::string& c) {
   return number('x') && number('x') && number(':') && number('t') && i == c.size();
 }
 
-// Caller holds s.mu.
-void load_settings(State& s) {
-  s.table.clear();
-  s.pin_error.clear();
-  s.rejected.clear();
-  s.worst_diff = 0;
-  s.spent_s = 0;
-  s.slow_own = s.slow_blas = 1;
-  if (const char* slow = std::getenv("ROLLSTREAM_BLAS_TEST_SLOWDOWN")) {
-    const char* colon = std::strchr(slow, ':');
-    const int n = colon ? std::max(1, std::atoi(colon + 1)) : 1;
-    if (!std::strncmp(slow, "own:", 4)) s.slow_own = n;
-    if (!std::strncmp(slow, "blas:", 5)) s.slow_blas = n;
-  }
-  const char* corrupt = std::getenv("ROLLSTREAM_BLAS_TEST_CORRUPT");
-  s.corrupt = corrupt && *corrupt && std::strcmp(corrupt, "0") != 0;
-  const char* pins = std::getenv("ROLLSTREAM_BLAS_ROUTES");
-  if (!pins || !*pins) return;
+// The pinned classes of a blas_routes string ("nt:2048x256x128:2t=blas,...") into *out; false (*why set) for a bad entry.
+bool parse_pins(const std::string& all, std::map<std::string, Route>* out, std::string* why) {
   std::map<std::string, Route> pinned;
-  std::string all(pins);
   size_t start = 0;
   while (start <= all.size()) {
     size_t end = all.find(',', start);
@@ -99,24 +80,16 @@ void load_settings(State& s) {
     const size_t eq = item.find('=');
     const std::string cls = item.substr(0, eq), to = eq == std::string::npos ? "" : item.substr(eq + 1);
     if (!valid_class(cls) || (to != "own" && to != "blas")) {
-      s.pin_error = "ROLLSTREAM_BLAS_ROUTES ignored: bad entry '" + item + "' (want e.g. nt:2048x256x128:2t=blas)";
-      return;
+      *why = "blas_routes: bad entry '" + item + "' (want e.g. nt:2048x256x128:2t=blas)";
+      return false;
     }
     Route r;
     r.blas = to == "blas";
     r.pinned = true;
     pinned[cls] = r;
   }
-  s.table = std::move(pinned);
-}
-
-State& ready_state() {
-  State& s = state();
-  if (!s.ready) {
-    load_settings(s);
-    s.ready = true;
-  }
-  return s;
+  *out = std::move(pinned);
+  return true;
 }
 
 void fill(float* p, int64_t n, uint32_t seed) {
@@ -228,7 +201,6 @@ bool use_blas(bool ta, bool tb, int M, int N, int K, int threads) {
   if (cls.empty()) return false;
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
-  ready_state();
   auto it = s.table.find(cls);
   if (it != s.table.end()) return it->second.blas;
   if (!s.rejected.empty()) {
@@ -249,11 +221,29 @@ bool use_blas(bool ta, bool tb, int M, int N, int K, int threads) {
   return r.blas;
 }
 
-void reset() {
+bool check_routes(const std::string& routes, std::string* why) {
+  std::map<std::string, Route> unused;
+  return parse_pins(routes, &unused, why);
+}
+
+void reset(const std::string& routes) {
+  std::map<std::string, Route> pinned;
+  std::string why;
+  parse_pins(routes, &pinned, &why);  // checked by the caller (check_routes)
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
-  load_settings(s);
-  s.ready = true;
+  s.table = std::move(pinned);
+  s.rejected.clear();
+  s.worst_diff = 0;
+  s.spent_s = 0;
+}
+
+void set_test_hooks(int slowdown_own, int slowdown_blas, bool corrupt) {
+  State& s = state();
+  std::lock_guard<std::mutex> g(s.mu);
+  s.slow_own = std::max(1, slowdown_own);
+  s.slow_blas = std::max(1, slowdown_blas);
+  s.corrupt = corrupt;
 }
 
 std::string routes() {
@@ -261,7 +251,6 @@ std::string routes() {
   if (blas::mode() == blas::Mode::On) return "on";
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
-  ready_state();
   std::string out;
   for (const auto& [cls, r] : s.table) out += (out.empty() ? "" : ",") + cls + (r.blas ? "=blas" : "=own");
   return out;
@@ -270,10 +259,9 @@ std::string routes() {
 std::string decision() {
   if (!blas::loaded()) return "our sgemm only: " + blas::describe();
   if (blas::mode() == blas::Mode::Off) return "our sgemm only (BLAS switched off)";
-  if (blas::mode() == blas::Mode::On) return "BLAS for every product of at least 2^19 multiply-adds (ROLLSTREAM_BLAS=on), unmeasured";
+  if (blas::mode() == blas::Mode::On) return "BLAS for every product of at least 2^19 multiply-adds (blas_mode on), unmeasured";
   State& s = state();
   std::lock_guard<std::mutex> g(s.mu);
-  ready_state();
   std::string measured, pinned;
   int n_measured = 0;
   for (const auto& [cls, r] : s.table) {
@@ -291,7 +279,6 @@ std::string decision() {
   if (!measured.empty() && s.rejected.empty()) out += "; results agree (max relative difference " + fmt("%.1e", s.worst_diff) + ")";
   if (n_measured) out += "; " + std::to_string(n_measured) + " classes measured in " + fmt("%.0f", s.spent_s * 1e3) + " ms";
   if (!s.rejected.empty()) out += "; " + s.rejected;
-  if (!s.pin_error.empty()) out += "; " + s.pin_error;
   if (s.slow_own > 1 || s.slow_blas > 1 || s.corrupt) out += "; TEST HOOKS ACTIVE";
   return out;
 }

@@ -14,9 +14,9 @@
 // multiply-adds always run on ours.
 //
 // Replay needs the run's routing, not a fresh measurement: routes() is what the learner records, and
-// ROLLSTREAM_BLAS_ROUTES pins it ("nt:2048x256x128:2t=blas,tn:128x128x2048:2t=own"; read at first use and at every
-// rs_set_blas_mode). Test hooks (read at the same times): ROLLSTREAM_BLAS_TEST_SLOWDOWN=own:N|blas:N runs that
-// kernel N times per timed run; ROLLSTREAM_BLAS_TEST_CORRUPT=1 perturbs the BLAS result before the comparison.
+// rs_settings.blas_routes pins it ("nt:2048x256x128:2t=blas,tn:128x128x2048:2t=own"; installed by every
+// rs_set_settings). Test hooks (rs_test_hooks, a test-only call that also forgets measured routes): slowdown_own /
+// slowdown_blas = N runs that kernel N times per timed run; corrupt_blas perturbs the BLAS result before the comparison.
 #pragma once
 #include <string>
 
@@ -24,8 +24,12 @@ namespace rs::router {
 
 // Whether a GemmImpl::Auto product (K > 0) runs on BLAS. May measure its class first.
 bool use_blas(bool trans_a, bool trans_b, int M, int N, int K, int threads);
-// Forgets measured routes; reads ROLLSTREAM_BLAS_ROUTES and the test hooks again.
-void reset();
+// Whether `routes` is a valid blas_routes string (false and *why set when not).
+bool check_routes(const std::string& routes, std::string* why);
+// Forgets measured routes and pins `routes` (checked with check_routes first).
+void reset(const std::string& routes);
+// Test hooks (rs_test_hooks): timed runs repeat our sgemm / BLAS this many times; corrupt perturbs BLAS's result.
+void set_test_hooks(int slowdown_own, int slowdown_blas, bool corrupt);
 // The class a product belongs to ("nt:2048x256x128:2t"), or "" for products that always run on our sgemm.
 std::string class_name(bool trans_a, bool trans_b, int M, int N, int K, int threads);
 // How products are routed, machine-readable: "off" (our sgemm only), "on" (BLAS for every product of at least

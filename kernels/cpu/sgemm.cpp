@@ -181,8 +181,6 @@ void scale_c(int M, int N, float beta, float* C, int ldc) {
     for (int j = 0; j < N; j++) C[(int64_t)i * ldc + j] = beta == 0.f ? 0.f : beta * C[(int64_t)i * ldc + j];
 }
 bool detect_avx512() {
-  const char* env = std::getenv("ROLLSTREAM_SIMD");
-  if (env && std::strcmp(env, "avx2") == 0) return false;
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f");
 }

@@ -13,8 +13,8 @@ enum class GemmImpl { Auto = 0, Own = 1, Blas = 2 };
 void sgemm_own(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
                int ldb, float beta, float* C, int ldc, int threads);
 
-// Whether sgemm_own runs its AVX-512 micro-kernel (CPU support, unless ROLLSTREAM_SIMD=avx2). Both kernels
-// give identical bits; forcing AVX2 exists so tests can check that.
+// Whether sgemm_own runs its AVX-512 micro-kernel (CPU support, unless rs_settings.simd_level forces AVX2). Both
+// kernels give identical bits; forcing AVX2 exists so tests can check that.
 bool sgemm_uses_avx512();
 void sgemm_force_avx2(bool force);
 

@@ -1,4 +1,4 @@
-#include <cstdlib>
+#include <atomic>
 #include <mutex>
 
 #include "common.cuh"
@@ -21,16 +21,15 @@ void check_cuda(cudaError_t e, const char* what) {
   if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver)
     raise(RS_ERR_UNSUPPORTED, "no usable CUDA device in %s (%s)", what, cudaGetErrorString(e));
   raise(RS_ERR_INTERNAL, "CUDA error in %s: %s (%s)%s", what, cudaGetErrorString(e), cudaGetErrorName(e),
-        sync_debug() ? "" : " [errors inside kernels surface at the next synchronisation; ROLLSTREAM_CUDA_SYNC=1 names the kernel]");
+        sync_debug() ? "" : " [errors inside kernels surface at the next synchronisation; the cuda_sync setting names the kernel]");
 }
 
-bool sync_debug() {
-  static const bool on = [] {
-    const char* v = std::getenv("ROLLSTREAM_CUDA_SYNC");
-    return v && v[0] && v[0] != '0';
-  }();
-  return on;
-}
+namespace {
+std::atomic<bool> g_sync{false};
+}  // namespace
+
+void set_sync_debug(bool on) { g_sync.store(on); }
+bool sync_debug() { return g_sync.load(std::memory_order_relaxed); }
 
 void check_launch(const char* kernel, cudaStream_t s) {
   cudaError_t e = cudaGetLastError();

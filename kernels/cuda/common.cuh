@@ -4,8 +4,8 @@
 //
 // Error policy: nothing here aborts. Every CUDA runtime call goes through check_cuda(), every kernel launch is
 // followed by check_launch("<kernel name>"), and every ABI call ends with a stream synchronisation whose error
-// names the call. A fault inside a kernel surfaces at that synchronisation; set ROLLSTREAM_CUDA_SYNC=1 to
-// synchronise after every launch so the message names the exact kernel.
+// names the call. A fault inside a kernel surfaces at that synchronisation; rs_settings.cuda_sync = 1
+// synchronises after every launch so the message names the exact kernel.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -40,9 +40,10 @@ using rs_shared::ok;
 // Throws Failure naming `what` when e != cudaSuccess (RS_ERR_OUT_OF_MEMORY for allocation failures).
 void check_cuda(cudaError_t e, const char* what);
 // After a kernel launch: reports launch errors (bad configuration, ...) with the kernel's name; with
-// ROLLSTREAM_CUDA_SYNC=1 also synchronises so faults inside the kernel are attributed to it.
+// rs_settings.cuda_sync also synchronises so faults inside the kernel are attributed to it.
 void check_launch(const char* kernel, cudaStream_t s);
 bool sync_debug();
+void set_sync_debug(bool on);
 
 // Number of visible devices (0 when there is no driver or no GPU; never throws).
 int device_count();

@@ -36,16 +36,19 @@ struct Lib {
 std::once_flag g_once;
 Lib g_lib;
 std::atomic<int> g_mode{0};
+std::mutex g_cfg_mu;
+std::string g_path, g_loaded_path;  // rs_settings.cublas_lib; the one the load used
+std::atomic<bool> g_load_started{false};
 
 void load() {
   std::call_once(g_once, [] {
-    const char* env = std::getenv("ROLLSTREAM_BLAS");
-    if (env && (!std::strcmp(env, "off") || !std::strcmp(env, "0") || !std::strcmp(env, "none"))) {
-      g_lib.why = "ROLLSTREAM_BLAS=off";
-      return;
-    }
     std::vector<std::string> names;
-    if (const char* p = std::getenv("ROLLSTREAM_CUBLAS"); p && p[0]) names.push_back(p);
+    {
+      std::lock_guard<std::mutex> g(g_cfg_mu);
+      g_load_started = true;  // under the lock: set_lib sees the path this load uses
+      g_loaded_path = g_path;
+      if (!g_path.empty()) names.push_back(g_path);
+    }
     for (const char* n : {"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}) names.push_back(n);
     std::string tried;
     for (const std::string& n : names) {
@@ -71,7 +74,7 @@ void load() {
       g_lib = l;
       return;
     }
-    g_lib.why = "cannot load cuBLAS (tried " + tried + "; set ROLLSTREAM_CUBLAS=/path/to/libcublas.so)";
+    g_lib.why = "cannot load cuBLAS (tried " + tried + "; name the file in the cublas_lib setting)";
   });
 }
 
@@ -94,7 +97,7 @@ bool available() {
 }
 
 std::string describe() {
-  if (!mode_allows()) return "none (disabled)";
+  if (!mode_allows()) return g_load_started ? "none (disabled)" : "none (blas_mode off: never loaded)";
   load();
   if (!g_lib.handle) return "none (" + g_lib.why + ")";
   std::string v;
@@ -102,9 +105,17 @@ std::string describe() {
   return "cublas" + v + " (" + g_lib.file + ")";
 }
 
-bool set_mode(int mode) {
-  g_mode.store(mode == 0 ? 0 : 1);
-  return available();
+void set_mode(int mode) { g_mode.store(mode == 0 ? 0 : 1); }
+
+bool set_lib(const std::string& path, std::string* why) {
+  std::lock_guard<std::mutex> g(g_cfg_mu);
+  if (g_load_started && path != g_loaded_path) {
+    *why = "cublas_lib cannot change after cuBLAS's first use (loaded with " + (g_loaded_path.empty() ? std::string("the loader path's names") : g_loaded_path) +
+           "): set it before, or in a fresh process";
+    return false;
+  }
+  g_path = path;
+  return true;
 }
 
 void* create_handle(cudaStream_t s) {

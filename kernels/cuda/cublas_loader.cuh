@@ -1,8 +1,8 @@
 // cuBLAS, found with dlopen() at first use and never linked at build time: the library builds without the
 // cuBLAS headers or libraries, loads on machines without them, and then runs our own gemm kernels.
-// Search order: $ROLLSTREAM_CUBLAS (a path), then libcublas.so.13 / .12 / .11 / libcublas.so on the loader
+// Search order: rs_settings.cublas_lib (a path), then libcublas.so.13 / .12 / .11 / libcublas.so on the loader
 // path (a process that imported torch already has one loaded, which dlopen() returns).
-// ROLLSTREAM_BLAS=off (or rs_set_blas_mode(1)) disables it, as on the CPU backend.
+// rs_settings.blas_mode off disables it, as on the CPU backend (and, set before the first use, it is never loaded).
 #pragma once
 #include <string>
 
@@ -13,8 +13,11 @@ namespace rsc::cublas {
 bool available();
 // "cublas <version> (<file>)" or "none (<why>)".
 std::string describe();
-// 0 = use when loadable (default), 1 = never. Returns available().
-bool set_mode(int mode);
+// 0 = use when loadable (default), 1 = never.
+void set_mode(int mode);
+// rs_settings.cublas_lib ("" = the loader path's names), read at the first load. Refused (false, *why set) once
+// cuBLAS was loaded with another.
+bool set_lib(const std::string& path, std::string* why);
 
 // A cuBLAS handle bound to stream s (throws Failure when cuBLAS is unavailable or creation fails).
 void* create_handle(cudaStream_t s);

@@ -1,5 +1,5 @@
 #include <algorithm>
-#include <cstdlib>
+#include <atomic>
 
 #include "cublas_loader.cuh"
 #include "gemm.cuh"
@@ -15,14 +15,19 @@ const char* math_mode_name(MathMode m) {
   return "?";
 }
 
-MathMode math_mode_from_env() {
-  const char* v = std::getenv("ROLLSTREAM_CUDA_MATMUL");
-  if (!v || !v[0]) return MathMode::BF16;
-  const std::string s = v;
-  if (s == "fp32") return MathMode::FP32;
-  if (s == "tf32") return MathMode::TF32;
-  if (s == "bf16") return MathMode::BF16;
-  raise(RS_ERR_INVALID_ARGUMENT, "ROLLSTREAM_CUDA_MATMUL must be fp32, tf32 or bf16 (got \"%s\")", v);
+namespace {
+std::atomic<int32_t> g_matmul{RS_MATMUL_DEFAULT};
+}  // namespace
+
+void set_matmul_setting(int32_t cuda_matmul) { g_matmul.store(cuda_matmul); }
+
+MathMode model_math_mode(bool have_cublas) {
+  switch (g_matmul.load()) {
+    case RS_MATMUL_FP32: return MathMode::FP32;
+    case RS_MATMUL_TF32: return MathMode::TF32;
+    case RS_MATMUL_BF16: return MathMode::BF16;
+    default: return have_cublas ? MathMode::BF16 : MathMode::FP32;
+  }
 }
 
 namespace {

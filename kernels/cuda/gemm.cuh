@@ -6,7 +6,7 @@
 
 namespace rsc {
 
-// How the model's matmuls run when cuBLAS is loaded (ROLLSTREAM_CUDA_MATMUL=fp32|tf32|bf16; default bf16):
+// How the model's matmuls run when cuBLAS is loaded (rs_settings.cuda_matmul; default bf16):
 //   FP32: exact fp32 (cuBLAS CUBLAS_COMPUTE_32F), what the checks compare at 1e-5;
 //   TF32: fp32 in and out, tensor cores with TF32 inputs;
 //   BF16: operands rounded to bf16 (weights from a bf16 copy refreshed after every update), fp32 accumulate
@@ -14,8 +14,10 @@ namespace rsc {
 // The stand-alone layer kernels always use FP32.
 enum class MathMode { FP32 = 0, TF32 = 1, BF16 = 2 };
 const char* math_mode_name(MathMode m);
-// Reads ROLLSTREAM_CUDA_MATMUL; throws Failure(RS_ERR_INVALID_ARGUMENT) for an unknown value.
-MathMode math_mode_from_env();
+// rs_settings.cuda_matmul (an rs_cuda_matmul value, checked by the caller), read by every rs_model_create.
+void set_matmul_setting(int32_t cuda_matmul);
+// The mode a model created now runs: the setting, or by default bf16 when it has a cuBLAS handle, else fp32.
+MathMode model_math_mode(bool have_cublas);
 
 struct GemmCtx {
   cudaStream_t stream = nullptr;

@@ -1,8 +1,10 @@
-// Library-level entry points: ABI version, backend description, device count, thread count, BLAS mode.
+// Library-level entry points: ABI version, backend description, device count, thread count, settings.
 #include <atomic>
+#include <mutex>
 #include <string>
 #include <thread>
 
+#include "../shared/settings.h"
 #include "common.cuh"
 #include "cublas_loader.cuh"
 #include "gemm.cuh"
@@ -23,6 +25,9 @@ std::string json_escape(const std::string& s) {
 // Host threads used by the CUDA backend itself (top-k/top-p sampling on the host); 0 = all cores.
 std::atomic<int> g_threads{0};
 
+rs_shared::SettingsStore g_settings;
+std::mutex g_set_mu;  // one rs_set_settings at a time: check, then apply
+
 }  // namespace
 
 namespace rsc {
@@ -42,13 +47,27 @@ int32_t rs_device_count(void) { return device_count(); }
 
 void rs_set_num_threads(int32_t n) { g_threads.store(n > 0 ? n : 0); }
 
-// Mode 2 ("on") is the CPU backend's unmeasured OpenBLAS rule; here it means what 0 does: cuBLAS when it loads.
-int32_t rs_set_blas_mode(int32_t mode) { return cublas::set_mode(mode == 1 ? 1 : 0) ? 1 : 0; }
+// The CPU fields (blas_lib, blas_routes, simd_level) are kept for rs_get_settings and otherwise ignored. blas_mode 2
+// ("on") is the CPU backend's unmeasured OpenBLAS rule; here it means what 0 does: cuBLAS when it loads.
+int32_t rs_set_settings(const rs_settings* in, rs_error* err) {
+  rs_shared::Settings s;
+  if (const int32_t st = rs_shared::read_settings(in, &s, err)) return st;
+  std::lock_guard<std::mutex> g(g_set_mu);
+  std::string why;
+  if (!cublas::set_lib(s.cublas_lib, &why)) return fail(err, RS_ERR_INVALID_ARGUMENT, "rs_set_settings: %s", why.c_str());
+  cublas::set_mode(s.blas_mode == RS_BLAS_OFF ? 1 : 0);
+  set_matmul_setting(s.cuda_matmul);
+  set_sync_debug(s.cuda_sync != 0);
+  g_settings.set(std::move(s));
+  return ok(err);
+}
 
-// No SIMD levels on this backend: the call is accepted and reports 0 (no AVX-512 sgemm).
-int32_t rs_set_simd_level(int32_t level) {
-  (void)level;
-  return 0;
+void rs_get_settings(rs_settings* out) { g_settings.view(out); }
+
+// The hooks steer the CPU dispatcher only; accepted (and checked) so one test helper serves both backends.
+int32_t rs_set_test_hooks(const rs_test_hooks* h, rs_error* err) {
+  if (!h) return fail(err, RS_ERR_INVALID_ARGUMENT, "rs_set_test_hooks: hooks is NULL");
+  return ok(err);
 }
 
 int32_t rs_backend_info(char* buf, int32_t cap) {
@@ -61,12 +80,8 @@ int32_t rs_backend_info(char* buf, int32_t cap) {
     else
       cudaGetLastError();
   }
-  std::string matmul;
-  try {
-    matmul = math_mode_name(math_mode_from_env());
-  } catch (const Failure& f) {
-    matmul = "invalid ROLLSTREAM_CUDA_MATMUL";
-  }
+  // The mode a model created now runs (model.cu): a cuBLAS handle is assumed whenever cuBLAS is available.
+  const std::string matmul = math_mode_name(model_math_mode(cublas::available()));
   // "simd" carries the GPU description (the field is the CPU backend's instruction set).
   const int n = std::snprintf(buf, cap > 0 ? cap : 0,
                               "{\"device\":\"cuda\",\"blas\":\"%s\",\"threads\":%d,\"simd\":\"%s\",\"matmul\":\"%s\",\"abi\":%d}",

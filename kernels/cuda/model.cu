@@ -179,7 +179,6 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
 
     check_cuda(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     m->gemm.stream = m->stream;
-    const char* env_mode = std::getenv("ROLLSTREAM_CUDA_MATMUL");
     if (cublas::available()) {
       try {
         m->gemm.cublas = cublas::create_handle(m->stream);
@@ -188,8 +187,8 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
         m->gemm.cublas = nullptr;
       }
     }
-    // bf16 tensor-core matmuls by default when cuBLAS is there; exact fp32 with our own kernels otherwise.
-    m->gemm.mode = env_mode && env_mode[0] ? math_mode_from_env() : (m->gemm.cublas ? MathMode::BF16 : MathMode::FP32);
+    // rs_settings.cuda_matmul; by default bf16 tensor-core matmuls when cuBLAS is there, exact fp32 with our own kernels otherwise.
+    m->gemm.mode = model_math_mode(m->gemm.cublas != nullptr);
 
     const size_t n = (size_t)m->n_params;
     const char* names[4] = {"params", "grads", "AdamW m", "AdamW v"};

@@ -88,7 +88,7 @@ def timed(fn, steps, warmup, limit_s=60.0):
 
 
 def ours_train(lib, s, steps, R):
-    os.environ["ROLLSTREAM_CUDA_MATMUL"] = os.environ.get("BENCH_MATMUL", "bf16")
+    rsabi.configure(lib, cuda_matmul=os.environ.get("BENCH_MATMUL", "bf16"))
     m = rsabi.Model(lib, our_cfg(s), seed=1)
     T = s["B"] * s["S"]
     tokens = R.integers(0, s["V"], T).astype(np.int32)
@@ -107,7 +107,7 @@ def ours_train(lib, s, steps, R):
 
 
 def ours_generate(lib, s, R):
-    os.environ["ROLLSTREAM_CUDA_MATMUL"] = os.environ.get("BENCH_MATMUL", "bf16")
+    rsabi.configure(lib, cuda_matmul=os.environ.get("BENCH_MATMUL", "bf16"))
     m = rsabi.Model(lib, our_cfg(s), seed=1)
     prompts = [R.integers(0, s["V"], GEN_PROMPT).tolist() for _ in range(GEN_B)]
     m.generate(prompts[:2], 4, temperature=1.0, seed=1)  # warm-up (allocations, cuBLAS, rope table)
@@ -182,8 +182,9 @@ def main():
     ap.add_argument("--shapes", default="small,medium,qwen0.5b")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--skip-hf", action="store_true", help="only our side (the issue's reference figures are used for ratios)")
+    ap.add_argument("--cublas", default="", help="the libcublas file the CUDA backend loads (rs_settings.cublas_lib)")
     args = ap.parse_args()
-    lib = rsabi.load(args.cuda)
+    lib = rsabi.load(args.cuda, cublas_lib=args.cublas)
     info = rsabi.info(lib)
     print("backend:", info, "| torch", torch.__version__, "|", torch.cuda.get_device_name(0))
     results = {"backend": json.loads(info), "gpu": torch.cuda.get_device_name(0), "shapes": {}}

@@ -6,7 +6,7 @@ model's logits, loss, gradients, optimizer step and generation with transformers
 Qwen2ForCausalLM built from tiny random configs and loaded from the same safetensors file.
 
 Errors are max|got - ref| / max|ref| (normalised max error). Tolerances: 1e-5 for the fp32 kernels; 1e-4 for
-the fp32 model (two layers of fp32 ops against float64); bf16 model matmuls (ROLLSTREAM_CUDA_MATMUL=bf16)
+the fp32 model (two layers of fp32 ops against float64); bf16 model matmuls (rs_settings.cuda_matmul bf16)
 1e-2 on logits, 5e-2 on gradients.
 
   python3 check.py --cuda kernels/build/Release/librollstream_cuda.so [--cpu .../librollstream_cpu.so] [--seed N]
@@ -481,12 +481,11 @@ def hf_logits(ref, tokens, segs):
 
 
 def make_model(lib, ours, state, mode):
-    if mode:
-        os.environ["ROLLSTREAM_CUDA_MATMUL"] = mode
+    rsabi.configure(lib, cuda_matmul=mode or None)  # read by rs_model_create
     try:
         m = rsabi.Model(lib, ours, seed=1)
     finally:
-        os.environ.pop("ROLLSTREAM_CUDA_MATMUL", None)
+        rsabi.configure(lib, cuda_matmul=None)
     m.load_state(state)
     return m
 
@@ -655,13 +654,15 @@ def main():
     ap.add_argument("--cpu", default=None, help="also run every check on the CPU backend (validates the check)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--skip-models", action="store_true")
+    ap.add_argument("--cublas", default="", help="the libcublas file the CUDA backend loads (rs_settings.cublas_lib)")
+    ap.add_argument("--sync", action="store_true", help="synchronise after every kernel so a fault names it (rs_settings.cuda_sync)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
     print(f"check.py seed {seed} (rerun with --seed {seed})  torch {torch.__version__}")
     rep = Report()
     backends = []
     if args.cuda:
-        lib = rsabi.load(args.cuda)
+        lib = rsabi.load(args.cuda, cublas_lib=args.cublas, cuda_sync=int(args.sync))
         print("cuda backend:", rsabi.info(lib))
         if lib.rs_device_count() < 1:
             print("FAIL: the CUDA backend sees no device")

@@ -8,11 +8,21 @@ import os
 
 import numpy as np
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 
 class Error(C.Structure):
     _fields_ = [("code", C.c_int32), ("message", C.c_char * 512)]
+
+
+class Settings(C.Structure):
+    _fields_ = [("blas_mode", C.c_int32), ("blas_lib", C.c_char_p), ("blas_routes", C.c_char_p), ("simd_level", C.c_int32),
+                ("cuda_matmul", C.c_int32), ("cuda_sync", C.c_int32), ("cublas_lib", C.c_char_p)]
+
+
+class TestHooks(C.Structure):
+    _fields_ = [("blas_detected_core", C.c_char_p), ("slowdown_own", C.c_int32), ("slowdown_blas", C.c_int32),
+                ("corrupt_blas", C.c_int32)]
 
 
 class LossSpec(C.Structure):
@@ -70,8 +80,9 @@ SIGNATURES = {
     "rs_backend_info": (C.c_int32, [C.c_char_p, C.c_int32]),
     "rs_device_count": (C.c_int32, []),
     "rs_set_num_threads": (None, [C.c_int32]),
-    "rs_set_blas_mode": (C.c_int32, [C.c_int32]),
-    "rs_set_simd_level": (C.c_int32, [C.c_int32]),
+    "rs_set_settings": (C.c_int32, [C.POINTER(Settings), ERRP]),
+    "rs_get_settings": (None, [C.POINTER(Settings)]),
+    "rs_set_test_hooks": (C.c_int32, [C.POINTER(TestHooks), ERRP]),
     "rs_embedding_fwd": (C.c_int32, [F32P, C.c_int32, C.c_int32, I32P, C.c_int32, F32P, ERRP]),
     "rs_embedding_bwd": (C.c_int32, [F32P, I32P, C.c_int32, C.c_int32, C.c_int32, F32P, ERRP]),
     "rs_rmsnorm_fwd": (C.c_int32, [F32P, F32P, C.c_int32, C.c_int32, C.c_float, F32P, F32P, ERRP]),
@@ -115,10 +126,12 @@ SIGNATURES = {
     "rs_model_generate": (C.c_int32, [MODEL, I32P, I64P, C.c_int32, U64P, C.POINTER(GenerateConfig), C.POINTER(GenerateOutput), ERRP]),
 }
 
-STRUCTS = {"rs_error": Error, "rs_loss_spec": LossSpec, "rs_loss_stats": LossStats, "rs_model_config": ModelConfig,
+STRUCTS = {"rs_error": Error, "rs_settings": Settings, "rs_test_hooks": TestHooks, "rs_loss_spec": LossSpec, "rs_loss_stats": LossStats, "rs_model_config": ModelConfig,
            "rs_tensor_info": TensorInfo, "rs_optim_config": OptimConfig, "rs_step_result": StepResult,
            "rs_generate_config": GenerateConfig, "rs_generate_output": GenerateOutput}
 
+BLAS_AUTO, BLAS_OFF, BLAS_ON = 0, 1, 2
+MATMUL = {None: 0, "fp32": 1, "tf32": 2, "bf16": 3}  # rs_cuda_matmul; None = the default
 LOSS_RL, LOSS_SFT, LOSS_PPO_CLIP, LOSS_DPPO, LOSS_IPO = 0, 1, 2, 3, 4
 STOP_EOS, STOP_SEQUENCE, STOP_LENGTH, STOP_CONTEXT = 0, 1, 2, 3
 
@@ -129,8 +142,9 @@ class KernelError(RuntimeError):
         self.fn, self.code, self.message = fn, code, message
 
 
-def load(path):
-    """Opens a backend library and declares every ABI function on it."""
+def load(path, **settings):
+    """Opens a backend library, declares every ABI function on it and, when given, sets rs_settings fields (see
+    configure). The library reads no environment variable: its settings are these arguments."""
     lib = C.CDLL(os.path.abspath(path))
     for name, (res, args) in SIGNATURES.items():
         f = getattr(lib, name)
@@ -139,7 +153,31 @@ def load(path):
     abi = lib.rs_abi_version()
     if abi != ABI_VERSION:
         raise RuntimeError(f"{path}: ABI version {abi}, these bindings expect {ABI_VERSION}")
+    if settings:
+        configure(lib, **settings)
     return lib
+
+
+def settings(lib):
+    """The rs_settings in force, as a dict of the field names (strings decoded)."""
+    s = Settings()
+    lib.rs_get_settings(C.byref(s))
+    return {n: (v.decode() if isinstance(v, bytes) else "" if v is None and t is C.c_char_p else v)
+            for n, t in Settings._fields_ for v in [getattr(s, n)]}
+
+
+def configure(lib, **changes):
+    """Changes the given rs_settings fields (names as in kernels.h; cuda_matmul may be "fp32"/"tf32"/"bf16"/None, the
+    strings str), keeping the others; raises KernelError with the library's message when it refuses."""
+    cur = settings(lib)
+    unknown = set(changes) - set(cur)
+    if unknown:
+        raise TypeError(f"unknown rs_settings fields: {sorted(unknown)}")
+    if "cuda_matmul" in changes and not isinstance(changes["cuda_matmul"], int):
+        changes["cuda_matmul"] = MATMUL[changes["cuda_matmul"]]
+    cur.update(changes)
+    s = Settings(**{n: (cur[n].encode() if t is C.c_char_p else int(cur[n])) for n, t in Settings._fields_})
+    call("rs_set_settings", lib.rs_set_settings, C.byref(s))
 
 
 def info(lib):

@@ -57,7 +57,6 @@ c += glob.glob("/usr/local/cuda/lib64/libcublas.so.*")
 print(sorted(c)[-1] if c else "")
 EOF
 )"
-  export ROLLSTREAM_CUBLAS
 fi
 stamp "ROLLSTREAM_CUBLAS=${ROLLSTREAM_CUBLAS:-<loader path>}"
 
@@ -68,17 +67,17 @@ if [[ " $stages " == *" check "* ]]; then
   stamp "check.py"
   cpu_arg=()
   [ -f "$cpu" ] && cpu_arg=(--cpu "$cpu")
-  timeout "${CHECK_TIMEOUT:-240}" python3 -u kernels/gpu-check/check.py --cuda "$lib" "${cpu_arg[@]}" ${CHECK_ARGS:-} 2>&1 | tee "$out/check.txt"
+  timeout "${CHECK_TIMEOUT:-240}" python3 -u kernels/gpu-check/check.py --cuda "$lib" --cublas "${ROLLSTREAM_CUBLAS:-}" "${cpu_arg[@]}" ${CHECK_ARGS:-} 2>&1 | tee "$out/check.txt"
   rc=${PIPESTATUS[0]}
   [ "$rc" -eq 0 ] || status=1
   if [ "$rc" -ne 0 ] && grep -q "illegal\|misaligned\|launch failure" "$out/check.txt"; then
-    stamp "a kernel faulted: rerunning the kernel checks with ROLLSTREAM_CUDA_SYNC=1 to name it"
-    ROLLSTREAM_CUDA_SYNC=1 timeout 120 python3 -u kernels/gpu-check/check.py --cuda "$lib" --skip-models 2>&1 | tail -60 | tee "$out/check-sync.txt"
+    stamp "a kernel faulted: rerunning the kernel checks with --sync (rs_settings.cuda_sync) to name it"
+    timeout 120 python3 -u kernels/gpu-check/check.py --cuda "$lib" --cublas "${ROLLSTREAM_CUBLAS:-}" --sync --skip-models 2>&1 | tail -60 | tee "$out/check-sync.txt"
   fi
 fi
 if [[ " $stages " == *" bench "* ]]; then
   stamp "bench.py"
-  timeout "${BENCH_TIMEOUT:-300}" python3 -u kernels/gpu-check/bench.py --cuda "$lib" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt"
+  timeout "${BENCH_TIMEOUT:-300}" python3 -u kernels/gpu-check/bench.py --cuda "$lib" --cublas "${ROLLSTREAM_CUBLAS:-}" ${BENCH_ARGS:-} 2>&1 | tee "$out/bench.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 stamp "done (status $status); logs in $out"

@@ -160,7 +160,10 @@ def main():
 
     enums = parse_enums(text)
     expect = {"RS_ABI_VERSION": rsabi.ABI_VERSION, "RS_LOSS_RL": rsabi.LOSS_RL, "RS_LOSS_SFT": rsabi.LOSS_SFT,
-              "RS_LOSS_PPO_CLIP": rsabi.LOSS_PPO_CLIP, "RS_STOP_EOS": rsabi.STOP_EOS, "RS_STOP_SEQUENCE": rsabi.STOP_SEQUENCE,
+              "RS_LOSS_PPO_CLIP": rsabi.LOSS_PPO_CLIP,
+              "RS_BLAS_AUTO": rsabi.BLAS_AUTO, "RS_BLAS_OFF": rsabi.BLAS_OFF, "RS_BLAS_ON": rsabi.BLAS_ON,
+              "RS_MATMUL_DEFAULT": rsabi.MATMUL[None], "RS_MATMUL_FP32": rsabi.MATMUL["fp32"], "RS_MATMUL_TF32": rsabi.MATMUL["tf32"],
+              "RS_MATMUL_BF16": rsabi.MATMUL["bf16"], "RS_STOP_EOS": rsabi.STOP_EOS, "RS_STOP_SEQUENCE": rsabi.STOP_SEQUENCE,
               "RS_STOP_LENGTH": rsabi.STOP_LENGTH, "RS_STOP_CONTEXT": rsabi.STOP_CONTEXT}
     for k, v in expect.items():
         checks += 1

@@ -37,7 +37,7 @@ def cuda_without_device(path):
     lib = rsabi.load(path)
     expect(lib.rs_device_count() == 0, "rs_device_count() == 0 without a GPU")
     info = json.loads(rsabi.info(lib))
-    expect(info["device"] == "cuda" and info["abi"] == 1, f"rs_backend_info is JSON naming the cuda device: {info}")
+    expect(info["device"] == "cuda" and info["abi"] == rsabi.ABI_VERSION, f"rs_backend_info is JSON naming the cuda device: {info}")
     cfg = rsabi.ModelConfig(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=16, intermediate_size=24, num_layers=2,
                             num_heads=4, num_kv_heads=2, max_position_embeddings=32, tie_word_embeddings=1, attention_bias=1, threads=1)
     e = rsabi.Error()
@@ -86,9 +86,24 @@ def cuda_without_device(path):
     st, msg = err_call(lib.rs_grad_norm, rsabi.ptr(w, rsabi.F32P), 8, C.byref(out))
     expect(st == RS_ERR_UNSUPPORTED, f"rs_grad_norm: {msg!r}")
     lib.rs_set_num_threads(2)
-    lib.rs_set_simd_level(0)
-    lib.rs_set_blas_mode(1)
-    expect(json.loads(rsabi.info(lib))["blas"].startswith("none"), "rs_set_blas_mode(1) disables cuBLAS")
+    # Settings round-trip through the ABI (the CPU fields are kept, and ignored), and take effect.
+    rsabi.configure(lib, cuda_matmul="tf32", cuda_sync=1, blas_routes="nt:64x64x512:1t=blas", simd_level=1)
+    got = rsabi.settings(lib)
+    expect(got["cuda_matmul"] == 2 and got["cuda_sync"] == 1 and got["blas_routes"] == "nt:64x64x512:1t=blas" and got["simd_level"] == 1,
+           f"rs_get_settings returns what rs_set_settings stored: {got}")
+    expect(json.loads(rsabi.info(lib))["matmul"] == "tf32", "the cuda_matmul setting is the mode a model created now runs")
+    st, msg = err_call(lib.rs_set_settings, C.byref(rsabi.Settings(cuda_matmul=7)))
+    expect(st == RS_ERR_INVALID_ARGUMENT and "cuda_matmul" in msg and rsabi.settings(lib)["cuda_matmul"] == 2,
+           f"a bad field is refused, naming it, and nothing changes: {msg!r}")
+    try:  # rs_backend_info above tried to load cuBLAS: the file it looks for is fixed from then on
+        rsabi.configure(lib, cublas_lib="/nonexistent/libcublas.so.12")
+        expect(False, "cublas_lib is refused after cuBLAS's first use")
+    except rsabi.KernelError as e:
+        expect("cublas_lib cannot change after cuBLAS's first use" in e.message, f"cublas_lib refused after first use: {e.message!r}")
+    rsabi.configure(lib, blas_mode=rsabi.BLAS_OFF, cuda_matmul=None, cuda_sync=0)
+    expect(json.loads(rsabi.info(lib))["blas"].startswith("none"), "blas_mode off disables cuBLAS")
+    st, msg = err_call(lib.rs_set_test_hooks, C.byref(rsabi.TestHooks(slowdown_own=3)))
+    expect(st == 0, f"the CUDA backend accepts (and ignores) the test hooks: {msg!r}")
     expect(not lib.rs_model_params(None) and lib.rs_model_num_params(None) == 0, "null-model getters return NULL / 0")
     lib.rs_model_free(None)
     lib.rs_model_zero_grad(None)

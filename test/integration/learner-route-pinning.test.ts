@@ -1,16 +1,18 @@
 // A restarted learner routes sgemm products as its earlier life measured them (the routes recorded in
 // learner.backend), not as a fresh measurement would: the steps it recomputes after a restore then have the bits
 // an uninterrupted run would have had, and replay finds one routing for the whole run.
-// The two lives are steered apart with the dispatcher's test hook (ROLLSTREAM_BLAS_TEST_SLOWDOWN runs one
-// kernel N times per timed run): the first life sees our sgemm 50x slow and routes every class to OpenBLAS; the
-// second sees OpenBLAS 50x slow, so measuring would route every class to ours (the flip itself is asserted in
-// test/kernels/blas-dispatch.test.ts). Only pinning can leave the second life on OpenBLAS.
+// The two lives are steered apart with the dispatcher's test hook (rs_test_hooks' slowdown runs one kernel N times
+// per timed run; handed to each learner process by test/helpers/kernel-test-hooks.ts): the first life sees our
+// sgemm 50x slow and routes every class to OpenBLAS; the second sees OpenBLAS 50x slow, so measuring would route
+// every class to ours (the flip itself is asserted in test/kernels/blas-dispatch.test.ts). Only pinning can leave
+// the second life on OpenBLAS.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { backendInfo } from "../../kernels/index.js";
 import { startRun, waitUntil } from "../helpers/run-fixture.js";
+import { testHooksEnv } from "../helpers/kernel-test-hooks.js";
 import { StateKeys } from "../../streams/index.js";
 
 const skip = backendInfo("cpu").blas.startsWith("openblas") ? false : "OpenBLAS not installed";
@@ -26,7 +28,7 @@ test("a restarted learner keeps the sgemm routes its earlier life measured", { s
   });
   try {
     for (const name of ["checkpoint", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
-    run.launcher.start({ name: "learner", replica: 0, env: { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "own:50" } });
+    run.launcher.start({ name: "learner", replica: 0, env: testHooksEnv({ slowdownOwn: 50 }) });
     // Past a checkpoint and between two, so the second life restores and recomputes steps.
     await waitUntil(
       "a step after the first checkpoint",
@@ -46,7 +48,7 @@ test("a restarted learner keeps the sgemm routes its earlier life measured", { s
     );
 
     process.kill(run.launcher.pid("learner", 0)!, "SIGKILL");
-    run.launcher.start({ name: "learner", replica: 1, env: { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "blas:50" } });
+    run.launcher.start({ name: "learner", replica: 1, env: testHooksEnv({ slowdownBlas: 50 }) });
     await waitUntil("10 steps", async () => (await run.state.learnerStep()) >= 10, 120_000, `${run.dir}/logs`);
 
     const log = readFileSync(join(run.dir, "logs", "learner-1.log"), "utf8");

@@ -14,6 +14,7 @@ import { stringify } from "yaml";
 import { cliMain, tinyConfig } from "../helpers/run-fixture.js";
 import { writeSpreadEnv } from "../helpers/spread-env.js";
 import { backendInfo } from "../../kernels/index.js";
+import { testHooksEnv } from "../helpers/kernel-test-hooks.js";
 
 const hasOpenBlas = !backendInfo("cpu").blas.startsWith("none");
 
@@ -70,7 +71,7 @@ before(() => {
   // Measured routing, with our sgemm slowed down in the measurement (a test hook) so the learner's shape classes go to
   // OpenBLAS whatever this machine's speeds; the replays run without the hook, so they are bit-exact only if they pin
   // the routes the run recorded instead of measuring again.
-  if (hasOpenBlas) configs.on = trainRun("rpon", { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "own:50" });
+  if (hasOpenBlas) configs.on = trainRun("rpon", testHooksEnv({ slowdownOwn: 50 }));
 });
 
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -105,7 +106,7 @@ test("a run that dispatched to OpenBLAS: bit-exact on it; with dispatch unavaila
   const lines = off.stdout.split("\n");
   const why = lines.findIndex((l) => /^backend NOT matched, so steps cannot be bit-exact: the run dispatched sgemm to openblas/.test(l));
   assert.ok(why >= 0, show(off));
-  assert.match(lines[why]!, /here BLAS dispatch is unavailable: none \(ROLLSTREAM_BLAS=off\); unset ROLLSTREAM_BLAS to load it/);
+  assert.match(lines[why]!, /here BLAS dispatch is unavailable: none \(blas_mode off: never loaded\); unset ROLLSTREAM_BLAS to load it/);
   assert.ok(why < lines.findIndex((l) => /^step \d+:/.test(l)), "the explanation comes before the first step");
   const steps = stepLines(off.stdout);
   assert.equal(steps.length, 3);
@@ -199,7 +200,7 @@ test("an exported bundle replays bit-exactly in a fresh folder with no NATS serv
   const backend = JSON.parse(readFileSync(join(bundle, "backend.json"), "utf8"));
   assert.equal(backend.device, "cpu");
   assert.equal(backend.blasDispatch, false);
-  assert.equal(backend.blas, "none (ROLLSTREAM_BLAS=off)");
+  assert.equal(backend.blas, "none (blas_mode off: never loaded)");
   assert.equal(backend.threads, 1);
   assert.equal(backend.threadIndependent, true);
 

@@ -62,17 +62,31 @@ test("choose_coretype: the core OpenBLAS detected vs the CPU's vector units, sam
   });
 });
 
-/** backendInfo().blas of a fresh process (the library is loaded once per process). */
-function blasInFreshProcess(env: Record<string, string>): string {
-  const index = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "kernels", "index.js")).href;
-  const code = `import(${JSON.stringify(index)}).then((m) => { const k = m.kernels; const A = new Float32Array(64 * 64).fill(0.5);
+interface Fresh {
+  /** The test-only hook: OpenBLAS's first load pretends it detected this core. */
+  detectedCore?: string;
+  /** The blasLib setting. */
+  blasLib?: string;
+  /** OPENBLAS_CORETYPE, OpenBLAS's own variable (a user's choice); unset when not given. */
+  coretype?: string;
+}
+
+/** backendInfo().blas of a fresh process (the library is loaded once per process), set up as asked before BLAS's first use. */
+function blasInFreshProcess(o: Fresh, checkSgemm = true): string {
+  const url = (f: string) => JSON.stringify(pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "kernels", f)).href);
+  const check = `const k = m.kernels; const A = new Float32Array(64 * 64).fill(0.5);
     const C1 = new Float32Array(64 * 64), C2 = new Float32Array(64 * 64);
     k.sgemm({ M: 64, N: 64, K: 64, A, B: A, C: C1, impl: "own" }); k.sgemm({ M: 64, N: 64, K: 64, A, B: A, C: C2, impl: "blas" });
-    if (C1.some((v, i) => Math.abs(v - C2[i]) > 1e-4)) throw new Error("BLAS result differs");
+    if (C1.some((v, i) => Math.abs(v - C2[i]) > 1e-4)) throw new Error("BLAS result differs");`;
+  const code = `Promise.all([import(${url("index.js")}), import(${url("native.js")}), import(${url("testing.js")})]).then(([m, n, t]) => {
+    n.configureKernels({ blasLib: ${JSON.stringify(o.blasLib ?? "")} });
+    t.setKernelTestHooks({ blasDetectedCore: ${JSON.stringify(o.detectedCore ?? "")} });
+    ${checkSgemm ? check : ""}
     console.log(m.backendInfo("cpu").blas); })`;
-  const full: NodeJS.ProcessEnv = { ...process.env, ...env };
-  for (const k of ["OPENBLAS_CORETYPE", "ROLLSTREAM_BLAS", "ROLLSTREAM_BLAS_TEST_DETECTED_CORE"]) if (!(k in env)) delete full[k];
-  const r = spawnSync(process.execPath, ["-e", code], { env: full, encoding: "utf8", timeout: 60_000 });
+  const env: NodeJS.ProcessEnv = { ...process.env };
+  delete env["OPENBLAS_CORETYPE"];
+  if (o.coretype) env["OPENBLAS_CORETYPE"] = o.coretype;
+  const r = spawnSync(process.execPath, ["-e", code], { env, encoding: "utf8", timeout: 60_000 });
   assert.equal(r.status, 0, r.stderr);
   return r.stdout.trim();
 }
@@ -84,35 +98,23 @@ test("a core without the CPU's vector units is replaced before use: OpenBLAS rel
   const core = /, core (\w+)/.exec(natural)?.[1];
   assert.ok(core, natural);
   // Emulate a CPU this OpenBLAS does not know: the first load is told it detected Prescott.
-  const trapped = blasInFreshProcess({ ROLLSTREAM_BLAS_TEST_DETECTED_CORE: "Prescott" });
+  const trapped = blasInFreshProcess({ detectedCore: "Prescott" });
   if (/^(SkylakeX|Cooperlake|SapphireRapids)$/.test(core))
     assert.match(trapped, /, core SkylakeX \(forced from Prescott: core Prescott uses SSE, the CPU has AVX-512\)/);
   else if (/^(Haswell|Zen)$/.test(core)) assert.match(trapped, /, core Haswell \(forced from Prescott/);
   // A user's choice stands, even the slow one; the dispatcher's measurement is what keeps it off the hot path.
-  const user = blasInFreshProcess({ OPENBLAS_CORETYPE: "Prescott" });
+  const user = blasInFreshProcess({ coretype: "Prescott" });
   assert.match(user, /, core Prescott \(OPENBLAS_CORETYPE=Prescott set by the user\)/);
 });
 
-test("ROLLSTREAM_BLAS_LIB picks the library; one that is not a BLAS is named and nothing is loaded", {
+test("the blasLib setting picks the library; one that is not a BLAS is named and nothing is loaded", {
   skip: haveBlas ? false : "OpenBLAS not installed",
 }, () => {
   const openmp = "/usr/lib/x86_64-linux-gnu/openblas-openmp/libopenblas.so.0";
   const pthread = "/usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so.0";
   // Positive control: by default the generic soname is loaded.
   assert.match(blasInFreshProcess({}), /\(libopenblas\.so\.0\)/);
-  for (const lib of [openmp, pthread].filter((p) => existsSync(p))) assert.ok(blasInFreshProcess({ ROLLSTREAM_BLAS_LIB: lib }).includes(`(${lib})`), lib);
-  const bad = blasInFreshProcessNoBlas({ ROLLSTREAM_BLAS_LIB: "/usr/lib/x86_64-linux-gnu/libm.so.6" });
-  assert.match(bad, /^none \(ROLLSTREAM_BLAS_LIB=\/usr\/lib\/x86_64-linux-gnu\/libm\.so\.6 is not a loadable BLAS with cblas_sgemm\)$/);
+  for (const lib of [openmp, pthread].filter((p) => existsSync(p))) assert.ok(blasInFreshProcess({ blasLib: lib }).includes(`(${lib})`), lib);
+  const bad = blasInFreshProcess({ blasLib: "/usr/lib/x86_64-linux-gnu/libm.so.6" }, false);
+  assert.match(bad, /^none \(blas_lib \/usr\/lib\/x86_64-linux-gnu\/libm\.so\.6 is not a loadable BLAS with cblas_sgemm\)$/);
 });
-
-/** backendInfo().blas of a fresh process that is expected to have no BLAS. */
-function blasInFreshProcessNoBlas(env: Record<string, string>): string {
-  const index = pathToFileURL(resolve(dirname(fileURLToPath(import.meta.url)), "..", "..", "kernels", "index.js")).href;
-  const r = spawnSync(process.execPath, ["-e", `import(${JSON.stringify(index)}).then((m) => console.log(m.backendInfo("cpu").blas))`], {
-    env: { ...process.env, ...env },
-    encoding: "utf8",
-    timeout: 60_000,
-  });
-  assert.equal(r.status, 0, r.stderr);
-  return r.stdout.trim();
-}

@@ -1,35 +1,31 @@
 // The sgemm dispatcher (kernels/cpu/gemm_router.h) routes each shape class to the kernel it measured faster, never
-// to one it assumed: a positive control slows one kernel down (ROLLSTREAM_BLAS_TEST_SLOWDOWN runs it N times per
-// timed run; 50x, more than a busy shared machine slows either kernel) and the routing flips; a BLAS that disagrees with our sgemm is never used; recorded routes pinned with
-// ROLLSTREAM_BLAS_ROUTES win over a fresh measurement (what replay relies on); and whatever the route, "auto"
-// agrees with our sgemm on every class and gives the bits of the kernel its class was routed to.
+// to one it assumed: a positive control slows one kernel down (the test-only hook rs_test_hooks.slowdown_* runs it N
+// times per timed run; 50x, more than a busy shared machine slows either kernel) and the routing flips; a BLAS that
+// disagrees with our sgemm is never used; recorded routes pinned with the blasRoutes setting win over a fresh
+// measurement (what replay relies on); and whatever the route, "auto" agrees with our sgemm on every class and gives
+// the bits of the kernel its class was routed to.
 import { test, type TestContext } from "node:test";
 import assert from "node:assert/strict";
 import { backendInfo, kernels, type GemmImpl } from "../../kernels/index.js";
+import { configureKernels } from "../../kernels/native.js";
+import { setKernelTestHooks, type KernelTestHooks } from "../../kernels/testing.js";
 import { randF32 } from "./helpers.js";
 
 const haveBlas = backendInfo("cpu").blas.startsWith("openblas");
 const skip = haveBlas ? false : "OpenBLAS not installed";
-const HOOKS = ["ROLLSTREAM_BLAS_TEST_SLOWDOWN", "ROLLSTREAM_BLAS_TEST_CORRUPT", "ROLLSTREAM_BLAS_ROUTES"] as const;
-
 /**
- * Sets the dispatcher's environment for one test (read when the mode is set) and puts everything back after. One
- * kernel thread: on a busy shared machine a descheduled OpenMP or OpenBLAS thread can stall a 2-thread product
- * far more than any slowdown factor, and the positive controls must not depend on the neighbours.
+ * Sets the dispatcher's test hooks and pinned routes for one test (each call forgets measured routes) and puts both
+ * back after. One kernel thread: on a busy shared machine a descheduled OpenMP or OpenBLAS thread can stall a
+ * 2-thread product far more than any slowdown factor, and the positive controls must not depend on the neighbours.
  */
-function withEnv(t: TestContext, env: Partial<Record<(typeof HOOKS)[number], string>>): void {
-  const saved = HOOKS.map((k) => [k, process.env[k]] as const);
-  for (const k of HOOKS) delete process.env[k];
-  Object.assign(process.env, env);
+function withHooks(t: TestContext, hooks: KernelTestHooks, blasRoutes = ""): void {
   kernels.setThreads(1);
-  kernels.setBlasMode("auto");
+  configureKernels({ blasMode: "auto", blasRoutes });
+  setKernelTestHooks(hooks);
   t.after(() => {
-    for (const [k, v] of saved) {
-      if (v === undefined) delete process.env[k];
-      else process.env[k] = v;
-    }
     kernels.setThreads(0);
-    kernels.setBlasMode("auto");
+    setKernelTestHooks({});
+    configureKernels({ blasMode: "auto", blasRoutes: "" });
   });
 }
 
@@ -76,7 +72,7 @@ function maxRelDiff(a: Float32Array, b: Float32Array): number {
 }
 
 test("routing follows measured speed: slow our sgemm down and the class goes to BLAS; slow BLAS down and it comes back", { skip }, (t) => {
-  withEnv(t, { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "own:50" });
+  withHooks(t, { slowdownOwn: 50 });
   const own = run(P, "own"),
     blas = run(P, "blas");
   assert.notDeepEqual(own, blas, "the two kernels round differently at K=777, so the bits tell which one ran");
@@ -87,15 +83,14 @@ test("routing follows measured speed: slow our sgemm down and the class goes to 
     /nt:64x64x512:1t \(96x80x777 own [\d.]+ ms, blas [\d.]+ ms, q3 [\d.]+ ms\) blas \d+\.\d\dx -> blas.*TEST HOOKS ACTIVE/,
   );
 
-  process.env.ROLLSTREAM_BLAS_TEST_SLOWDOWN = "blas:50";
-  kernels.setBlasMode("auto"); // forgets the routes, reads the hooks again
+  setKernelTestHooks({ slowdownBlas: 50 }); // forgets the routes
   assert.deepEqual(run(P, "auto"), own, "BLAS slowed 50x: auto runs our sgemm");
   assert.equal(routeOf(P), "own");
   assert.match(backendInfo("cpu").blasDispatch ?? "", /\(96x80x777 own [\d.]+ ms, blas [\d.]+ ms, q3 [\d.]+ ms\) blas 0\.\d\dx -> own/);
 });
 
 test("the decision is made once per class: later products of the class follow it without measuring again", { skip }, (t) => {
-  withEnv(t, { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "own:50" });
+  withHooks(t, { slowdownOwn: 50 });
   run(P, "auto");
   const routes = backendInfo("cpu").blasRoutes;
   // Same class (each dimension's bucket spans 2x), different shape.
@@ -106,7 +101,7 @@ test("the decision is made once per class: later products of the class follow it
 });
 
 test("a BLAS that disagrees with our sgemm is never used, and the log says why", { skip }, (t) => {
-  withEnv(t, { ROLLSTREAM_BLAS_TEST_CORRUPT: "1", ROLLSTREAM_BLAS_TEST_SLOWDOWN: "own:50" });
+  withHooks(t, { corruptBlas: true, slowdownOwn: 50 });
   assert.deepEqual(run(P, "auto"), run(P, "own"), "even with our sgemm slowed down");
   const info = backendInfo("cpu");
   assert.match(info.blasDispatch ?? "", /BLAS disagrees with our sgemm on nt:64x64x512:1t \(max relative difference \d\.\de[-+]\d+ > 1e-03\): never used/);
@@ -116,8 +111,8 @@ test("a BLAS that disagrees with our sgemm is never used, and the log says why",
 });
 
 test("pinned routes win over measurement (replay), and unlisted classes are still measured", { skip }, (t) => {
-  const cls = kernels.gemmClass(P.transA, P.transB, P.M, P.N, P.K, 1); // withEnv runs one thread
-  withEnv(t, { ROLLSTREAM_BLAS_ROUTES: `${cls}=blas`, ROLLSTREAM_BLAS_TEST_SLOWDOWN: "blas:50" });
+  const cls = kernels.gemmClass(P.transA, P.transB, P.M, P.N, P.K, 1); // withHooks runs one thread
+  withHooks(t, { slowdownBlas: 50 }, `${cls}=blas`);
   assert.deepEqual(run(P, "auto"), run(P, "blas"), "pinned to BLAS although BLAS would measure 50x slower");
   assert.match(backendInfo("cpu").blasDispatch ?? "", new RegExp(`pinned: ${cls.replace("^", "\\^")} -> blas`));
   const other = CLASSES[2]!;
@@ -128,17 +123,16 @@ test("pinned routes win over measurement (replay), and unlisted classes are stil
     "an unlisted class is measured",
   );
 
-  process.env.ROLLSTREAM_BLAS_ROUTES = "nt:2^26:1t=blas";
-  kernels.setBlasMode("auto");
-  assert.match(backendInfo("cpu").blasDispatch ?? "", /ROLLSTREAM_BLAS_ROUTES ignored: bad entry 'nt:2\^26:1t=blas'/);
+  // A malformed table is refused with the entry named, and nothing changes (the pin and the measurement stand).
+  const before = backendInfo("cpu").blasRoutes;
+  assert.throws(() => configureKernels({ blasRoutes: "nt:2^26:1t=blas" }), /blas_routes: bad entry 'nt:2\^26:1t=blas'/);
+  assert.equal(backendInfo("cpu").blasRoutes, before);
 });
 
 test("auto agrees with our sgemm on every class, whichever way each class is routed", { skip }, (t) => {
-  withEnv(t, {});
+  withHooks(t, {});
   for (const slow of ["own:50", "blas:50", ""]) {
-    if (slow) process.env.ROLLSTREAM_BLAS_TEST_SLOWDOWN = slow;
-    else delete process.env.ROLLSTREAM_BLAS_TEST_SLOWDOWN;
-    kernels.setBlasMode("auto");
+    setKernelTestHooks(slow === "own:50" ? { slowdownOwn: 50 } : slow === "blas:50" ? { slowdownBlas: 50 } : {});
     CLASSES.forEach((p, i) => {
       const got = run(p, "auto", 10 * i),
         own = run(p, "own", 10 * i);
@@ -152,7 +146,7 @@ test("auto agrees with our sgemm on every class, whichever way each class is rou
 });
 
 test("modes: off routes nothing to BLAS, on routes every product of at least 2^19 multiply-adds unmeasured", { skip }, (t) => {
-  withEnv(t, { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "blas:50" });
+  withHooks(t, { slowdownBlas: 50 });
   const big = CLASSES[4]!;
   assert.equal(kernels.setBlasMode("on"), true);
   assert.equal(backendInfo("cpu").blasRoutes, "on");
@@ -166,7 +160,7 @@ test("modes: off routes nothing to BLAS, on routes every product of at least 2^1
 });
 
 test("tiny products always run on our sgemm and are never measured", { skip }, (t) => {
-  withEnv(t, { ROLLSTREAM_BLAS_TEST_SLOWDOWN: "own:50" });
+  withHooks(t, { slowdownOwn: 50 });
   const tiny = { transA: false, transB: false, M: 16, N: 16, K: 64 };
   assert.equal(kernels.gemmClass(tiny.transA, tiny.transB, tiny.M, tiny.N, tiny.K, 1), "");
   assert.deepEqual(run(tiny, "auto"), run(tiny, "own"));
@@ -174,7 +168,7 @@ test("tiny products always run on our sgemm and are never measured", { skip }, (
 });
 
 test("gemmClass names the classes exactly as the native dispatcher does", { skip }, (t) => {
-  withEnv(t, {});
+  withHooks(t, {});
   const threads = backendInfo("cpu").threads;
   const names = CLASSES.map((p) => {
     run(p, "auto");

@@ -39,9 +39,27 @@ lib.rs_model_forward.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, F
 lib.rs_model_train_micro.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, U8P, F32P, F32P, C.POINTER(LossSpec),
                                      C.POINTER(LossStats), F32P, C.POINTER(Error)]
 
-assert lib.rs_abi_version() == 1
+
+
+class Settings(C.Structure):
+    _fields_ = [("blas_mode", C.c_int32), ("blas_lib", C.c_char_p), ("blas_routes", C.c_char_p), ("simd_level", C.c_int32),
+                ("cuda_matmul", C.c_int32), ("cuda_sync", C.c_int32), ("cublas_lib", C.c_char_p)]
+
+
+lib.rs_set_settings.argtypes = [C.POINTER(Settings), C.POINTER(Error)]
+lib.rs_get_settings.argtypes = [C.POINTER(Settings)]
+lib.rs_get_settings.restype = None
+
+assert lib.rs_abi_version() == 2
+# Settings are arguments: BLAS off before its first use (never loaded), our sgemm's AVX2 kernel; read back and reported.
+err = Error()
+assert lib.rs_set_settings(C.byref(Settings(blas_mode=1, simd_level=1)), C.byref(err)) == 0, err.message
+got = Settings()
+lib.rs_get_settings(C.byref(got))
+assert got.blas_mode == 1 and got.simd_level == 1 and got.blas_lib == b"", (got.blas_mode, got.simd_level, got.blas_lib)
 info = C.create_string_buffer(8192)
 assert lib.rs_backend_info(info, 8192) == 0
+assert b'"blas":"none (blas_mode off: never loaded)"' in info.value and b'"simd":"avx2+fma"' in info.value, info.value
 err = Error()
 bad = Config(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=18, intermediate_size=24, num_layers=2, num_heads=4,
              num_kv_heads=2, max_position_embeddings=32, tie_word_embeddings=1, attention_bias=0, threads=1)

@@ -48,7 +48,7 @@ test("same seed and inputs twice: bit-identical params, losses and generations",
 });
 
 test("our kernels give the same bits on 1 and 2 threads, and with the AVX2 or AVX-512 sgemm", async () => {
-  const wasBlas = kernels.setBlas(false);
+  kernels.setBlasMode("off");
   try {
     const one = await train(1);
     const two = await train(2);
@@ -63,7 +63,7 @@ test("our kernels give the same bits on 1 and 2 threads, and with the AVX2 or AV
     assert.deepEqual(narrow.params, two.params);
     assert.deepEqual(narrow.gen, two.gen);
   } finally {
-    kernels.setBlas(wasBlas);
+    kernels.setBlasMode("auto");
     kernels.setAvx512(true);
   }
 });
