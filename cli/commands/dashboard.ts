@@ -1,13 +1,19 @@
 // `rollstream dashboard --run R`: the web page over one run (cli/dashboard). Live runs are read from their
 // server; a finished run's stored streams are served for it, as replay and inspect do. Read-only, and bound
-// to 127.0.0.1 unless --host says otherwise.
+// to 127.0.0.1 unless --host says otherwise. A taken port or a run the server does not have is one line and
+// a non-zero exit; Ctrl-C stops it within a couple of seconds, also once the run's server is gone.
 import { existsSync } from "node:fs";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import type { Command } from "commander";
 import { loadRunConfig, type RunConfig } from "../../actors/runtime/config.js";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { natsForRun } from "../run-nats.js";
-import { startDashboard } from "../dashboard/server.js";
+import { runMissing } from "../run-exists.js";
+import { PortInUseError, startDashboard } from "../dashboard/server.js";
+
+/** How long Ctrl-C waits for a clean stop (a connection to a server that is gone is not waited for). */
+const STOP_MS = 1_500;
 
 interface DashboardOptions {
   run?: string;
@@ -29,7 +35,8 @@ export function registerDashboardCommand(program: Command): void {
     .option("--host <host>", "address to bind", "127.0.0.1")
     .option("--port <port>", "port (0: any free one)", "8765")
     .action(async (opts: DashboardOptions) => {
-      process.exitCode = await dashboard(opts);
+      // A stopped dashboard has nothing left to do: a client still retrying a server that is gone must not keep it up.
+      process.exit(await dashboard(opts));
     });
 }
 
@@ -61,22 +68,56 @@ async function dashboard(opts: DashboardOptions): Promise<number> {
     process.stderr.write(`--port must be 0..65535 (got ${opts.port})\n`);
     return 2;
   }
+  const host = opts.host ?? "127.0.0.1";
+  if (port !== 0 && !(await portFree(host, port))) {
+    process.stderr.write(`dashboard: ${new PortInUseError(host, port).message}\n`);
+    return 1;
+  }
   const served = await natsForRun(join(outDir, run), configUrl, opts.nats);
+  let nc: Awaited<ReturnType<typeof connectNats>> | null = null;
   try {
-    const nc = await connectNats(served.url, "rollstream-dashboard");
-    const d = await startDashboard({ nc, run, host: opts.host, port, config });
+    nc = await connectNats(served.url, "rollstream-dashboard");
+    const missing = await runMissing(nc, run, served.url);
+    if (missing) {
+      process.stderr.write(`dashboard: ${missing}\n`);
+      return 2;
+    }
+    const d = await startDashboard({ nc, run, host, port, config });
     process.stdout.write(`dashboard of run ${run}: ${d.url} (Ctrl-C stops it)\n`);
     await new Promise<void>((resolve) => {
       process.once("SIGINT", resolve);
       process.once("SIGTERM", resolve);
     });
-    await d.close();
-    await nc.close();
+    // A second Ctrl-C while stopping ends it at once.
+    process.once("SIGINT", () => process.exit(130));
+    await within(d.close(), STOP_MS);
     return 0;
   } catch (e) {
     process.stderr.write(`dashboard: ${(e as Error).message.split("\n")[0]}\n`);
     return 1;
   } finally {
-    await served.stop();
+    if (nc) await within(nc.close(), 500);
+    await within(served.stop(), STOP_MS);
   }
+}
+
+/** Whether `port` can be bound on `host` now (checked before anything starts, so a taken one is one line). */
+function portFree(host: string, port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.once("error", () => resolve(false));
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve(true)));
+  });
+}
+
+/** Waits for `p` at most `ms` (what is left is ended by the process's exit). */
+function within(p: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p.then(
+      () => undefined,
+      () => undefined,
+    ),
+    new Promise<void>((r) => (timer = setTimeout(r, ms))),
+  ]).finally(() => clearTimeout(timer));
 }

@@ -3,6 +3,8 @@
 // needed), so a refresh costs only what arrived since; a rollout group's or an eval sample's payload is
 // fetched by sequence when someone opens it. Memory stays bounded: metric series keep every point up to a
 // cap, then every other point of the older half; lists keep small index entries, never payloads.
+// Everything read is kept (kept.ts): when the run's server goes away — a finished `train` stops its own —
+// every method answers within a few seconds with what was read before, and the overview says so.
 import type { NatsConnection } from "@nats-io/transport-node";
 import {
   consumerBacklogs,
@@ -20,9 +22,11 @@ import {
   StepRecordSchema,
   StreamReader,
   summariseIdle,
+  withDeadline,
   WeightsAnnouncementSchema,
   type ConsumerBacklog,
   type EvalMessage,
+  type HealthEntry,
   type IdleSummary,
   type MetricsEvent,
   type ReplayRecord,
@@ -33,6 +37,7 @@ import {
 import { Kvm } from "@nats-io/kv";
 import type { z } from "zod";
 import { classifyRun, type RunHealth } from "../health/verdicts.js";
+import { Kept, Link, MAX_WAIT_MS, STALL_MS, type ServerState } from "./kept.js";
 
 const MAX_POINTS = 20_000;
 /** Queue-depth samples kept (one per overview push of a live run). */
@@ -116,15 +121,38 @@ export interface Overview {
   steps: number | null;
   /** Seconds to the last step at the recent pace, while the run is running. */
   etaSeconds: number | null;
-  policyVersion: number;
+  /** null until the first policy version is published (during an SFT stage, say). */
+  policyVersion: number | null;
   latestCheckpoint: number | null;
   environments: { key: string; id: string; weight: number }[];
   health: RunHealth | null;
   groups: number;
   deadLetters: number;
+  /** The SFT stage's progress, from the learner's "sft" metrics events; null for a run without one. */
+  sft: { step: number; steps: number; loss: number } | null;
+  /**
+   * Whether the run's server answers. "unreachable": the connection is down (since `since`, ISO time),
+   * "not answering": connected but a read made no progress for a while; either way the figures are the ones
+   * read before. `ended`: the run is over (done or failed) or its server is gone.
+   */
+  server: { state: ServerState; since: string | null; ended: boolean };
+  /** Reads still catching up (a long run's first read): the page reads again until they are done. */
+  reading: boolean;
   /** Sequences of the newest group, dead letter, eval message and replay event: the page refreshes what moved. */
   marks: Record<string, number>;
 }
+
+/** The run's KV keys the overview shows; a key that cannot be read keeps its last value. */
+interface KvSnapshot {
+  status: string | null;
+  phase: string | null;
+  step: number;
+  policyVersion: number | null;
+  latestCheckpoint: number | null;
+  environments: { key: string; id: string; weight: number }[];
+}
+
+const NO_KV: KvSnapshot = { status: null, phase: null, step: 0, policyVersion: null, latestCheckpoint: null, environments: [] };
 
 interface Stamped {
   seq: number;
@@ -133,11 +161,6 @@ interface Stamped {
   time: string;
 }
 
-/**
- * Reads one subject forward, keeping its position between calls. Each read first asks the stream for the
- * subject's last sequence (one request) and reads up to it, so an empty or unchanged subject costs no wait
- * and a long one is read in one pass.
- */
 /** Keeps a plotted series bounded: past MAX_POINTS, every other point of the older half goes. */
 function thin<T>(items: T[]): void {
   if (items.length <= MAX_POINTS) return;
@@ -156,35 +179,37 @@ function decodedOr<S extends z.ZodType>(schema: S): (m: Stamped) => z.output<S> 
   };
 }
 
-class Tail<T> {
+/**
+ * Reads one subject forward, keeping its position and every entry read. Each read first asks the stream for
+ * the subject's last sequence (one request) and reads up to it, so an empty or unchanged subject costs no
+ * wait and a long one is read in one pass; each message read is progress (callers keep waiting for it).
+ */
+class Tail<T> extends Kept<T[]> {
   private readonly reader: StreamReader;
   /** The highest sequence read so far. */
   private upTo = 0;
-  /** One read at a time: two page requests at once must not interleave on one consumer. */
-  private running: Promise<void> = Promise.resolve();
   constructor(
+    link: Link,
     private readonly wire: Wire,
     private readonly stream: string,
     private readonly subject: string,
     private readonly map: (m: Stamped) => T | null,
     headersOnly: boolean,
   ) {
+    super(link, []);
     this.reader = new StreamReader(wire.js, { stream, subject, fromSeq: 1, batch: 256, headersOnly });
-  }
-  more(into: T[]): Promise<void> {
-    this.running = this.running.then(() => this.read(into));
-    return this.running;
   }
   private async lastSeq(): Promise<number> {
     const jsm = await this.wire.jsm();
     const m = await jsm.streams.getMessage(this.stream, { last_by_subj: this.subject }).catch(() => null);
     return m?.seq ?? 0;
   }
-  private async read(into: T[]): Promise<void> {
+  protected override async load(into: T[]): Promise<T[]> {
     const last = await this.lastSeq();
     while (this.upTo < last) {
-      const m = await this.reader.next(5000);
-      if (!m) return; // the server went away or the messages were purged: the next refresh tries again
+      const m = await this.reader.next(5000, this.link.closing.signal);
+      if (!m) break; // the server went away, the messages were purged, or the dashboard closes: the next read tries again
+      this.progress();
       this.upTo = m.seq;
       const v = this.map({
         seq: m.seq,
@@ -194,10 +219,11 @@ class Tail<T> {
       });
       if (v !== null) into.push(v);
     }
+    return into;
   }
-  async close(): Promise<void> {
-    await this.running.catch(() => undefined);
-    await this.reader.close();
+  /** Drops the consumer; its deletion on a server that is gone is not waited for. */
+  close(): Promise<void> {
+    return this.reader.close();
   }
 }
 
@@ -258,36 +284,43 @@ function checkpointEntry(kind: "state" | "weights"): (m: Stamped) => CheckpointE
   };
 }
 
+/** The server did not give a payload: it is unreachable, or did not answer in time (routes answer 503). */
+export class ServerGoneError extends Error {
+  override readonly name = "ServerGoneError";
+}
+
+const ENDED_STATUSES = new Set(["done", "failed"]);
+
 export class RunData {
   private readonly channels: RunChannels;
-  private readonly metricTails = new Map<string, { tail: Tail<MetricsEvent>; events: MetricsEvent[] }>();
-  private readonly stepTail: { tail: Tail<StepRecord>; records: StepRecord[] };
-  private readonly replayTail: { tail: Tail<ReplayRecord>; records: ReplayRecord[] };
+  private readonly link: Link;
+  private readonly metricTails = new Map<string, Tail<MetricsEvent>>();
+  private readonly stepTail: Tail<StepRecord>;
+  private readonly replayTail: Tail<ReplayRecord>;
   private readonly groupTail: Tail<GroupEntry>;
   private readonly dlqTail: Tail<DeadLetterEntry>;
   private readonly evalTail: Tail<EvalEntry>;
   private readonly stateTail: Tail<CheckpointEntry>;
   private readonly weightsTail: Tail<CheckpointEntry>;
-  readonly groups: GroupEntry[] = [];
-  readonly deadLetters: DeadLetterEntry[] = [];
-  readonly evalEntries: EvalEntry[] = [];
-  readonly states: CheckpointEntry[] = [];
-  readonly weights: CheckpointEntry[] = [];
+  private readonly keys: Kept<KvSnapshot>;
+  private readonly evalResults: Kept<Record<string, unknown>>;
+  private readonly healthEntries: Kept<HealthEntry[] | null>;
+  private readonly backlog: Kept<{ consumers: ConsumerBacklog[]; streams: { name: string; messages: number; bytes: number }[] }>;
   readonly queueSamples: QueueSample[] = [];
-  private kvState: Promise<RunState | null>;
+  /** Opened on first use (and again after a failure: the server may not have been up yet). */
+  private runState: Promise<RunState> | null = null;
 
   constructor(
-    nc: NatsConnection,
+    private readonly nc: NatsConnection,
     readonly run: string,
   ) {
     const wire = openWire(nc, run);
     this.channels = new RunChannels(wire);
+    const link = new Link(nc);
+    this.link = link;
     const n = wire.names;
-    this.kvState = new Kvm(nc)
-      .open(n.kvBucket)
-      .then((kv) => new RunState(kv))
-      .catch(() => null);
     this.groupTail = new Tail(
+      link,
       wire,
       n.streams.rollouts,
       n.subjects.rolloutsScored,
@@ -305,6 +338,7 @@ export class RunData {
       true,
     );
     this.dlqTail = new Tail(
+      link,
       wire,
       n.streams.events,
       n.subjects.dlq,
@@ -318,96 +352,67 @@ export class RunData {
       }),
       true,
     );
-    this.evalTail = new Tail(wire, n.streams.events, n.subjects.eval, evalEntry, false);
-    this.stateTail = new Tail(wire, n.streams.events, n.subjects.checkpoints, checkpointEntry("state"), false);
-    this.weightsTail = new Tail(wire, n.streams.events, n.subjects.weights, checkpointEntry("weights"), false);
-    this.stepTail = { tail: new Tail(wire, n.streams.events, n.subjects.steps, decodedOr(StepRecordSchema), false), records: [] };
-    this.replayTail = { tail: new Tail(wire, n.streams.events, n.subjects.replays, decodedOr(ReplayRecordSchema), false), records: [] };
+    this.evalTail = new Tail(link, wire, n.streams.events, n.subjects.eval, evalEntry, false);
+    this.stateTail = new Tail(link, wire, n.streams.events, n.subjects.checkpoints, checkpointEntry("state"), false);
+    this.weightsTail = new Tail(link, wire, n.streams.events, n.subjects.weights, checkpointEntry("weights"), false);
+    this.stepTail = new Tail(link, wire, n.streams.events, n.subjects.steps, decodedOr(StepRecordSchema), false);
+    this.replayTail = new Tail(link, wire, n.streams.events, n.subjects.replays, decodedOr(ReplayRecordSchema), false);
+    this.keys = new Kept(link, NO_KV, (prev) => this.readKv(prev));
+    this.evalResults = new Kept<Record<string, unknown>>(link, {}, async () => (await (await this.state()).get(StateKeys.evalResults)) ?? {});
+    this.healthEntries = new Kept<HealthEntry[] | null>(link, null, () => new HealthBoard(wire.health).read());
+    this.backlog = new Kept(link, { consumers: [], streams: [] }, () => this.readBacklog());
+    void this.watchStatus().catch(() => undefined);
   }
 
-  /** The learner's step records so far, in stream order (a step recomputed after a restore appears again). */
-  async steps(): Promise<StepRecord[]> {
-    await this.stepTail.tail.more(this.stepTail.records);
-    thin(this.stepTail.records);
-    return this.stepTail.records;
-  }
-
-  /** Every replayed step recorded with the run. */
-  async replays(): Promise<ReplayRecord[]> {
-    await this.replayTail.tail.more(this.replayTail.records);
-    return this.replayTail.records;
-  }
-
-  /** Every metrics event of one actor so far (reward groups, inference tasks, SFT steps, ...): display only. */
-  async metrics(actor: string): Promise<MetricsEvent[]> {
-    let t = this.metricTails.get(actor);
-    if (!t) {
-      const n = this.channels.wire.names;
-      t = {
-        tail: new Tail(this.channels.wire, n.streams.events, n.subjects.metrics(actor), decodedOr(MetricsEventSchema), false),
-        events: [],
-      };
-      this.metricTails.set(actor, t);
+  /**
+   * The moment the run ends, read everything: `train` stops its own server soon after, and what was not read
+   * by then is gone from this dashboard (the overview's poll alone may come too late). A plain KV watch is
+   * enough: when it fails the poll still sees the end, a little later.
+   */
+  private async watchStatus(): Promise<void> {
+    const signal = this.link.closing.signal;
+    const w = await (await this.state()).kv.watch({ key: StateKeys.runStatus });
+    if (signal.aborted) return w.stop();
+    signal.addEventListener("abort", () => w.stop(), { once: true });
+    for await (const e of w) {
+      if (e.operation === "PUT" && ENDED_STATUSES.has(new TextDecoder().decode(e.value).replaceAll('"', ""))) this.readAll();
     }
-    await t.tail.more(t.events);
-    thin(t.events);
-    return t.events;
   }
 
-  async refresh(): Promise<void> {
-    await Promise.all([this.groupTail.more(this.groups), this.dlqTail.more(this.deadLetters)]);
+  get groups(): readonly GroupEntry[] {
+    return this.groupTail.value;
   }
 
-  async evalIndex(): Promise<EvalEntry[]> {
-    await this.evalTail.more(this.evalEntries);
-    return this.evalEntries;
+  get deadLetters(): readonly DeadLetterEntry[] {
+    return this.dlqTail.value;
   }
 
-  async checkpoints(): Promise<{ latest: number | null; states: CheckpointEntry[]; weights: CheckpointEntry[] }> {
-    await Promise.all([this.stateTail.more(this.states), this.weightsTail.more(this.weights)]);
-    const state = await this.kvState;
-    const latest = (await state?.get(StateKeys.checkpointLatest).catch(() => undefined)) ?? null;
-    return { latest, states: this.states, weights: this.weights };
+  private state(): Promise<RunState> {
+    this.runState ??= new Kvm(this.nc).open(this.channels.wire.names.kvBucket).then((kv) => new RunState(kv));
+    this.runState.catch(() => {
+      this.runState = null;
+    });
+    return this.runState;
   }
 
-  /** One scored message's rows, decoded (following a blob pointer). */
-  async group(seq: number): Promise<RolloutRow[]> {
-    const jsm = await this.channels.wire.jsm();
-    const m = await jsm.streams.getMessage(this.channels.wire.names.streams.rollouts, { seq });
-    if (!m || m.subject !== this.channels.wire.names.subjects.rolloutsScored) throw new Error(`sequence ${seq} is not a scored batch of run ${this.run}`);
-    return (await this.channels.scored.decodeMessage({ data: m.data, headers: m.header })).rows;
+  private async readKv(prev: KvSnapshot): Promise<KvSnapshot> {
+    const state = await this.state();
+    // A key that is not set is null; one that cannot be read now keeps what was read before.
+    const read = <T>(p: Promise<T | undefined>, before: T | null): Promise<T | null> => p.then((v) => v ?? null).catch(() => before);
+    const [status, phase, step, policyVersion, latestCheckpoint, environments] = await Promise.all([
+      read(state.get(StateKeys.runStatus), prev.status),
+      read(state.get(StateKeys.runPhase), prev.phase),
+      read(state.get(StateKeys.learnerStep), prev.step),
+      read(state.get(StateKeys.policyVersion), prev.policyVersion),
+      read(state.get(StateKeys.checkpointLatest), prev.latestCheckpoint),
+      read(state.get(StateKeys.environments), prev.environments),
+    ]);
+    // The run just ended: its server may stop any moment (train stops its own), so read everything now.
+    if (status && ENDED_STATUSES.has(status) && !ENDED_STATUSES.has(prev.status ?? "")) this.readAll();
+    return { status, phase, step: step ?? 0, policyVersion, latestCheckpoint, environments: environments ?? [] };
   }
 
-  /** One eval sample with its messages. */
-  async evalSample(seq: number): Promise<EvalMessage> {
-    const jsm = await this.channels.wire.jsm();
-    const m = await jsm.streams.getMessage(this.channels.wire.names.streams.events, { seq });
-    if (!m || m.subject !== this.channels.wire.names.subjects.eval) throw new Error(`sequence ${seq} is not an eval message of run ${this.run}`);
-    return this.channels.eval.decodeMessage({ data: m.data, headers: m.header });
-  }
-
-  /** A dead letter's original payload, as stored. */
-  async deadLetterPayload(seq: number): Promise<Uint8Array> {
-    const jsm = await this.channels.wire.jsm();
-    const m = await jsm.streams.getMessage(this.channels.wire.names.streams.events, { seq });
-    if (!m || m.subject !== this.channels.wire.names.subjects.dlq) throw new Error(`sequence ${seq} is not a dead letter of run ${this.run}`);
-    return m.data;
-  }
-
-  async evals(): Promise<Record<string, unknown>> {
-    const state = await this.kvState;
-    return (await state?.get(StateKeys.evalResults).catch(() => undefined)) ?? {};
-  }
-
-  /** Every instance's verdict as the doctor gives it, and each actor's idle ratios, from the heartbeats. */
-  async health(): Promise<{ run: RunHealth; idle: IdleSummary[] }> {
-    const entries = await new HealthBoard(this.channels.wire.health).read().catch(() => []);
-    const status = (await (await this.kvState)?.get(StateKeys.runStatus).catch(() => undefined)) ?? undefined;
-    return { run: classifyRun(entries, status, Date.now()), idle: summariseIdle(entries.flatMap((e) => (e.heartbeat ? [e.heartbeat] : []))) };
-  }
-
-  /** What each durable consumer has not finished, plus the streams' sizes; sampled into a depth series. */
-  async queues(): Promise<{ consumers: ConsumerBacklog[]; streams: { name: string; messages: number; bytes: number }[]; samples: QueueSample[] }> {
+  private async readBacklog(): Promise<{ consumers: ConsumerBacklog[]; streams: { name: string; messages: number; bytes: number }[] }> {
     const consumers = await consumerBacklogs(this.channels.wire).catch(() => []);
     const jsm = await this.channels.wire.jsm();
     const streams = [];
@@ -416,7 +421,124 @@ export class RunData {
       if (info) streams.push({ name, messages: info.state.messages, bytes: info.state.bytes });
     }
     this.sampleQueues(consumers);
-    return { consumers, streams, samples: this.queueSamples };
+    return { consumers, streams };
+  }
+
+  /** Starts a read of everything the page shows, waiting for none of them. */
+  private readAll(): void {
+    for (const actor of ["learner", "reward", "inference"]) this.metricTail(actor);
+    for (const k of [...this.tails(), this.keys, this.evalResults, this.healthEntries, this.backlog]) k.start();
+  }
+
+  private tails(): Tail<unknown>[] {
+    return [
+      this.groupTail,
+      this.dlqTail,
+      this.evalTail,
+      this.stateTail,
+      this.weightsTail,
+      this.stepTail,
+      this.replayTail,
+      ...this.metricTails.values(),
+    ] as Tail<unknown>[];
+  }
+
+  private metricTail(actor: string): Tail<MetricsEvent> {
+    let t = this.metricTails.get(actor);
+    if (!t) {
+      const n = this.channels.wire.names;
+      t = new Tail(this.link, this.channels.wire, n.streams.events, n.subjects.metrics(actor), decodedOr(MetricsEventSchema), false);
+      this.metricTails.set(actor, t);
+    }
+    return t;
+  }
+
+  /** The learner's step records so far, in stream order (a step recomputed after a restore appears again). */
+  async steps(): Promise<StepRecord[]> {
+    const records = await this.stepTail.get();
+    thin(records);
+    return records;
+  }
+
+  /** Every replayed step recorded with the run. */
+  replays(): Promise<ReplayRecord[]> {
+    return this.replayTail.get();
+  }
+
+  /** Every metrics event of one actor so far (reward groups, inference tasks, SFT steps, ...): display only. */
+  async metrics(actor: string): Promise<MetricsEvent[]> {
+    const events = await this.metricTail(actor).get();
+    thin(events);
+    return events;
+  }
+
+  async refresh(): Promise<void> {
+    await Promise.all([this.groupTail.get(), this.dlqTail.get()]);
+  }
+
+  evalIndex(): Promise<EvalEntry[]> {
+    return this.evalTail.get();
+  }
+
+  async checkpoints(): Promise<{ latest: number | null; states: CheckpointEntry[]; weights: CheckpointEntry[] }> {
+    const [states, weights, kv] = await Promise.all([this.stateTail.get(), this.weightsTail.get(), this.keys.get()]);
+    return { latest: kv.latestCheckpoint, states, weights };
+  }
+
+  /** One stored message by sequence, for a payload the page opens (never kept: see the file's comment). */
+  private async message(stream: string, seq: number) {
+    if (!this.link.up) throw new ServerGoneError(`the run's server is unreachable: ${this.unreachableHint()}`);
+    const get = this.channels.wire.jsm().then((jsm) => jsm.streams.getMessage(stream, { seq }));
+    return withDeadline(get, STALL_MS, `reading sequence ${seq} of ${stream}`).catch((e: Error) => {
+      if (e.name === "DeadlineError") throw new ServerGoneError(`the run's server did not answer: ${e.message}`);
+      throw e;
+    });
+  }
+
+  private unreachableHint(): string {
+    return `payloads are read on demand; restart the dashboard (\`rollstream dashboard --run ${this.run}\`) to serve the run's stored streams`;
+  }
+
+  /** One scored message's rows, decoded (following a blob pointer). */
+  async group(seq: number): Promise<RolloutRow[]> {
+    const m = await this.message(this.channels.wire.names.streams.rollouts, seq);
+    if (!m || m.subject !== this.channels.wire.names.subjects.rolloutsScored) throw new Error(`sequence ${seq} is not a scored batch of run ${this.run}`);
+    const decoded = this.channels.scored.decodeMessage({ data: m.data, headers: m.header });
+    return (await withDeadline(decoded, MAX_WAIT_MS, `reading scored batch ${seq}`)).rows;
+  }
+
+  /** One eval sample with its messages. */
+  async evalSample(seq: number): Promise<EvalMessage> {
+    const m = await this.message(this.channels.wire.names.streams.events, seq);
+    if (!m || m.subject !== this.channels.wire.names.subjects.eval) throw new Error(`sequence ${seq} is not an eval message of run ${this.run}`);
+    return this.channels.eval.decodeMessage({ data: m.data, headers: m.header });
+  }
+
+  /** A dead letter's original payload, as stored. */
+  async deadLetterPayload(seq: number): Promise<Uint8Array> {
+    const m = await this.message(this.channels.wire.names.streams.events, seq);
+    if (!m || m.subject !== this.channels.wire.names.subjects.dlq) throw new Error(`sequence ${seq} is not a dead letter of run ${this.run}`);
+    return m.data;
+  }
+
+  evals(): Promise<Record<string, unknown>> {
+    return this.evalResults.get();
+  }
+
+  /** Every instance's verdict as the doctor gives it, and each actor's idle ratios, from the heartbeats. */
+  async health(): Promise<{ run: RunHealth; idle: IdleSummary[] }> {
+    const [entries, kv] = await Promise.all([this.healthEntries.get(), this.keys.get()]);
+    const list = entries ?? [];
+    return {
+      run: classifyRun(list, kv.status ?? undefined, Date.now()),
+      idle: summariseIdle(list.flatMap((e) => (e.heartbeat ? [e.heartbeat] : []))),
+    };
+  }
+
+  /** What each durable consumer has not finished, plus the streams' sizes; sampled into a depth series. */
+  async queues(): Promise<{ consumers: ConsumerBacklog[]; streams: { name: string; messages: number; bytes: number }[]; samples: QueueSample[] }> {
+    const b = await this.backlog.get();
+    return { ...b, samples: this.queueSamples };
   }
 
   private sampleQueues(consumers: ConsumerBacklog[]): void {
@@ -425,58 +547,76 @@ export class RunData {
     if (this.queueSamples.length > MAX_QUEUE_SAMPLES) this.queueSamples.splice(0, this.queueSamples.length - MAX_QUEUE_SAMPLES);
   }
 
+  /** Whether the run's server answers, as far as the dashboard can tell (see Overview.server). */
+  private server(status: string | null): Overview["server"] {
+    const stalled = [this.keys, this.healthEntries, ...this.tails()].some((k) => k.stalledMs > STALL_MS);
+    const state: ServerState = !this.link.up ? "unreachable" : stalled ? "not answering" : "connected";
+    return {
+      state,
+      since: state === "unreachable" ? new Date(this.link.since).toISOString() : null,
+      ended: (status !== null && ENDED_STATUSES.has(status)) || state === "unreachable",
+    };
+  }
+
   async overview(): Promise<Overview> {
-    await this.refresh();
-    const state = await this.kvState;
-    const get = async <T>(p: Promise<T> | undefined, d: T): Promise<T> => (p ? p.catch(() => d) : d);
-    const status = (await get(state?.get(StateKeys.runStatus), undefined)) ?? null;
-    const stepsDone = await this.steps();
+    const learner = this.metricTail("learner");
+    const [kv, stepsDone, replays, entries, learnerEvents] = await Promise.all([
+      this.keys.get(),
+      this.steps(),
+      this.replays(),
+      this.healthEntries.get(),
+      learner.get(),
+      this.refresh(),
+    ]);
+    const { status, step } = kv;
     const lastStep = stepsDone.at(-1);
-    const entries = await new HealthBoard(this.channels.wire.health).read().catch(() => null);
-    const step = (await get(state?.learnerStep(), 0)) ?? 0;
     const steps = lastStep?.steps ?? null;
     // The pace of the last (up to) 20 steps: an early SFT phase or a slow start does not skew it.
     const recent = stepsDone.slice(-21);
     let etaSeconds: number | null = null;
-    if (status === "running" && steps !== null && recent.length >= 2) {
+    const server = this.server(status);
+    if (status === "running" && !server.ended && steps !== null && recent.length >= 2) {
       const perStep = (recent.at(-1)!.time - recent[0]!.time) / (recent.length - 1) / 1000;
       etaSeconds = Math.max(0, Math.round((steps - step) * perStep));
     }
-    const replays = (await this.replays()).length;
+    let sft: MetricsEvent | undefined;
+    for (let i = learnerEvents.length - 1; i >= 0 && !sft; i--) if (learnerEvents[i]!.kind === "sft") sft = learnerEvents[i];
     return {
       run: this.run,
       status,
-      phase: (await get(state?.get(StateKeys.runPhase), undefined)) ?? null,
+      phase: kv.phase,
       step,
       steps,
       etaSeconds,
-      policyVersion: (await get(state?.policyVersion(), -1)) ?? -1,
-      latestCheckpoint: (await get(state?.get(StateKeys.checkpointLatest), undefined)) ?? null,
-      environments: (await get(state?.get(StateKeys.environments), undefined)) ?? [],
+      policyVersion: kv.policyVersion,
+      latestCheckpoint: kv.latestCheckpoint,
+      environments: kv.environments,
       health: entries ? classifyRun(entries, status ?? undefined, Date.now()) : null,
       groups: this.groups.length,
       deadLetters: this.deadLetters.length,
+      sft: sft ? { step: sft.values["sftStep"] ?? sft.step ?? 0, steps: sft.values["sftSteps"] ?? 0, loss: sft.values["loss"] ?? Number.NaN } : null,
+      server,
+      reading: this.tails().some((t) => t.busy),
       marks: {
         groups: this.groups.at(-1)?.seq ?? 0,
         deadLetters: this.deadLetters.at(-1)?.seq ?? 0,
         learner: stepsDone.length,
-        replays,
+        sft: learnerEvents.length,
+        replays: replays.length,
       },
     };
   }
 
+  /** Stops every reader at once; consumers on a server that is gone are not waited for (they expire there). */
   async close(): Promise<void> {
-    await Promise.all(
-      [
-        this.groupTail,
-        this.dlqTail,
-        this.evalTail,
-        this.stateTail,
-        this.weightsTail,
-        this.stepTail.tail,
-        this.replayTail.tail,
-        ...[...this.metricTails.values()].map((t) => t.tail),
-      ].map((t) => t.close()),
-    );
+    this.link.closing.abort();
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(this.tails().map((t) => t.close())),
+      new Promise((r) => {
+        timer = setTimeout(r, 500);
+      }),
+    ]);
+    clearTimeout(timer);
   }
 }

@@ -1,13 +1,15 @@
 // `rollstream dashboard`: a read-only web page over one run, served by fastify. Everything it shows comes
 // from the run's streams and KV (run-data.ts); the page is plain HTML + JS from cli/dashboard/static and the
-// charts are uPlot from node_modules, so it works offline. Live runs update through server-sent events.
+// charts are uPlot from node_modules, so it works offline. Live runs update through server-sent events: one
+// poll of the overview for every open page (and while none is open, so the dashboard keeps the run's record
+// up to its end). Every route answers within a few seconds, also once the run's server is gone (run-data.ts).
 import { existsSync, readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import Fastify, { type FastifyInstance } from "fastify";
+import Fastify, { type FastifyInstance, type FastifyReply } from "fastify";
 import type { NatsConnection } from "@nats-io/transport-node";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
-import { RunData } from "./run-data.js";
+import { RunData, ServerGoneError, type Overview } from "./run-data.js";
 import { groupFilter, payloadPreview } from "./filters.js";
 import { groupView } from "./views.js";
 import { openWire, RunChannels, type ReplayRecord } from "../../streams/index.js";
@@ -53,6 +55,11 @@ const STATIC: Record<string, [string, string]> = {
 
 const int = (v: unknown, d: number) => (typeof v === "string" && /^\d+$/.test(v) ? Number(v) : d);
 
+/** Answers a payload route's failure: 503 when the server is gone (the page says so), else 404. */
+function notFound(reply: FastifyReply, e: unknown): FastifyReply {
+  return reply.code(e instanceof ServerGoneError ? 503 : 404).send({ error: (e as Error).message.split("\n")[0] });
+}
+
 /** Newest first (what a user of a live run wants to see), `limit` (at most 200) from `offset`. */
 function page<T>(list: readonly T[], q: Record<string, string>, key: string): Record<string, unknown> {
   const offset = int(q["offset"], 0);
@@ -89,7 +96,7 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
     try {
       return groupView(seq, await data.group(seq), tokenizer);
     } catch (e) {
-      return reply.code(404).send({ error: (e as Error).message });
+      return notFound(reply, e);
     }
   });
   app.get<{ Params: { seq: string }; Querystring: Record<string, string> }>("/api/groups/:seq/learner", async (req, reply) => {
@@ -102,7 +109,7 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
       if (!r) return reply.code(404).send({ error: `group ${seq} has no row ${row}` });
       return await learner.compute(int(req.query["version"], r.step), r.promptIds, r.completionIds);
     } catch (e) {
-      return reply.code(404).send({ error: (e as Error).message.split("\n")[0] });
+      return notFound(reply, e);
     }
   });
   app.get<{ Querystring: Record<string, string> }>("/api/eval/samples", async (req) => {
@@ -121,7 +128,7 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
     try {
       return await data.evalSample(seq);
     } catch (e) {
-      return reply.code(404).send({ error: (e as Error).message });
+      return notFound(reply, e);
     }
   });
   app.get<{ Querystring: Record<string, string> }>("/api/deadletters", async (req) => {
@@ -134,7 +141,7 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
     try {
       return payloadPreview(await data.deadLetterPayload(seq));
     } catch (e) {
-      return reply.code(404).send({ error: (e as Error).message });
+      return notFound(reply, e);
     }
   });
   app.get("/api/checkpoints", async () => data.checkpoints());
@@ -150,33 +157,62 @@ export async function startDashboard(o: DashboardOptions): Promise<Dashboard> {
     }
     return [...sessions.values()].reverse();
   });
+  // One poll for every open page; each new page gets the newest overview at once.
+  const pages = new Set<FastifyReply>();
+  let latest: Overview | null = null;
+  let polling: Promise<void> | null = null;
+  const send = (reply: FastifyReply, ov: Overview) => reply.raw.write(`event: overview\ndata: ${JSON.stringify(ov)}\n\n`);
+  const poll = () => {
+    polling ??= data
+      .overview()
+      .then((ov) => {
+        latest = ov;
+        for (const p of pages) send(p, ov);
+      })
+      .catch(() => undefined)
+      .finally(() => {
+        polling = null;
+      });
+    return polling;
+  };
   app.get("/events", (req, reply) => {
     reply.raw.writeHead(200, { "content-type": "text/event-stream", "cache-control": "no-cache", connection: "keep-alive" });
-    const push = async () => {
-      const ov = await data.overview().catch((e: Error) => ({ error: e.message }));
-      reply.raw.write(`event: overview\ndata: ${JSON.stringify(ov)}\n\n`);
-    };
-    void push();
-    const timer = setInterval(() => void push(), o.pushMs ?? 2000);
-    timer.unref();
-    timers.add(timer);
-    const stop = () => {
-      clearInterval(timer);
-      timers.delete(timer);
-    };
+    pages.add(reply);
+    if (latest) send(reply, latest);
+    void poll();
+    const stop = () => pages.delete(reply);
     req.raw.on("close", stop);
     reply.raw.on("close", stop);
   });
-  const timers = new Set<NodeJS.Timeout>();
-  const address = await app.listen({ host: o.host ?? "127.0.0.1", port: o.port ?? 0 });
-  return {
-    url: address,
-    async close() {
-      for (const t of timers) clearInterval(t);
-      timers.clear();
-      await app.close();
-      await data.close();
-      learner?.dispose();
-    },
+  const timer = setInterval(() => void poll(), o.pushMs ?? 2000);
+  timer.unref();
+  const stopAll = async () => {
+    clearInterval(timer);
+    pages.clear();
+    await app.close();
+    await data.close();
+    learner?.dispose();
   };
+  const host = o.host ?? "127.0.0.1";
+  const port = o.port ?? 0;
+  let address: string;
+  try {
+    address = await app.listen({ host, port });
+  } catch (e) {
+    await stopAll();
+    if ((e as NodeJS.ErrnoException).code === "EADDRINUSE") throw new PortInUseError(host, port);
+    throw e;
+  }
+  return { url: address, close: stopAll };
+}
+
+/** The dashboard's port is taken (`train` then tries any free one; `rollstream dashboard` says so and exits). */
+export class PortInUseError extends Error {
+  override readonly name = "PortInUseError";
+  constructor(
+    readonly host: string,
+    readonly port: number,
+  ) {
+    super(`port ${port} on ${host} is in use (another dashboard?): pick another with --port, or --port 0 for any free one`);
+  }
 }

@@ -187,6 +187,14 @@ test("the dashboard of a finished run serves its stored streams with no server u
     await page.waitForSelector("body[data-tab='replays']");
     const verdicts = await page.$$eval(".replay tbody tr td:last-child", (tds) => tds.map((t) => t.textContent));
     assert.deepEqual(verdicts, ["bit-exact", "bit-exact"]);
+    // Losses keep their digits (7 significant), and a recorded / replayed pair that differs shows where.
+    const lossCells = await page.$$eval(".replay tbody tr", (trs) => trs.map((tr) => [...tr.children].slice(0, 4).map((td) => td.textContent ?? "")));
+    for (const [step, , rec, replayed] of lossCells) {
+      assert.equal(rec, String(Number(recorded.get(Number(step))!.toPrecision(7))), `step ${step}'s recorded loss`);
+      assert.equal(replayed, rec, "bit-exact: the same figure");
+    }
+    const pair = await page.evaluate(() => (window as unknown as { fmtPair(a: number, b: number): string[] }).fmtPair(0.1234567891, 0.1234567999));
+    assert.deepEqual(pair, ["0.12345679", "0.12345680"]);
     await page.screenshot({ path: join(SHOTS, "dashboard-finished-replays.png"), fullPage: true });
 
     // Ctrl-C: the dashboard exits 0 and takes its nats-server with it (the store can be served again).

@@ -20,6 +20,18 @@ const fmt = (x) =>
     : x === null || x === undefined
       ? "–"
       : String(x);
+/** A loss with the digits a user compares (a replay's differences sit in the 5th to 7th). */
+const fmtLoss = (x) => (typeof x === "number" && Number.isFinite(x) ? Number(x.toPrecision(7)).toString() : fmt(x));
+/**
+ * A recorded and a replayed figure, each with as many significant digits as it takes to see that they
+ * differ (at least 7): two that print alike are equal.
+ */
+function fmtPair(a, b) {
+  if (typeof a !== "number" || typeof b !== "number" || a === b) return [fmtLoss(a), fmtLoss(b)];
+  let p = 7;
+  while (p < 17 && a.toPrecision(p) === b.toPrecision(p)) p++;
+  return [a.toPrecision(p), b.toPrecision(p)];
+}
 const pct = (x) => `${Math.round(x * 100)}%`;
 const secs = (ms) => (ms >= 60_000 ? `${(ms / 60_000).toFixed(1)} min` : `${(ms / 1000).toFixed(1)} s`);
 const mb = (b) => (b / 1e6).toFixed(2);
@@ -33,6 +45,18 @@ const fillSelect = (select, values) => {
 // ---- overview, live through server-sent events
 let lastMarks = "";
 let lastOverview = null;
+const clock = (iso) => new Date(iso).toLocaleTimeString();
+/** What the header says about the run's server: nothing while it answers. */
+function serverNote(o) {
+  const s = o.server;
+  if (s.state === "connected") return o.status === "done" || o.status === "failed" ? el("span", { id: "server" }, "run ended") : "";
+  if (s.state === "not answering") return el("span", { id: "server", class: "bad" }, "server not answering: figures as last read");
+  return el(
+    "span",
+    { id: "server", class: "bad" },
+    `run ended: its server is gone (since ${clock(s.since)}); showing what was read until then — restart the dashboard to serve the stored run`,
+  );
+}
 function showOverview(o) {
   if (o.error) return ($("#overview").textContent = o.error);
   lastOverview = o;
@@ -43,20 +67,27 @@ function showOverview(o) {
     : h.healthy
       ? el("span", { class: "good" }, "healthy")
       : el("span", { class: "bad" }, h.problems.join("; "));
+  // During an SFT stage there is no run status and no policy version yet: the header shows the stage instead.
+  const sft = o.sft && (o.phase === "sft" || o.steps === null) ? `SFT step ${o.sft.step} / ${o.sft.steps} · loss ${fmtLoss(o.sft.loss)}` : null;
   $("#overview").replaceChildren(
-    el("span", {}, `status ${o.status ?? "?"}`),
-    el("span", {}, `phase ${o.phase ?? "?"}`),
-    el("span", { id: "step" }, `step ${o.step}${o.steps ? ` / ${o.steps}` : ""}`),
+    o.status ? el("span", {}, `status ${o.status}`) : "",
+    o.phase ? el("span", { id: "phase" }, `phase ${o.phase}`) : "",
+    sft ? el("span", { id: "sft" }, sft) : "",
+    o.steps !== null || !sft ? el("span", { id: "step" }, `step ${o.step}${o.steps ? ` / ${o.steps}` : ""}`) : "",
     o.etaSeconds !== null ? el("span", {}, `ETA ${secs(o.etaSeconds * 1000)}`) : "",
-    el("span", {}, `policy v${o.policyVersion}`),
+    el("span", {}, o.policyVersion === null ? "no policy published yet" : `policy v${o.policyVersion}`),
     el("span", {}, `checkpoint ${o.latestCheckpoint ?? "none"}`),
     el("span", {}, `groups ${o.groups}`),
     el("span", {}, `dead letters ${o.deadLetters}`),
     el("span", {}, o.environments.map((e) => e.id).join(", ")),
-    health,
+    o.server.state === "connected" ? health : "",
+    serverNote(o),
   );
-  const marks = JSON.stringify(o.marks);
-  if (marks !== lastMarks || o.status === "running") {
+  document.body.dataset.server = o.server.state;
+  // Re-read what moved; a live run's charts move every push (while its server answers), and a first read
+  // still catching up is read again.
+  const marks = JSON.stringify([o.marks, o.server.state]);
+  if (marks !== lastMarks || o.reading || (o.status === "running" && o.server.state === "connected")) {
     lastMarks = marks;
     scheduleRefresh();
   }
@@ -132,8 +163,9 @@ function rate(events, value, t0, windowMs) {
 }
 
 async function refreshCharts() {
-  const [learner, reward, inference, evals, allResults, queues] = await Promise.all([
+  const [learner, learnerEvents, reward, inference, evals, allResults, queues] = await Promise.all([
     getJSON("/api/steps"),
+    getJSON("/api/metrics/learner"),
     getJSON("/api/metrics/reward"),
     getJSON("/api/metrics/inference"),
     getJSON("/api/evals"),
@@ -164,6 +196,13 @@ async function refreshCharts() {
     { label: "training", values: learner.map((e) => e.timings.trainMs) },
     { label: "publishing weights", values: learner.map((e) => e.timings.publishMs) },
   ]);
+  // The SFT stage, from the learner's "sft" metrics events (its steps count from 1, apart from RL's).
+  const sft = learnerEvents.filter((e) => e.kind === "sft");
+  if (sft.length) {
+    const sx = sft.map((e) => e.values.sftStep ?? e.step);
+    plot("sftLoss", "SFT loss", sx, [{ label: "SFT loss", values: sft.map((e) => e.values.loss ?? null) }], "SFT step");
+    plot("sftGradNorm", "SFT grad norm", sx, [{ label: "SFT grad norm", values: sft.map((e) => e.values.gradNorm ?? null) }], "SFT step");
+  }
   // Reward and pass rate per environment, from the reward actor's group events.
   const groups = reward.filter((e) => e.kind === "group");
   if (groups.length) {
@@ -563,14 +602,7 @@ async function refreshReplays() {
               return row(
                 r.step,
                 r.samples,
-                rec.loss,
-                r.replayed.loss,
-                rec.gradNorm,
-                r.replayed.gradNorm,
-                rec.maskedFraction,
-                r.replayed.maskedFraction,
-                rec.entropy,
-                r.replayed.entropy,
+                ...["loss", "gradNorm", "maskedFraction", "entropy"].flatMap((k) => fmtPair(rec[k], r.replayed[k])),
                 s.setting ? "–" : verdict,
               );
             }),
