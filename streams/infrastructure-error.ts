@@ -11,6 +11,25 @@ const NAMES = new Set([
   "DeadlineError",
 ]);
 
+/**
+ * The NATS store is full: JetStream answers "insufficient resources" (10023; 10047 "insufficient storage
+ * resources") when its disk or its max_file_store has no room left. Said as such, not as an outage of NATS;
+ * it keeps its cause, so the calls that wait out an outage (the status is 503) wait for room the same way.
+ */
+export class DiskFullError extends Error {
+  override name = "DiskFullError";
+}
+
+/** Whether `e` (or a cause of it) is JetStream saying its store has no room left. */
+export function isStoreFull(e: unknown): boolean {
+  for (const x of causes(e)) {
+    const code = (x as { code?: unknown }).code;
+    if (x.name === "JetStreamApiError" && (code === 10023 || code === 10047)) return true;
+    if (/insufficient (storage )?resources/i.test(x.message)) return true;
+  }
+  return false;
+}
+
 /** The error and its causes, at most five deep. */
 function* causes(e: unknown): Generator<Error> {
   let x: unknown = e;

@@ -142,12 +142,17 @@ export class EvaluatorActor implements Actor {
     return true;
   }
 
-  /** A version whose weights are gone for good (a run from before the evaluator protected its versions) is
-   *  recorded as skipped, said, and passed over; true when that is what `e` was. */
+  /**
+   * A version whose weights are gone for good (a run from before the evaluator protected its versions, or
+   * weights deleted by hand) is recorded as skipped, said, and passed over; true when that is what `e` was.
+   * Gone for good: the policy moved past it, or it is the final version and the learner published it — no
+   * later version comes to move past it, and waiting would hold `train` for its whole deadline in silence.
+   */
   private async skipIfGone(version: number, newest: number, e: unknown): Promise<boolean> {
     const why = (e as Error).message;
-    if (!/not in the object store/.test(why) || version >= newest) return false;
-    const skipped = { version, n: 0, passAt1: 0, passAtK: {}, rewardMean: 0, byEnv: {}, seconds: 0, skipped: why };
+    const publishedFinal = version === this.ctx.config.rl.steps && newest >= version;
+    if (!/not in the object store/.test(why) || (version >= newest && !publishedFinal)) return false;
+    const skipped = { version, n: 0, passAt1: 0, passAtK: {}, rewardMean: 0, byEnv: {}, seconds: 0, skipped: `weights gone: ${why}` };
     await this.state.put(StateKeys.evalResults, { ...((await this.state.get(StateKeys.evalResults)) ?? {}), [String(version)]: skipped });
     this.ctx.log.error({ version, err: why }, "version skipped: its weights are gone");
     return true;

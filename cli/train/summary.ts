@@ -39,15 +39,36 @@ export async function endRun(s: TrainSession, outage: OutageReport, evals: EvalF
   return 0;
 }
 
-/** The evaluator exits once the final version is evaluated: its results, waited for (up to 10 min) while it works. */
-async function finalEvals(s: TrainSession, evals: EvalFeed): Promise<Record<string, HeldOutResult>> {
+/** How long `train` waits for the held-out evaluations still missing after RL, and how often it says so. */
+export const FINAL_EVALS = { waitMs: 10 * 60_000, noteEveryMs: 60_000 };
+
+/**
+ * The evaluator exits once the final version is evaluated: its results, waited for (up to FINAL_EVALS.waitMs)
+ * while it works. Every noteEveryMs the versions still missing are said, and when the wait ends without them.
+ */
+export async function finalEvals(
+  s: Pick<TrainSession, "config" | "interrupted" | "fatal" | "say">,
+  evals: Pick<EvalFeed, "show">,
+  o = FINAL_EVALS,
+): Promise<Record<string, HeldOutResult>> {
   const schedule = evalSchedule(s.config);
   let results: Record<string, HeldOutResult> = {};
-  const deadline = Date.now() + 10 * 60_000;
-  while (!s.interrupted && !s.fatal && Date.now() < deadline) {
+  const start = Date.now();
+  let note = start + o.noteEveryMs;
+  while (!s.interrupted && !s.fatal) {
     results = await evals.show().catch(() => results);
-    if (schedule.every((v) => results[String(v)] !== undefined)) break;
-    await sleep(500);
+    const missing = schedule.filter((v) => results[String(v)] === undefined).map((v) => `v${v}`);
+    if (missing.length === 0) break;
+    const waited = `${Math.round((Date.now() - start) / 1000)} s`;
+    if (Date.now() - start >= o.waitMs) {
+      s.say(`held-out evaluation of ${missing.join(", ")} not done after ${waited}: stopped waiting (see the run folder's logs/evaluator-0.log)`);
+      break;
+    }
+    if (Date.now() >= note) {
+      s.say(`waiting for the evaluator: ${missing.join(", ")} not evaluated yet (${waited} of at most ${Math.round(o.waitMs / 1000)} s)`);
+      note += o.noteEveryMs;
+    }
+    await sleep(Math.min(500, o.noteEveryMs));
   }
   return results;
 }

@@ -22,6 +22,8 @@ export interface StartNatsOptions {
   port?: number;
   monitorPort?: number;
   maxPayloadBytes?: number;
+  /** JetStream's file store limit (max_file_store); the server's free disk when not given. */
+  maxFileStoreBytes?: number;
   binary?: string;
   logFile?: string;
   /** Join a JetStream cluster: this server's name, its route port, and the route ports of its peers. */
@@ -143,7 +145,7 @@ async function startNatsServerOnce(opts: StartNatsOptions): Promise<LocalNatsSer
       `http: "127.0.0.1:${monitorPort}"`,
       `max_payload: ${maxPayload}`,
       // Batches are up to max_payload; the default 64 MB pending limit per client stays the cap.
-      `jetstream { store_dir: ${JSON.stringify(opts.storeDir)} }`,
+      `jetstream { store_dir: ${JSON.stringify(opts.storeDir)}${opts.maxFileStoreBytes ? `, max_file_store: ${opts.maxFileStoreBytes}` : ""} }`,
       ...(opts.cluster
         ? [
             `server_name: ${opts.cluster.serverName}`,

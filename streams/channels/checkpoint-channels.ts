@@ -12,7 +12,7 @@ import { stateObjectName } from "../subjects.js";
 import type { Wire } from "../wire.js";
 import type { ConsumeOptions } from "./consume-options.js";
 import { MsgpackChannel } from "./msgpack-channel.js";
-import { getObject, putObject } from "./objects.js";
+import { deleteObject, getObject, putObject } from "./objects.js";
 
 export class CheckpointChannel {
   readonly announcements: MsgpackChannel<typeof StateAnnouncementSchema>;
@@ -59,8 +59,9 @@ export class CheckpointChannel {
     }, o);
   }
 
+  /** Deletes a state object, leaving nothing of it in the store (objects.ts deleteObject); a failure is ignored. */
   async deleteObject(name: string): Promise<void> {
-    await (await this.wire.objects()).delete(name).catch(() => undefined);
+    await deleteObject(await this.wire.objects(), name, await this.wire.jsm()).catch(() => undefined);
   }
 
   async takeObject(name: string): Promise<Uint8Array> {

@@ -2,13 +2,12 @@
 // (msgpack). The object is written before its announcement, so an announced version is always there
 // until it is pruned; KV policy.version (written by the learner) says which one is current.
 import type { PubAck } from "@nats-io/jetstream";
-import type { ObjectStore } from "@nats-io/obj";
 import { WeightsAnnouncementSchema, type WeightsAnnouncement } from "../messages.js";
 import { weightsObjectName } from "../subjects.js";
 import { withDeadline } from "../deadline.js";
 import type { Wire } from "../wire.js";
 import { MsgpackChannel } from "./msgpack-channel.js";
-import { getObject, putObject } from "./objects.js";
+import { deleteObject, getObject, objectNames, putObject } from "./objects.js";
 
 export class WeightsChannel {
   readonly announcements: MsgpackChannel<typeof WeightsAnnouncementSchema>;
@@ -58,18 +57,18 @@ export class WeightsChannel {
     })();
   }
 
-  /** Deletes versions older than the newest `keep`, except those in `protect` (the evaluator still needs them). */
+  /**
+   * Deletes versions older than the newest `keep`, except those in `protect` (the evaluator still needs them).
+   * A delete that fails is tried again by the next pass: the version is still listed.
+   */
   async prune(current: number, keep: number, protect: ReadonlySet<number> = new Set()): Promise<number[]> {
-    const store: ObjectStore = await this.wire.objects();
+    const [store, jsm] = [await this.wire.objects(), await this.wire.jsm()];
     const removed: number[] = [];
-    for (const info of await store.list()) {
-      const m = /^v(\d+)$/.exec(info.name);
+    for (const name of await objectNames(this.wire.names.objectBucket, jsm)) {
+      const m = /^v(\d+)$/.exec(name);
       if (!m) continue;
       const v = Number(m[1]);
-      if (v <= current - keep && !protect.has(v)) {
-        await store.delete(info.name).catch(() => undefined);
-        removed.push(v);
-      }
+      if (v <= current - keep && !protect.has(v) && (await deleteObject(store, name, jsm).catch(() => false))) removed.push(v);
     }
     return removed;
   }

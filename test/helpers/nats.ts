@@ -8,9 +8,9 @@ export interface TestNats extends LocalNatsServer {
   cleanup(): Promise<void>;
 }
 
-export async function startTestNats(opts: { maxPayloadBytes?: number } = {}): Promise<TestNats> {
+export async function startTestNats(opts: { maxPayloadBytes?: number; maxFileStoreBytes?: number } = {}): Promise<TestNats> {
   const dir = mkdtempSync(join(tmpdir(), "rs-nats-"));
-  const server = await startNatsServer({ storeDir: dir, maxPayloadBytes: opts.maxPayloadBytes });
+  const server = await startNatsServer({ storeDir: dir, maxPayloadBytes: opts.maxPayloadBytes, maxFileStoreBytes: opts.maxFileStoreBytes });
   return Object.assign(server, {
     async cleanup() {
       await server.stop();
