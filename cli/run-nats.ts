@@ -15,15 +15,20 @@ export const LIVE_URL_FILE = "nats.url";
 export async function natsForRun(runDir: string | undefined, configUrl?: string, explicit?: string): Promise<{ url: string; stop(): Promise<void> }> {
   const named = explicit ?? process.env.NATS_URL ?? configUrl;
   if (named) return { url: named, stop: async () => undefined };
-  const live = runDir ? join(runDir, LIVE_URL_FILE) : null;
-  if (live && existsSync(live)) {
-    const url = readFileSync(live, "utf8").trim();
-    if (url && (await natsReachable(url))) return { url, stop: async () => undefined };
-  }
+  const live = runDir ? await liveRunUrl(runDir) : null;
+  if (live) return { url: live, stop: async () => undefined };
   if (runDir && existsSync(join(runDir, "nats"))) {
     const server = await startNatsServer({ storeDir: join(runDir, "nats") });
     process.stderr.write(`serving the run's stored streams from ${join(runDir, "nats")} at ${server.url}\n`);
     return { url: server.url, stop: () => server.stop() };
   }
   return { url: natsUrlFor(), stop: async () => undefined };
+}
+
+/** The URL of the embedded server a live `train` of the run started (it answers now), or null. */
+export async function liveRunUrl(runDir: string): Promise<string | null> {
+  const file = join(runDir, LIVE_URL_FILE);
+  if (!existsSync(file)) return null;
+  const url = readFileSync(file, "utf8").trim();
+  return url && (await natsReachable(url)) ? url : null;
 }

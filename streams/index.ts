@@ -4,7 +4,7 @@
 
 // Names, topology, connection parts
 export { runNames, type RunNames } from "./subjects.js";
-export { ensureTopology, deleteTopology, type Topology } from "./topology.js";
+export { ensureTopology, deleteTopology, openStateBucket, type Topology } from "./topology.js";
 export { openWire, type Wire } from "./wire.js";
 export { StreamReader } from "./stream-reader.js";
 
@@ -55,7 +55,22 @@ export { decodeRolloutBatch } from "./arrow-codec.js";
 
 // Run state (KV)
 export { RunState } from "./run-state.js";
-export { StateKeys, StateKeySchemas, type HeldOutResult, type PoolStats, type PoolCursor } from "./state-keys.js";
+export { StateKeys, StateKeySchemas, type HeldOutResult, type PoolStats, type PoolCursor, type Lease, type LeaseRole } from "./state-keys.js";
+
+// Run ownership: one holder per role (train, each singleton actor), by compare-and-set on a KV key
+export {
+  describeHolder,
+  HeldLease,
+  holderName,
+  LeaseLostError,
+  leaseVerdict,
+  processIdentity,
+  RunLeases,
+  type LeaseIdentity,
+  type LeaseSettings,
+  type LeaseTake,
+  type LeaseVerdict,
+} from "./lease.js";
 
 // Run health: heartbeats, idle ratios, and what the work consumers have not finished
 export {

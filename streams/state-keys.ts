@@ -92,6 +92,28 @@ export const PoolCursorSchema = z.object({
 });
 export type PoolCursor = z.infer<typeof PoolCursorSchema>;
 
+/**
+ * Who owns a role of the run (`train`, or a singleton actor) and until when (streams/lease.ts). Taken and renewed
+ * with compare-and-set on the key's revision; anyone may take it once `renewedAt + ttlMs` has passed, or at once
+ * when `host` and `pidNs` are its own and `pid` is no longer alive there.
+ */
+export const LeaseSchema = z.object({
+  /** "host:pid:instance", unique per process: what a refusal names. */
+  holder: z.string().min(1),
+  host: z.string().min(1),
+  pid: int.positive(),
+  /** The holder's pid namespace ("pid:[4026531836]"): a pid is only checked where it means the same process. */
+  pidNs: z.string().optional(),
+  since: z.iso.datetime(),
+  renewedAt: z.iso.datetime(),
+  ttlMs: int.positive(),
+});
+export type Lease = z.infer<typeof LeaseSchema>;
+
+/** The roles with one owner at a time: the `train` that launched the run, and the singleton actors. */
+export const LEASE_ROLES = ["train", "learner", "orchestrator", "checkpoint", "evaluator"] as const;
+export type LeaseRole = (typeof LEASE_ROLES)[number];
+
 export const StateKeySchemas = {
   /** The newest policy version inference should use (-1 before the first). */
   "policy.version": int.min(-1),
@@ -117,6 +139,12 @@ export const StateKeySchemas = {
   "run.environments": z.array(RunEnvironmentSchema),
   /** The evaluator's result per evaluated policy version (keys are versions); written by the evaluator alone. */
   "eval.results": z.record(z.string().regex(/^\d+$/), HeldOutResultSchema),
+  /** The run's owners (LeaseSchema): `train`, and each singleton actor. */
+  "lease.train": LeaseSchema,
+  "lease.learner": LeaseSchema,
+  "lease.orchestrator": LeaseSchema,
+  "lease.checkpoint": LeaseSchema,
+  "lease.evaluator": LeaseSchema,
 } as const;
 
 export type StateKey = keyof typeof StateKeySchemas;

@@ -169,7 +169,7 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
       await jsm.consumers.update(stream, config.durable_name, { ack_wait: config.ack_wait, max_deliver: config.max_deliver });
     }
   }
-  const kv = await new Kvm(nc).create(names.kvBucket, { history: 5, replicas: o.replicas });
+  const kv = await openStateBucket(nc, run, o.replicas);
   const objects = await new Objm(nc).create(names.objectBucket, { replicas: o.replicas });
   // Kept like the rollouts stream they belong to: a replay or inspect of an old message still finds its blob.
   const blobs = await new Objm(nc).create(names.blobBucket, { replicas: o.replicas, max_bytes: o.rolloutsMaxBytes });
@@ -177,6 +177,11 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
   const attempts = await new Kvm(nc).create(names.attemptsBucket, { history: 1, replicas: o.replicas, ttl: ATTEMPTS_TTL_MS });
   const health = await new Kvm(nc).create(names.healthBucket, { history: 1, replicas: o.replicas, ttl: HEALTH_TTL_MS });
   return { names, jsm, kv, objects, blobs, attempts, health, wire: openWire(nc, run, { jsm, objects, blobs, attempts, health }) };
+}
+
+/** The run's state KV bucket, created if missing: `train` takes the run's lease in it before it touches anything else. */
+export function openStateBucket(nc: NatsConnection, run: string, replicas = 1): Promise<KV> {
+  return new Kvm(nc).create(runNames(run).kvBucket, { history: 5, replicas });
 }
 
 /** Deletes every JetStream object of a run (used by tests and `rollstream train --fresh`). */

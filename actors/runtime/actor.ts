@@ -43,4 +43,5 @@ export class ActorExit extends Error {
   }
 }
 
-export const ExitCodes = { ok: 0, error: 1, config: 2, nats: 3, interrupted: 130 } as const;
+/** lease: the run's role is another's (a singleton that lost its lease, a second `train`). */
+export const ExitCodes = { ok: 0, error: 1, config: 2, nats: 3, lease: 4, interrupted: 130 } as const;

@@ -180,6 +180,16 @@ export const ActorsSchema = z.strictObject({
     })
     .default({}),
   metricsPort: int().nonnegative().default(0).describe("first Prometheus port; each actor takes the next; 0 = off"),
+  lease: z
+    .strictObject({
+      ttlMs: pos()
+        .default(10_000)
+        .describe(
+          "the run's owners (train, learner, orchestrator, checkpoint, evaluator) hold a lease this long; a second one stands by (train: is refused) and takes over once the lease expires",
+        ),
+      renewMs: pos().default(2_500).describe("how often a holder renews its lease; an actor that could not renew it in time exits, to stand by"),
+    })
+    .default({ ttlMs: 10_000, renewMs: 2_500 }),
 });
 
 export const RunConfigSchema = z
@@ -265,6 +275,10 @@ export function crossFieldProblems(raw: unknown): z.core.$ZodIssueCustom[] {
   }
   if (numHeads !== INVALID && numKvHeads !== INVALID && numHeads % numKvHeads !== 0) {
     problem(["model", "numKvHeads"], `must divide numHeads (${numHeads})`);
+  }
+  const lease = fieldOf(raw, "actors", "lease", ActorsSchema.shape.lease);
+  if (lease !== INVALID && lease.renewMs * 2 > lease.ttlMs) {
+    problem(["actors", "lease", "renewMs"], `must be at most half of actors.lease.ttlMs (${lease.ttlMs}): a holder renews at least twice per lease`);
   }
   const kind = fieldOf(raw, "tokenizer", "kind", tokenizer.kind);
   const tokenizerPath = fieldOf(raw, "tokenizer", "path", tokenizer.path);

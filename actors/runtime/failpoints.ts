@@ -1,7 +1,8 @@
 // Fault injection for the fault tests, as etcd's gofail or FoundationDB's buggify: an actor process kills
 // itself (SIGKILL, like a native crash or the OOM killer) when it reaches a named point with a matching
 // item. Off unless ROLLSTREAM_FAILPOINTS names the point, e.g. `learner.train=clus:0:12,reward.score=clus:0:3`
-// (the value is matched against the task id the actor is working on).
+// (the value is matched against the task id the actor is working on). A few points change a behaviour instead
+// (armed()): `lease.ignore=learner` makes a singleton work without its lease, as before there were leases.
 const spec = parse(process.env["ROLLSTREAM_FAILPOINTS"] ?? "");
 
 function parse(s: string): Map<string, Set<string>> {
@@ -26,4 +27,9 @@ export function failpoint(name: string, items: Iterable<string>): void {
       process.kill(process.pid, "SIGKILL");
     }
   }
+}
+
+/** Whether the failpoint `name` is armed for `item`: a behaviour to change rather than a death. */
+export function armed(name: string, item: string): boolean {
+  return spec.get(name)?.has(item) === true;
 }

@@ -1,5 +1,6 @@
-// Runs one actor as a process: config -> NATS -> topology -> container -> actor.run(), with a clean
-// drain on SIGTERM/SIGINT and meaningful exit codes (0 done, 1 error, 2 bad config, 3 NATS, 130 interrupted).
+// Runs one actor as a process: config -> NATS -> topology -> the run's lease for a singleton (actor-lease.ts)
+// -> container -> actor.run(), with a clean drain on SIGTERM/SIGINT and meaningful exit codes (0 done, 1 error,
+// 2 bad config, 3 NATS, 4 lease lost, 130 interrupted).
 import "reflect-metadata";
 import { hostname } from "node:os";
 import { resolve } from "node:path";
@@ -13,6 +14,8 @@ import { Tokens } from "./tokens.js";
 import { Health } from "./heartbeat.js";
 import { sandboxWithHealth } from "./sandbox-health.js";
 import { ActorExit, ExitCodes, type Actor, type ActorClass, type ActorContext } from "./actor.js";
+import { exitOnLostLease, holdActorLease, isSingleton } from "./actor-lease.js";
+import { armed } from "./failpoints.js";
 import {
   ensureTopology,
   HealthBoard,
@@ -21,6 +24,7 @@ import {
   NatsSandboxClient,
   RunChannels,
   RunState,
+  type HeldLease,
   type Topology,
 } from "../../streams/index.js";
 
@@ -150,19 +154,38 @@ export async function runActorProcess(actor: string, cls: ActorClass, opts: RunA
   }
   ctx.log.info("starting");
   ctx.health.start();
-  let code: number = ExitCodes.ok;
   try {
-    await resolveActor(cls, wiring).run();
-    ctx.log.info(interrupted ? "drained after signal" : "done");
-    if (interrupted) code = ExitCodes.interrupted;
-    await ctx.health.exit();
-  } catch (e) {
-    code = e instanceof ActorExit ? e.code : ExitCodes.error;
-    ctx.log.error({ err: e instanceof Error ? { message: e.message, stack: e.stack } : String(e) }, "actor failed");
-    await ctx.health.stop(); // the key stays, with the error as its last log line
+    return await runHoldingLease(cls, wiring, () => interrupted);
   } finally {
     await ctx.metrics.close();
     await ctx.nc.drain().catch(() => undefined);
   }
-  return code;
+}
+
+/** Runs the actor, a singleton only once it holds its lease (given back when it ends); returns the exit code. */
+async function runHoldingLease(cls: ActorClass, wiring: ActorWiring, interrupted: () => boolean): Promise<number> {
+  const { ctx } = wiring;
+  let lease: HeldLease | null = null;
+  try {
+    // The failpoint is the fault tests' control: a second singleton that ignores the lease does train.
+    if (isSingleton(ctx.actor) && !armed("lease.ignore", ctx.actor)) {
+      lease = await holdActorLease(ctx, wiring.state.kv, (why) => exitOnLostLease(ctx, why));
+      if (!lease) {
+        ctx.log.info("stopped while standing by");
+        await ctx.health.exit();
+        return ExitCodes.interrupted;
+      }
+    }
+    await resolveActor(cls, wiring).run();
+    ctx.log.info(interrupted() ? "drained after signal" : "done");
+    await lease?.release();
+    await ctx.health.exit();
+    return interrupted() ? ExitCodes.interrupted : ExitCodes.ok;
+  } catch (e) {
+    ctx.log.error({ err: e instanceof Error ? { message: e.message, stack: e.stack } : String(e) }, "actor failed");
+    // Its restart (a new process) may take over at once rather than after the TTL.
+    await lease?.release();
+    await ctx.health.stop(); // the key stays, with the error as its last log line
+    return e instanceof ActorExit ? e.code : ExitCodes.error;
+  }
 }

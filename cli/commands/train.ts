@@ -3,11 +3,13 @@
 // shows progress and the evaluator's held-out results as they come, and stops what it started.
 // Run it again to resume: the learner restores its last checkpoint and the orchestrator its position.
 // train() is the plan of named steps; the actors and dashboard steps are here, the others under cli/train/:
-// prepare.ts (config), server.ts, session.ts (what the steps share, and cleanup), follow.ts (progress), summary.ts.
+// prepare.ts (config), server.ts, session.ts (what the steps share, and cleanup), owner.ts (the run's lease: a
+// second train of a running run is refused), follow.ts (progress), summary.ts.
 import { join, resolve, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
 import type { Command } from "commander";
 import type { NatsConnection } from "@nats-io/transport-node";
+import { ExitCodes } from "../../actors/runtime/actor.js";
 import type { RunConfig } from "../../actors/runtime/config.js";
 import { ActorLauncher, type ActorSpec } from "../../deploy/local/launcher.js";
 import { StateKeys } from "../../streams/index.js";
@@ -15,6 +17,7 @@ import type { LoadedEnvironment } from "../../actors/runtime/environments.js";
 import { EvalFeed } from "../train/evals.js";
 import { waitForRl, watchOutages } from "../train/follow.js";
 import { prepareRun } from "../train/prepare.js";
+import { claimRun } from "../train/owner.js";
 import { findOrStartServer, superviseServer } from "../train/server.js";
 import { TrainSession } from "../train/session.js";
 import { endRun, reportFinishedRun } from "../train/summary.js";
@@ -62,15 +65,18 @@ export function registerTrainCommand(program: Command): void {
 }
 
 /**
- * The plan: config, server, actors, progress, dashboard, summary. Exit codes: 0 done (or already done), 1 an
- * actor failed for good or train itself did, 2 a bad config or environment, 3 NATS unreachable, 130 Ctrl-C.
+ * The plan: config, server, owner, actors, progress, dashboard, summary. Exit codes: 0 done (or already done), 1
+ * an actor failed for good or train itself did, 2 a bad config or environment, 3 NATS unreachable, 4 another
+ * train owns the run, 130 Ctrl-C.
  */
 export async function train(configPath: string, opts: TrainOptions): Promise<number> {
-  const run = await prepareRun(configPath, opts.fresh === true);
+  const run = await prepareRun(configPath);
   if (typeof run === "number") return run;
   const found = await findOrStartServer(run, opts.nats);
   if (typeof found === "number") return found;
-  const session = await TrainSession.open(run, found, opts.fresh === true);
+  const owned = await claimRun(run, found, opts.fresh === true);
+  if (typeof owned === "number") return owned;
+  const session = await TrainSession.open(run, found, owned);
   if ((await session.state.get(StateKeys.runStatus)) === "done") return reportFinishedRun(session);
 
   const outage = watchOutages(session);
@@ -109,9 +115,9 @@ function actorLauncher(s: TrainSession, metricsPort?: string): ActorLauncher {
     metricsPortBase: Number(metricsPort ?? s.config.actors.metricsPort),
     onExit: (spec, code, signal, willRestart) => {
       if ((code === 0 && !signal) || s.stopping) return;
-      s.say(
-        `actor ${spec.name}-${spec.replica} exited (code ${code}, signal ${signal})${willRestart ? "; restarting" : ""} — see ${join(logDir, `${spec.name}-${spec.replica}.log`)}`,
-      );
+      // Code 4: it could not renew its lease in time (a NATS outage longer than the lease), or another took it.
+      const why = code === ExitCodes.lease ? "lost its lease" : `code ${code}, signal ${signal}`;
+      s.say(`actor ${spec.name}-${spec.replica} exited (${why})${willRestart ? "; restarting" : ""} — see ${join(logDir, `${spec.name}-${spec.replica}.log`)}`);
       if (!willRestart && code !== 130) s.fatal = `${spec.name} failed`;
     },
   });

@@ -1,7 +1,8 @@
 // `train`'s first step, the config: checked in one pass (as `config check` does) and its environments loaded,
-// so that nothing starts on a run with any problem; then the run's folder made ready (emptied first with
-// --fresh) and the config copied into it, where `replay --run` and `doctor` find it.
-import { copyFileSync, mkdirSync, rmSync } from "node:fs";
+// so that nothing starts on a run with any problem. Once train owns the run (owner.ts), claimRunFolder empties
+// the run's folder (--fresh) and copies the config into it, where `replay --run` and `doctor` find it: a
+// second train, refused, leaves the running one's folder alone.
+import { copyFileSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { RunConfig } from "../../actors/runtime/config.js";
 import { checkConfigFile } from "../../actors/runtime/config-check.js";
@@ -16,11 +17,13 @@ export interface PreparedRun {
   runDir: string;
 }
 
-/** What --fresh deletes from the run's folder (the streams and buckets go with deleteTopology). */
-const FRESH_DELETES = ["checkpoints", "metrics.jsonl", "steps.jsonl", "logs", "eval.json"];
+/** What --fresh deletes from the run's folder, besides the logs (the streams and buckets go with deleteTopology). */
+const FRESH_DELETES = ["checkpoints", "metrics.jsonl", "steps.jsonl", "eval.json"];
+/** The embedded server's log in logs/ (server.ts), written by a server that is running when the folder is claimed. */
+export const SERVER_LOG = "nats-server.log";
 
-/** The checked config, its environments and its ready folder; or exit code 2, the problems said, when any is bad. */
-export async function prepareRun(configPath: string, fresh: boolean): Promise<PreparedRun | number> {
+/** The checked config, its environments and its folder; or exit code 2, the problems said, when any is bad. */
+export async function prepareRun(configPath: string): Promise<PreparedRun | number> {
   const checked = await checkConfigFile(configPath);
   if (!checked.config) {
     process.stderr.write(`invalid config ${configPath}:\n${checked.problems.map((p) => `  - ${p}`).join("\n")}\n`);
@@ -35,8 +38,16 @@ export async function prepareRun(configPath: string, fresh: boolean): Promise<Pr
     return 2;
   }
   const runDir = resolve(config.outDir, config.run);
-  if (fresh) for (const p of FRESH_DELETES) rmSync(join(runDir, p), { recursive: true, force: true });
   mkdirSync(join(runDir, "logs"), { recursive: true });
-  copyFileSync(configPath, join(runDir, "config.yaml"));
   return { configPath, config, envs, runDir };
+}
+
+/** The folder of a run train now owns: emptied first with --fresh (the log of a server train started stays), the config copied in. */
+export function claimRunFolder(run: PreparedRun, fresh: boolean): void {
+  const { runDir } = run;
+  if (fresh) {
+    for (const p of FRESH_DELETES) rmSync(join(runDir, p), { recursive: true, force: true });
+    for (const f of readdirSync(join(runDir, "logs"))) if (f !== SERVER_LOG) rmSync(join(runDir, "logs", f), { recursive: true, force: true });
+  }
+  copyFileSync(run.configPath, join(runDir, "config.yaml"));
 }

@@ -1,13 +1,15 @@
 // `train`'s second step, the server: the NATS server named by --nats, NATS_URL or the config, which must
-// answer now, or else one of its own with its store under runs/<run>/nats. A server train started is part of
-// the run: supervised (brought back on the same port and store if it dies) and stopped last, by cleanup.
+// answer now; else the run's embedded server when one is live (another train's, or one left by a train that
+// was killed: never a second server on the same store); else one of its own with its store under
+// runs/<run>/nats. A server train started is part of the run: supervised (brought back on the same port and
+// store if it dies) and stopped last, by cleanup.
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { natsReachable } from "../../actors/runtime/nats-connect.js";
 import { startNatsServer, type LocalNatsServer } from "../../deploy/local/nats-server.js";
-import { LIVE_URL_FILE } from "../run-nats.js";
-import type { PreparedRun } from "./prepare.js";
+import { LIVE_URL_FILE, liveRunUrl } from "../run-nats.js";
+import { SERVER_LOG, type PreparedRun } from "./prepare.js";
 
 export interface FoundServer {
   url: string;
@@ -22,7 +24,7 @@ export interface ServerHolder {
   say(line: string): void;
 }
 
-const serverLog = (runDir: string) => join(runDir, "logs", "nats-server.log");
+const serverLog = (runDir: string) => join(runDir, "logs", SERVER_LOG);
 
 /** The named server when it answers (exit code 3, said, when it does not); else a local one, announced. */
 export async function findOrStartServer(run: PreparedRun, explicit?: string): Promise<FoundServer | number> {
@@ -33,6 +35,12 @@ export async function findOrStartServer(run: PreparedRun, explicit?: string): Pr
       return 3;
     }
     return { url, server: null };
+  }
+  // Its owner, if alive, refuses this train (owner.ts); a dead one's successor goes on with that server.
+  const live = await liveRunUrl(run.runDir);
+  if (live) {
+    process.stdout.write(`the run's nats-server is already running at ${live}: using it\n`);
+    return { url: live, server: null };
   }
   // A session of its own, as the actors have (launcher.ts): its CPU share, and a terminal's Ctrl-C reaches
   // `train` alone, which stops the server after its actors have drained through it.

@@ -1,16 +1,17 @@
-// One `train` invocation's shared state, which every step reads: the connection and the run's state, the
-// server train started (the newest one, once the supervisor restarted it), the launcher, the dashboard and
-// the progress view, and three flags — stopping (cleanup has begun: actor exits and the server's death are
-// expected then), interrupted (Ctrl-C or SIGTERM) and fatal (an actor failed for good). cleanup() is the one
-// way out of a started run: it stops what train started, each thing before what it stands on.
+// One `train` invocation's shared state, which every step reads: the connection, the run's train lease
+// (owner.ts) and the run's state, the server train started (the newest one, once the supervisor restarted it),
+// the launcher, the dashboard and the progress view, and three flags — stopping (cleanup has begun: actor exits
+// and the server's death are expected then), interrupted (Ctrl-C or SIGTERM) and fatal (an actor failed for
+// good, or another train took the run over). cleanup() is the one way out of a started run: it stops what
+// train started, each thing before what it stands on, and gives the lease back.
 import { rmSync } from "node:fs";
 import { join } from "node:path";
 import type { NatsConnection } from "@nats-io/transport-node";
-import { connectNats } from "../../actors/runtime/nats-connect.js";
 import type { ActorLauncher } from "../../deploy/local/launcher.js";
 import type { LocalNatsServer } from "../../deploy/local/nats-server.js";
-import { deleteTopology, ensureTopology, formatIdleRatios, readIdleRatios, RunState, withDeadline } from "../../streams/index.js";
+import { ensureTopology, formatIdleRatios, readIdleRatios, RunState, withDeadline, type HeldLease } from "../../streams/index.js";
 import { LIVE_URL_FILE } from "../run-nats.js";
+import type { OwnedRun } from "./owner.js";
 import type { PreparedRun } from "./prepare.js";
 import { RunProgress } from "./progress.js";
 import type { FoundServer, ServerHolder } from "./server.js";
@@ -29,16 +30,17 @@ export class TrainSession implements ServerHolder {
     readonly url: string,
     public server: LocalNatsServer | null,
     readonly nc: NatsConnection,
+    /** The run's train lease (owner.ts), renewed while train runs and given back by cleanup(). */
+    readonly lease: HeldLease,
     readonly state: RunState,
     /** Not started until the actors are: a finished run's summary is printed without it. */
     readonly progress: RunProgress,
   ) {}
 
-  /** Connects and makes sure the run's streams and buckets exist (deleted first with --fresh). */
-  static async open(run: PreparedRun, found: FoundServer, fresh: boolean): Promise<TrainSession> {
+  /** Makes sure the streams and buckets of the run train owns exist, and keeps its lease: lost to another train, the run stops. */
+  static async open(run: PreparedRun, found: FoundServer, owned: OwnedRun): Promise<TrainSession> {
     const { config, runDir } = run;
-    const nc = await connectNats(found.url, "rollstream-train");
-    if (fresh) await deleteTopology(nc, config.run);
+    const { nc, lease } = owned;
     const topology = await ensureTopology(nc, config.run, {
       replicas: config.nats.replicas,
       rolloutsMaxBytes: config.nats.rolloutsMaxBytes,
@@ -46,7 +48,9 @@ export class TrainSession implements ServerHolder {
     });
     const files = { metrics: join(runDir, "metrics.jsonl"), steps: join(runDir, "steps.jsonl") };
     const progress = new RunProgress(nc, topology.jsm, topology.names, files, config.rl.steps);
-    return new TrainSession(run, found.url, found.server, nc, new RunState(topology.kv), progress);
+    const s = new TrainSession(run, found.url, found.server, nc, lease, new RunState(topology.kv), progress);
+    lease.keep((why) => (s.fatal ??= `another train owns the run now: ${why}`), { fence: false });
+    return s;
   }
 
   get config() {
@@ -66,6 +70,8 @@ export class TrainSession implements ServerHolder {
     // Every actor left its accounting in the health bucket when it exited: how long each side waited.
     if (this.launcher)
       this.idleLines = formatIdleRatios(await withDeadline(readIdleRatios(this.nc, this.config.run), 5_000, "reading idle ratios").catch(() => []));
+    // After its actors: a train started now finds the run free only once they have let go of it.
+    await withDeadline(this.lease.release(), 5_000, "giving back the run's lease").catch(() => undefined);
     await this.nc.drain().catch(() => undefined);
     await this.server?.stop();
     if (this.server) rmSync(join(this.run.runDir, LIVE_URL_FILE), { force: true });
