@@ -9,6 +9,7 @@ import { Kvm } from "@nats-io/kv";
 import { join } from "node:path";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { natsForRun } from "../run-nats.js";
+import { runMissing } from "../run-exists.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
 import { blobOf, ContentType, decodeRolloutBatch, Hdr, headerRecord, openWire, readPayload, runNames, type RunNames } from "../../streams/index.js";
 
@@ -50,6 +51,12 @@ async function inspect(opts: InspectOptions): Promise<number> {
   const served = await natsForRun(join(where.outDir, where.run), where.configUrl, opts.nats);
   const nc = await connectNats(served.url, "rollstream-inspect");
   try {
+    // A typo of the run name must not print the empty streams of whatever server answered.
+    const missing = await runMissing(nc, where.run, served.url);
+    if (missing) {
+      process.stderr.write(`inspect: ${missing}\n`);
+      return 2;
+    }
     const jsm = await jetstreamManager(nc);
     if (opts.subject) return await printLastMessages(nc, jsm, opts.subject, opts);
     await printStreams(jsm, names);
