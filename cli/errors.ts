@@ -6,17 +6,18 @@ import { CommanderError } from "commander";
 /** A command used the wrong way: a missing or malformed option, a name that does not exist. Exit 2. */
 export class UsageError extends Error {}
 
-/** Hints for errors whose way out is always the same, matched on the message. */
+/** Hints for errors whose way out is always the same, matched on the message ({server}: the command's server option). */
 const HINTS: [RegExp, string][] = [
-  [/cannot reach NATS/, "start one with `nats-server -js`, or name one with --nats / NATS_URL"],
+  [/cannot reach NATS/, "start one with `nats-server -js`, or name one with {server} / NATS_URL"],
   [/no sandbox service is running/, "start one with `rollstream actor sandbox` (needs bubblewrap: `apt-get install bubblewrap`), then try again"],
   [/environment "[^"]*" not found/, "`rollstream env list` shows what resolves; install the package, or add its folder to ROLLSTREAM_ENV_PATH"],
   [/--checkpoint <path> or --base-url/, "e.g. --checkpoint runs/demo/checkpoints/<step> (a run's checkpoint) or --base-url http://127.0.0.1:8000/v1"],
   [/Cannot find (package|module)/, "run `npm ci` (and `npm run build`) in the rollstream folder"],
 ];
 
-export function hintFor(message: string): string | undefined {
-  return HINTS.find(([re]) => re.test(message))?.[1];
+/** The hint for `message`, naming the server option as the command spells it (`--nats` but for `sandbox`'s `-s/--server`). */
+export function hintFor(message: string, serverOption = "--nats"): string | undefined {
+  return HINTS.find(([re]) => re.test(message))?.[1].replace("{server}", serverOption);
 }
 
 export function debugEnabled(argv: readonly string[] = process.argv): boolean {

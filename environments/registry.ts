@@ -5,6 +5,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { errorMessage } from "./api/dataset.js";
 import type { Environment, LoadEnvironment } from "./api/environment.js";
 import semver from "semver";
+import { distance } from "fastest-levenshtein";
 
 /**
  * Finds environment modules by name and semver range and loads them. An environment module is a package
@@ -205,6 +206,16 @@ export async function listEnvironments(opts: RegistryOptions = {}): Promise<Envi
   return sortInfos(all);
 }
 
+/** Up to three names of `found` within a typo's distance of `name` (case ignored), closest first. */
+function nearNames(name: string, found: EnvironmentInfo[]): string[] {
+  const limit = Math.max(2, Math.floor(name.length / 3));
+  const scored = unique(found.map((i) => i.name))
+    .map((n) => ({ n, d: distance(name.toLowerCase(), n.toLowerCase()) }))
+    .filter((x) => x.d <= limit)
+    .sort((a, b) => a.d - b.d || (a.n < b.n ? -1 : 1));
+  return scored.slice(0, 3).map((x) => x.n);
+}
+
 /** The module a spec resolves to (without loading it). */
 export async function findEnvironment(spec: string, opts: RegistryOptions = {}): Promise<EnvironmentInfo> {
   const { name, range } = parseEnvSpec(spec);
@@ -212,7 +223,9 @@ export async function findEnvironment(spec: string, opts: RegistryOptions = {}):
   const candidates = sortInfos([...projectModules(loc), ...pathModules(loc), ...npmModule(loc, name)].filter((i) => i.name === name));
   if (candidates.length === 0) {
     const where = [join(loc.projectRoot, "environments"), ...loc.searchPaths, ...loc.nodeModules.map((nm) => join(nm, name))];
-    throw new Error(`environment "${name}" not found (searched ${where.join(", ")})`);
+    const near = nearNames(name, [...projectModules(loc), ...pathModules(loc), ...npmEnvironments(loc)]);
+    const hint = near.length ? `; did you mean ${near.map((n) => `"${n}"`).join(" or ")}?` : "";
+    throw new Error(`environment "${name}" not found${hint} (searched ${where.join(", ")})`);
   }
   const best = semver.maxSatisfying(
     candidates.map((c) => c.version),

@@ -2,22 +2,30 @@
 // cross-field rules) AND every environment entry resolved and its args validated by the environment's
 // own schema, even when the schema check failed elsewhere. `config check` prints the list; `train`
 // runs the same check before it starts anything.
-import { readFileSync } from "node:fs";
 import { parse as parseYaml } from "yaml";
 import { resolveEnvironment } from "../../environments/registry.js";
-import { ConfigError, crossFieldProblems, describeIssues, parseRunConfig, type RunConfig } from "./config.js";
+import { ConfigError, crossFieldProblems, describeIssues, MissingConfigError, parseRunConfig, readConfigText, type RunConfig } from "./config.js";
 import { envKeyOf } from "./environments.js";
 
 export interface ConfigCheck {
   config?: RunConfig;
   problems: string[];
+  /** Set when the file could not be read at all ("no config file at <path>"): the whole report is this line. */
+  unread?: string;
+}
+
+/** What `config check` and `train` print for a failed check: the one line of an unread file, else every problem. */
+export function describeCheck(path: string, check: ConfigCheck): string {
+  return check.unread ?? `invalid config ${path}:\n${check.problems.map((p) => `  - ${p}`).join("\n")}`;
 }
 
 export async function checkConfigFile(path: string): Promise<ConfigCheck> {
   let raw: unknown;
   try {
-    raw = parseYaml(readFileSync(path, "utf8"));
+    raw = parseYaml(readConfigText(path));
   } catch (e) {
+    if (e instanceof MissingConfigError) return { problems: e.problems, unread: e.message };
+    if (e instanceof ConfigError) return { problems: e.problems };
     return { problems: [`${(e as Error).message.split("\n")[0]}`] };
   }
   const problems: string[] = [];

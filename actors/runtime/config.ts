@@ -331,9 +331,28 @@ export class ConfigError extends Error {
   constructor(
     readonly source: string,
     readonly problems: string[],
+    message = `invalid config ${source}:\n${problems.map((p) => `  - ${p}`).join("\n")}`,
   ) {
-    super(`invalid config ${source}:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    super(message);
     this.name = "ConfigError";
+  }
+}
+
+/** A config path that names no file: one line, "no config file at <path>" (not "invalid config … ENOENT"). */
+export class MissingConfigError extends ConfigError {
+  constructor(path: string) {
+    const line = `no config file at ${path}`;
+    super(path, [line], line);
+  }
+}
+
+/** A config's text; MissingConfigError when the path names no file, ConfigError when it cannot be read. */
+export function readConfigText(path: string): string {
+  try {
+    return readFileSync(path, "utf8");
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === "ENOENT") throw new MissingConfigError(path);
+    throw new ConfigError(path, [`cannot read file: ${(e as Error).message}`]);
   }
 }
 
@@ -346,12 +365,7 @@ export function parseRunConfig(raw: unknown, source = "(inline)"): RunConfig {
 }
 
 export function loadRunConfig(path: string): RunConfig {
-  let text: string;
-  try {
-    text = readFileSync(path, "utf8");
-  } catch (e) {
-    throw new ConfigError(path, [`cannot read file: ${(e as Error).message}`]);
-  }
+  const text = readConfigText(path);
   let raw: unknown;
   try {
     raw = parseYaml(text);

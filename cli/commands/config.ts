@@ -3,7 +3,7 @@
 import type { Command } from "commander";
 import { stringify } from "yaml";
 import { loadRunConfig } from "../../actors/runtime/config.js";
-import { checkConfigFile } from "../../actors/runtime/config-check.js";
+import { checkConfigFile, describeCheck } from "../../actors/runtime/config-check.js";
 
 export function registerConfigCommand(program: Command): void {
   const cmd = program.command("config").description("validate a run config or print it with defaults");
@@ -11,10 +11,10 @@ export function registerConfigCommand(program: Command): void {
     .command("check <file>")
     .description("every problem at once: schema, unknown keys, environments and their args")
     .action(async (file: string) => {
-      const { problems } = await checkConfigFile(file);
-      if (problems.length === 0) console.log(`${file}: ok`);
+      const checked = await checkConfigFile(file);
+      if (checked.problems.length === 0) console.log(`${file}: ok`);
       else {
-        process.stderr.write(`invalid config ${file}:\n${problems.map((p) => `  - ${p}`).join("\n")}\n`);
+        process.stderr.write(`${describeCheck(file, checked)}\n`);
         process.exitCode = 2;
       }
     });

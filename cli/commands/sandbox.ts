@@ -139,7 +139,7 @@ export function registerSandboxCommands(program: Command, io: SandboxCliIo = pro
         process.exitCode = await execCommand(file, opts, io);
       } catch (e) {
         io.err(`sandbox exec: ${(e as Error).message}\n`);
-        const hint = hintFor((e as Error).message);
+        const hint = hintFor((e as Error).message, "-s/--server");
         if (hint) io.err(`hint: ${hint}\n`);
         process.exitCode = 2;
       }
@@ -153,7 +153,7 @@ export function registerSandboxCommands(program: Command, io: SandboxCliIo = pro
         process.exitCode = await statsCommand(opts, io);
       } catch (e) {
         io.err(`sandbox stats: ${(e as Error).message}\n`);
-        const hint = hintFor((e as Error).message);
+        const hint = hintFor((e as Error).message, "-s/--server");
         if (hint) io.err(`hint: ${hint}\n`);
         process.exitCode = 2;
       }

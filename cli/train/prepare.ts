@@ -5,7 +5,7 @@
 import { copyFileSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { RunConfig } from "../../actors/runtime/config.js";
-import { checkConfigFile } from "../../actors/runtime/config-check.js";
+import { checkConfigFile, describeCheck } from "../../actors/runtime/config-check.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtime/environments.js";
 
 export interface PreparedRun {
@@ -26,7 +26,7 @@ export const SERVER_LOG = "nats-server.log";
 export async function prepareRun(configPath: string): Promise<PreparedRun | number> {
   const checked = await checkConfigFile(configPath);
   if (!checked.config) {
-    process.stderr.write(`invalid config ${configPath}:\n${checked.problems.map((p) => `  - ${p}`).join("\n")}\n`);
+    process.stderr.write(`${describeCheck(configPath, checked)}\n`);
     return 2;
   }
   const config: RunConfig = checked.config;

@@ -50,7 +50,13 @@ test("a bad config is rejected with every problem listed by path", () => {
     () => parseRunConfig({ run: "r", environments: [{ id: "a" }], model: { hiddenSize: 100, numHeads: 3 } }),
     /model\.hiddenSize: must be divisible by numHeads/,
   );
-  assert.throws(() => loadRunConfig(join(dir, "missing.yaml")), /cannot read file/);
+  // A path that names no file is one line (a ConfigError all the same: exit 2); one that cannot be read is a problem.
+  const missing = join(dir, "missing.yaml");
+  assert.throws(
+    () => loadRunConfig(missing),
+    (e: unknown) => e instanceof ConfigError && e.message === `no config file at ${missing}`,
+  );
+  assert.throws(() => loadRunConfig(dir), /invalid config .*\n {2}- cannot read file: EISDIR/);
   writeFileSync(path, "run: [unclosed");
   assert.throws(() => loadRunConfig(path), /not valid YAML/);
 });

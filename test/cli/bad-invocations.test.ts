@@ -71,3 +71,64 @@ test("--debug (or ROLLSTREAM_DEBUG=1) shows the stack (the control: the check ab
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/** `body` in a fresh temp folder, removed after. */
+function inTempDir(body: (dir: string) => void): void {
+  const dir = mkdtempSync(join(tmpdir(), "rs-bad-"));
+  try {
+    body(dir);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+test("sandbox exec and stats: the hint names their own server option, -s/--server", () => {
+  inTempDir((dir) => {
+    // sandbox exec/stats take -s/--server (there is no --nats): the hint names that.
+    for (const args of [
+      ["sandbox", "exec", "-c", "print(1)", "-s", NO_NATS],
+      ["sandbox", "stats", "-s", NO_NATS],
+    ]) {
+      const r = run(args, dir);
+      const what = `rollstream ${args.join(" ")}\n${r.stderr}`;
+      assert.notEqual(r.status, 0, what);
+      assert.match(r.stderr, /cannot reach NATS[^\n]*\nhint: start one with `nats-server -js`, or name one with -s\/--server \/ NATS_URL\n/, what);
+      assert.doesNotMatch(r.stderr, /--nats/, what);
+    }
+    // Control: the commands that do take --nats keep naming it.
+    const inspect = run(["inspect", "--run", "nope", "--nats", NO_NATS], dir);
+    assert.match(inspect.stderr, /hint: .*name one with --nats \/ NATS_URL/);
+  });
+});
+
+test("a config path that names no file: one line, no config file at <path>", () => {
+  inTempDir((dir) => {
+    // A config path that names no file: one line, the same from every command that reads a config.
+    const missing = join(dir, "missing.yaml");
+    for (const [args, line] of [
+      [["train", missing], `no config file at ${missing}\n`],
+      [["config", "check", missing], `no config file at ${missing}\n`],
+      [["config", "show", missing], `no config file at ${missing}\n`],
+      [["doctor", "--config", missing], `doctor: no config file at ${missing}\n`],
+    ] as const) {
+      const r = run([...args], dir);
+      assert.equal(r.status, 2, `rollstream ${args.join(" ")}\n${r.stderr}`);
+      assert.equal(r.stderr, line);
+    }
+  });
+});
+
+test("an environment id one typo away from an installed one: did you mean", () => {
+  inTempDir((dir) => {
+    // An environment id one typo away from a built-in one: "did you mean"; a name near nothing gets none.
+    const typo = run(["eval", "arithmetc", "-n", "1", "--checkpoint", dir], dir);
+    assert.notEqual(typo.status, 0);
+    assert.match(typo.stderr, /^rollstream: environment "arithmetc" not found; did you mean "arithmetic"\? \(searched /);
+    writeFileSync(join(dir, "typo.yaml"), "run: x\nenvironments:\n  - id: logc@^1\n");
+    const check = run(["config", "check", "typo.yaml"], dir);
+    assert.equal(check.status, 2);
+    assert.match(check.stderr, /environments\.0 \(logc@\^1\): environment "logc" not found; did you mean "logic"\?/);
+    const far = run(["eval", "no-such-env", "-n", "1", "--checkpoint", dir], dir);
+    assert.match(far.stderr, /environment "no-such-env" not found \(searched /);
+  });
+});
