@@ -11,9 +11,21 @@ import type { TrainSession } from "./session.js";
 /** A run that already finished: its summary again, and nothing started. */
 export async function reportFinishedRun(s: TrainSession): Promise<number> {
   process.stdout.write(`run ${s.config.run} already finished (use --fresh to start over)\n`);
+  const more = moreStepsLine(s.config.run, await s.state.get(StateKeys.learnerStep).catch(() => undefined), s.config.rl.steps);
+  if (more) process.stdout.write(`${more}\n`);
   printSummary(s.config, (await s.state.get(StateKeys.evalResults)) ?? {});
   await s.cleanup();
   return 0;
+}
+
+/**
+ * One line when the config now asks for more RL steps than a finished run trained, else null. A finished run is
+ * not extended: its learning-rate schedule ran to its own rl.steps, and its checkpoints are training state, not a
+ * model.path folder.
+ */
+export function moreStepsLine(run: string, stepsDone: number | undefined, stepsWanted: number): string | null {
+  if (stepsDone === undefined || stepsWanted <= stepsDone) return null;
+  return `the config now asks for rl.steps ${stepsWanted} but run ${run} finished at step ${stepsDone}: a finished run cannot be extended; start it over with --fresh, or give the longer run another name (run:)`;
 }
 
 /** Ends a run whose watch returned (waitForRl): stops what train started, prints the summary, gives the exit code. */
