@@ -24,7 +24,8 @@ export interface InstanceHealth {
   verdict: Verdict;
   /** The verdict in words: "no heartbeat for 12.3 s", "working on task run:0:12 for 75.0 s". */
   reason: string;
-  state?: Heartbeat["state"];
+  /** The last heartbeat's state; "exited" once the instance exited cleanly (whatever it was doing before). */
+  state?: Heartbeat["state"] | "exited";
   what?: string;
   idle?: boolean;
   since?: string;
@@ -82,7 +83,17 @@ export function classifyInstance(e: HealthEntry, now: number, t: HealthThreshold
     idleRatio: hb.idleRatio,
     lastLog: hb.lastLog,
   };
-  if (e.exited) return { ...base, verdict: "exited", reason: `exited cleanly at ${hb.exitedAt ?? hb.time}` };
+  // Its last state and item were what it did before it exited: shown as such they read as live work.
+  if (e.exited)
+    return {
+      ...base,
+      state: "exited",
+      what: undefined,
+      idle: undefined,
+      forMs: ageMs,
+      verdict: "exited",
+      reason: `exited cleanly at ${hb.exitedAt ?? hb.time}`,
+    };
   if (ageMs > t.staleMs) return { ...base, verdict: "silent", reason: `no heartbeat for ${secs(ageMs)} (last: ${describe(hb)})` };
   const stuckable = hb.state === "working" || hb.state === "draining" || (hb.state === "waiting" && !hb.idle);
   if (stuckable && forMs > t.stuckMs) return { ...base, verdict: "stuck", reason: `${describe(hb)} for ${secs(forMs)}` };

@@ -61,3 +61,36 @@ test("doctor prints a healthy run's actors, and fails clearly on bad usage, no s
     await srv.cleanup();
   }
 });
+
+test("doctor shows an actor that exited cleanly as exited, not as still working on its last item", async () => {
+  const srv = await startTestNats();
+  const nc = await connect({ servers: srv.url });
+  try {
+    const t = await ensureTopology(nc, "cli-exit");
+    const board = new HealthBoard(t.wire.health);
+    const learner = new Health({ actor: "learner", instance: "learner-0", board, lastLog: () => null });
+    const reward = new Health({ actor: "reward", instance: "reward-0", board, lastLog: () => null });
+    learner.working("publish weights v5");
+    reward.working("group run:0:7");
+    learner.start();
+    reward.start();
+    await new Promise((r) => setTimeout(r, 300));
+    await learner.exit();
+
+    const r = doctor("--run", "cli-exit", "--nats", srv.url);
+    assert.equal(r.code, 0, r.out + r.err);
+    assert.match(r.out, /^ {2}learner-0 +exited +exited +- /m);
+    assert.doesNotMatch(r.out, /learner-0 .*(working|publish weights)/);
+    // Control: the live one is shown working on its item.
+    assert.match(r.out, /^ {2}reward-0 +healthy +working +group run:0:7 /m);
+    const json = JSON.parse(doctor("--run", "cli-exit", "--nats", srv.url, "--json").out) as {
+      instances: { instance: string; state: string; what?: string }[];
+    };
+    const exited = json.instances.find((i) => i.instance === "learner-0")!;
+    assert.deepEqual([exited.state, exited.what], ["exited", undefined]);
+    await reward.stop(false);
+  } finally {
+    await nc.close();
+    await srv.cleanup();
+  }
+});
