@@ -37,6 +37,7 @@ export interface ReplayOptions {
   steps?: string;
   nats?: string;
   json?: boolean;
+  verbose?: boolean;
   set?: string[];
   export?: string;
   bundle?: string;
@@ -53,7 +54,8 @@ export function registerReplayCommand(program: Command): void {
     .option("--from-seq <seq>", "stream sequence to start reading scored batches from (default: the checkpoint's)")
     .option("--steps <n>", "steps to replay (default 3; with --bundle, all it holds)")
     .option("--nats <url>", "NATS server")
-    .option("--json", "print one JSON object per step (the rest goes to stderr)")
+    .option("--json", "print one JSON object per step (the rest goes to stderr, the run's whole sgemm route table included)")
+    .option("--verbose", "also print the run's whole sgemm route table (otherwise counted in one line)")
     .option(
       "--set <key=value>",
       "replay with a changed rl.loss.* or advantage setting and show both side by side (repeatable)",
@@ -161,6 +163,7 @@ async function replayRun(opts: ReplayOptions): Promise<number> {
         backend: rec.backend,
         steps,
         out,
+        verbose: opts.verbose === true,
       });
     } finally {
       await nc.close();
@@ -287,6 +290,7 @@ async function replayBundle(opts: ReplayOptions, dir: string): Promise<number> {
     backend: bundle.backend,
     steps,
     out,
+    verbose: opts.verbose === true,
   });
 }
 
@@ -301,6 +305,8 @@ async function replayWith(r: {
   backend: RecordedBackend | null;
   steps: number;
   out: ReplayOutput;
+  /** Print the whole route table too (--verbose). */
+  verbose?: boolean;
   record?: ReplayLoop["record"];
 }): Promise<number> {
   const { out, config } = r;
@@ -309,6 +315,7 @@ async function replayWith(r: {
   let model: PolicyModel | undefined;
   try {
     for (const line of plan.lines) out.say(line);
+    if (plan.routes && (r.verbose || out.json)) out.say(`  the run's sgemm routes: ${plan.routes}`);
     if (r.changed) {
       out.say(`replaying with ${r.changed.given.join(" ")}:`);
       for (const line of r.changed.summary) out.say(`  ${line}`);

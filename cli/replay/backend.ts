@@ -21,6 +21,8 @@ export interface BackendPlan {
   matched: boolean | null;
   /** What was matched, or why not: printed before the first step. */
   lines: string[];
+  /** The run's whole sgemm route table, when it recorded one (the lines only count it): printed by --verbose and --json. */
+  routes?: string;
   /** Puts the process-wide modes back (replay may run inside a longer-lived process, e.g. a test). */
   restore(): void;
 }
@@ -31,10 +33,33 @@ const pinnable = (routes: string | undefined): routes is string => routes !== un
 const avx512 = (simd: string) => simd.includes("avx512f-sgemm");
 const plural = (n: number, what: string) => `${n} ${what}${n === 1 ? "" : "s"}`;
 
+/** "class=blas|own" entries of a route table, by shape class. */
+function routeTable(routes: string | undefined): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const entry of (routes ?? "").split(",")) {
+    const at = entry.lastIndexOf("=");
+    if (at > 0) out.set(entry.slice(0, at), entry.slice(at + 1));
+  }
+  return out;
+}
+
+/** A route table in a few words ("12 shape classes, 9 to BLAS"): the whole table is --verbose's (it runs to 1,500 characters). */
+export function summariseRoutes(routes: string): string {
+  const table = routeTable(routes);
+  const blas = [...table.values()].filter((v) => v === "blas").length;
+  return `${table.size} shape class${table.size === 1 ? "" : "es"}, ${blas} to BLAS`;
+}
+
+/** How many of the `recorded` table's shape classes are routed otherwise (or not at all) in `here`'s. */
+export function routesDiffering(recorded: string, here: string | undefined): number {
+  const mine = routeTable(here);
+  return [...routeTable(recorded)].filter(([cls, to]) => mine.get(cls) !== to).length;
+}
+
 /** The run's backend in words. */
 export function describeBackend(b: RecordedBackend): string {
   const gemm = b.blasDispatch
-    ? `sgemm dispatched to ${b.blas}${pinnable(b.blasRoutes) ? ` by measured routes ${b.blasRoutes}` : ""}`
+    ? `sgemm dispatched to ${b.blas}${pinnable(b.blasRoutes) ? ` by measured routes (${summariseRoutes(b.blasRoutes)})` : ""}`
     : pinnable(b.blasRoutes) && !b.blas.startsWith("none")
       ? `our own sgemm (measured faster than ${b.blas} on every shape class)`
       : "our own sgemm (BLAS dispatch off)";
@@ -91,12 +116,16 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
     } else {
       // The run's routing, never a fresh measurement: every product goes where it went in the run. A CPU run from
       // before measured routing sent every product of at least 2^19 multiply-adds to BLAS: mode "on" is that rule.
-      const pin = device === "cpu" && pinnable(recorded.blasRoutes);
-      if (before.blasMode !== "off") configureKernels({ blasMode: device === "cpu" && !pin ? "on" : "auto", blasRoutes: pin ? recorded.blasRoutes : "" });
+      const pin = device === "cpu" && pinnable(recorded.blasRoutes) ? recorded.blasRoutes : null;
+      if (before.blasMode !== "off") configureKernels({ blasMode: device === "cpu" && !pin ? "on" : "auto", blasRoutes: pin ?? "" });
       const on = loadedHere();
       const here = info(be).blas;
-      if (on && here === recorded.blas)
-        matched.push(`sgemm dispatched to the same library: ${here}${pin ? `, routes pinned as recorded (${recorded.blasRoutes})` : ""}`);
+      // Pinned routes read back: a class routed otherwise here would make its products differ.
+      const differ = on && pin ? routesDiffering(pin, info(be).blasRoutes) : 0;
+      if (on && here === recorded.blas && differ === 0)
+        matched.push(`sgemm dispatched to the same library: ${here}${pin ? `, routes pinned as recorded (${summariseRoutes(pin)}; none differ here)` : ""}`);
+      else if (on && here === recorded.blas && pin)
+        unmatched.push(`of the run's sgemm routes (${summariseRoutes(pin)}), ${differ} differ here after pinning them`);
       else
         unmatched.push(
           `the run dispatched sgemm to ${recorded.blas}; here ${on ? `the library is ${here}` : `BLAS dispatch is unavailable: ${here}${blasHint(here)}`}`,
@@ -135,6 +164,7 @@ export function matchBackend(recorded: RecordedBackend | null, fallback: { devic
     threads: recorded.threads,
     matched: unmatched.length === 0,
     lines,
+    ...(pinnable(recorded.blasRoutes) ? { routes: recorded.blasRoutes } : {}),
     restore: () => configureKernels(before),
   };
 }

@@ -98,7 +98,14 @@ test("a run that dispatched to OpenBLAS: bit-exact on it; with dispatch unavaila
 }, () => {
   const same = cli(["replay", "--config", configs.on, "--steps", "3"], env);
   assert.equal(same.status, 0, show(same));
-  assert.match(same.stdout, /backend matched: sgemm dispatched to the same library: openblas.*, routes pinned as recorded \([nt]{2}:\d+x\d+x\d+:1t=blas/);
+  assert.match(
+    same.stdout,
+    /backend matched: sgemm dispatched to the same library: openblas.*, routes pinned as recorded \(\d+ shape class(es)?, [1-9]\d* to BLAS; none differ here\)/,
+  );
+  assert.doesNotMatch(same.stdout, /[nt]{2}:\d+x\d+x\d+:1t=blas/, "the routes are counted, not listed");
+  const verbose = cli(["replay", "--config", configs.on, "--steps", "1", "--verbose"], env);
+  assert.equal(verbose.status, 0, show(verbose));
+  assert.match(verbose.stdout, /^ {2}the run's sgemm routes: ([nt]{2}:\d+x\d+x\d+:1t=(blas|own),?)+$/m);
   assert.equal(stepLines(same.stdout).filter((l) => / bit-exact /.test(l)).length, 3, show(same));
 
   const off = cli(["replay", "--config", configs.on, "--steps", "3"], { ...env, ROLLSTREAM_BLAS: "off" });
