@@ -55,7 +55,7 @@ export { decodeRolloutBatch } from "./arrow-codec.js";
 
 // Run state (KV)
 export { RunState } from "./run-state.js";
-export { StateKeys, StateKeySchemas, type HeldOutResult, type PoolStats, type PoolCursor, type Lease, type LeaseRole } from "./state-keys.js";
+export { StateKeys, StateKeySchemas, type HeldOutResult, type Lease, type LeaseRole } from "./state-keys.js";
 
 // Run ownership: one holder per role (train, each singleton actor), by compare-and-set on a KV key
 export {

@@ -2,6 +2,8 @@
 // `nats kv get rs-<run>-state policy.version` prints something a person can read; a value that does
 // not match its schema is reported with the key's name, never cast through.
 import { z } from "zod";
+// The pool's records are the algorithm's (rl/difficulty-pool.ts): these schemas check the KV values against them.
+import type { PoolCursor, PoolStats } from "../rl/difficulty-pool.js";
 
 const int = z.number().int();
 
@@ -78,8 +80,7 @@ export const PoolStatsSchema = z.object({
   seq: int.positive(),
   /** envKey -> exampleIndex -> [groups seen, running pass rate]. */
   envs: z.record(z.string(), z.record(z.string().regex(/^\d+$/), z.tuple([int.positive(), z.number().min(0).max(1)]))),
-});
-export type PoolStats = z.infer<typeof PoolStatsSchema>;
+}) satisfies z.ZodType<PoolStats>;
 
 /**
  * The pool sampler's next position in each environment's dataset order, as it stands before regular task `next`
@@ -89,8 +90,7 @@ export type PoolStats = z.infer<typeof PoolStatsSchema>;
 export const PoolCursorSchema = z.object({
   next: int.nonnegative(),
   envs: z.record(z.string(), int.nonnegative()),
-});
-export type PoolCursor = z.infer<typeof PoolCursorSchema>;
+}) satisfies z.ZodType<PoolCursor>;
 
 /**
  * Who owns a role of the run (`train`, or a singleton actor) and until when (streams/lease.ts). Taken and renewed

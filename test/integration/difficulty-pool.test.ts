@@ -9,8 +9,8 @@ import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { TaskSchema } from "../../streams/messages.js";
 import { encode } from "@msgpack/msgpack";
-import { Hdr, RunChannels, StateKeys, type PoolStats } from "../../streams/index.js";
-import { chooseExample, inBand, quotaEnvironment } from "../../rl/difficulty-pool.js";
+import { Hdr, RunChannels, StateKeys } from "../../streams/index.js";
+import { chooseExample, inBand, quotaEnvironment, type PoolStats } from "../../rl/difficulty-pool.js";
 import { loadRunEnvironments } from "../../actors/runtime/environments.js";
 import { outcomeOf } from "../helpers/feedback-fixtures.js";
 
