@@ -9,7 +9,7 @@ import type { Consumer, JetStreamClient, JsMsg } from "@nats-io/jetstream";
 import { deadLetter, isPoison } from "./dead-letter.js";
 import { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
 import { RedeliveryGate } from "./redelivery-gate.js";
-import { isInfrastructureError } from "./infrastructure-error.js";
+import { isDiskFull, isInfrastructureError } from "./infrastructure-error.js";
 
 /**
  * Waits before each in-process retry of a handler that failed for the messaging system's sake (~28 s in
@@ -17,6 +17,9 @@ import { isInfrastructureError } from "./infrastructure-error.js";
  * message after max_deliver, so a few seconds of back-off used to spend them all on one outage.
  */
 const INFRA_RETRY_MS = [250, 500, 1000, 2000, 4000, 5000, 5000, 5000, 5000];
+
+/** How often work that found a disk full tries again. */
+const DISK_FULL_RETRY_MS = 5_000;
 
 export interface PullOptions {
   /** Messages processed at once (and so fetched at most). */
@@ -120,6 +123,10 @@ export interface HandleOptions {
   /** Sends `working()` while a handler runs longer than this, so the server does not redeliver. */
   heartbeatMs?: number;
   onError?: (e: unknown, msg: JsMsg) => void;
+  /** Work waits for room on a full disk: told the reason when it starts waiting, null when it goes on. */
+  onBlocked?: (reason: string | null) => void;
+  /** Ends a wait for room on disk (the message is then nak'd as usual). */
+  signal?: AbortSignal;
   /**
    * Remembers redelivered messages whose handling never ended (the actor died or hung). A message that
    * ended `crashLimit` such attempts is dead-lettered instead of handled again, so one message cannot
@@ -184,18 +191,34 @@ async function setAside(msg: JsMsg, reason: string, o: HandleOptions): Promise<O
 }
 
 async function process(msg: JsMsg, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions): Promise<Outcome> {
-  for (let retry = 0; ; retry++) {
-    const outcome = await processOnce(msg, handler, o, retry < INFRA_RETRY_MS.length);
-    if (outcome) return outcome;
-    // The handler is idempotent (msg-ids): running it again on the message in hand is safe.
-    msg.working();
-    await new Promise((r) => setTimeout(r, INFRA_RETRY_MS[retry]));
-    msg.working();
+  let blocked = false;
+  try {
+    for (let retry = 0; ; retry++) {
+      // A full disk heals once space is freed, and the work then succeeds as it is: it waits here for as long
+      // as it takes, heartbeating, instead of spending the message's deliveries and being set aside.
+      const mayRetry = (e: unknown) => (isDiskFull(e) ? !o.signal?.aborted : retry < INFRA_RETRY_MS.length && isInfrastructureError(e) && !isPoison(e));
+      const outcome = await processOnce(msg, handler, o, mayRetry);
+      if (!("retry" in outcome)) return outcome;
+      const full = isDiskFull(outcome.retry);
+      if (full && !blocked) o.onBlocked?.((outcome.retry as Error).message);
+      blocked ||= full;
+      // The handler is idempotent (msg-ids): running it again on the message in hand is safe.
+      msg.working();
+      await new Promise((r) => setTimeout(r, full ? DISK_FULL_RETRY_MS : INFRA_RETRY_MS[retry]));
+      msg.working();
+    }
+  } finally {
+    if (blocked) o.onBlocked?.(null);
   }
 }
 
-/** One run of the handler; null: it failed for the messaging system's sake and may run again here. */
-async function processOnce(msg: JsMsg, handler: (msg: JsMsg) => Promise<void>, o: HandleOptions, mayRetry: boolean): Promise<Outcome | null> {
+/** One run of the handler; retry: it failed for the messaging system's sake, or of a full disk, and may run again here. */
+async function processOnce(
+  msg: JsMsg,
+  handler: (msg: JsMsg) => Promise<void>,
+  o: HandleOptions,
+  mayRetry: (e: unknown) => boolean,
+): Promise<Outcome | { retry: unknown }> {
   try {
     await handler(msg);
     try {
@@ -207,7 +230,7 @@ async function processOnce(msg: JsMsg, handler: (msg: JsMsg) => Promise<void>, o
     }
   } catch (e) {
     o.onError?.(e, msg);
-    if (mayRetry && isInfrastructureError(e) && !isPoison(e)) return null;
+    if (mayRetry(e)) return { retry: e };
     const reason = e instanceof Error ? e.message : String(e);
     const exhausted = o.maxDeliver !== undefined && msg.info.deliveryCount >= o.maxDeliver;
     if (isPoison(e) || exhausted) {

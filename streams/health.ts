@@ -39,6 +39,8 @@ export const HeartbeatSchema = z.object({
   /** When this heartbeat was written, and how often they come. */
   time: iso,
   intervalMs: z.number().int().positive(),
+  /** Why it cannot go on, while that lasts ("disk full: …"): a verdict of its own, whatever it does meanwhile. */
+  blocked: z.string().optional(),
   /** Set only in `exited.*` records: when the process exited cleanly. */
   exitedAt: iso.optional(),
 });

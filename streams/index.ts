@@ -3,7 +3,7 @@
 // policy; the files behind it are building blocks.
 
 // Names, topology, connection parts
-export { runNames, type RunNames } from "./subjects.js";
+export { runNames, stateObjectName, type RunNames } from "./subjects.js";
 export { ensureTopology, deleteTopology, openStateBucket, type Topology } from "./topology.js";
 export { openWire, type Wire } from "./wire.js";
 export { StreamReader } from "./stream-reader.js";
@@ -115,4 +115,13 @@ export {
   SANDBOX_SERVICE_VERSION,
   SandboxSubjects,
 } from "./sandbox-protocol.js";
-export { INFRA_RETRY_DELAYS_MS, isInfrastructureError, retryInfrastructure } from "./infrastructure-error.js";
+export {
+  DiskFullError,
+  INFRA_RETRY_DELAYS_MS,
+  isDiskFull,
+  isInfrastructureError,
+  isNoRoomOnDisk,
+  isStoreFull,
+  retryInfrastructure,
+  StorageBlockedError,
+} from "./infrastructure-error.js";

@@ -30,6 +30,31 @@ export function isStoreFull(e: unknown): boolean {
   return false;
 }
 
+/** Whether `e` (or a cause of it) is a local disk with no room left (ENOSPC, or EDQUOT: a quota spent). */
+export function isNoRoomOnDisk(e: unknown): boolean {
+  for (const x of causes(e)) {
+    const code = (x as { code?: unknown }).code;
+    if (code === "ENOSPC" || code === "EDQUOT") return true;
+  }
+  return false;
+}
+
+/**
+ * A local folder the work must write cannot be written (read-only, immutable, no permission, no room): a
+ * person has to act, and the work then succeeds as it is. The message names the folder and what to do.
+ */
+export class StorageBlockedError extends Error {
+  override name = "StorageBlockedError";
+}
+
+/** Any storage that cannot take the work's writes now: the NATS store full (DiskFullError, "insufficient
+ *  resources"), a local disk full, a folder not writable. Work that fails of it waits for a person to make room
+ *  instead of spending its retries, and goes on as it is once they have. */
+export function isDiskFull(e: unknown): boolean {
+  for (const x of causes(e)) if (x instanceof DiskFullError || x instanceof StorageBlockedError) return true;
+  return isStoreFull(e) || isNoRoomOnDisk(e);
+}
+
 /** The error and its causes, at most five deep. */
 function* causes(e: unknown): Generator<Error> {
   let x: unknown = e;

@@ -10,6 +10,7 @@ import { CheckpointDir } from "../runtime/checkpoint-dir.js";
 import { evalSchedule } from "../../rl/eval-schedule.js";
 import {
   StateKeys,
+  stateObjectName,
   type CheckpointChannel,
   type RestoreChannel,
   type RestoreReply,
@@ -34,6 +35,9 @@ export class CheckpointActor implements Actor {
   async run(): Promise<void> {
     const { ctx } = this;
     this.dir = new CheckpointDir(join(ctx.runDir, "checkpoints"), ctx.config.run);
+    const partial = this.dir.sweepPartial();
+    if (partial.length) ctx.log.warn({ removed: partial }, "removed partial checkpoint folders of writes that never finished");
+    await this.dropSuperseded();
     const serveRestores = this.restores.serve((req) => this.restore(req), ctx.signal);
     const prune = this.weights.onAnnouncement(
       async (ann) => {
@@ -53,16 +57,27 @@ export class CheckpointActor implements Actor {
   private async persist(ann: StateAnnouncement, state: Uint8Array | null): Promise<void> {
     const { ctx } = this;
     if (state === null) {
-      // Already persisted and cleaned up by an earlier delivery.
-      if (this.dir.steps().includes(ann.step)) return;
+      // Already persisted and cleaned up by an earlier delivery, or superseded by a newer checkpoint.
+      if (this.dir.steps().includes(ann.step) || (this.dir.steps()[0] ?? -1) > ann.step) return;
       throw new Error(`state object ${ann.object} is not in the object store`);
     }
     const manifest = await ctx.health.work(`write checkpoint step ${ann.step}`, () => this.dir.write(ann.step, state));
     const removed = this.dir.prune(ctx.config.checkpoint.keepLast);
     await this.state.put(StateKeys.checkpointLatest, ann.step);
     await this.checkpoints.deleteObject(ann.object);
+    await this.dropSuperseded();
     ctx.log.info({ step: ann.step, bytes: manifest.bytes, removed }, "checkpoint written");
     await ctx.publishMetrics("checkpoint", { step: ann.step, bytes: manifest.bytes }, ann.step);
+  }
+
+  /** State objects older than the newest checkpoint on disk (left by announcements set aside, or by a crash
+   *  between a write and its delete) are of no use to anyone: they would only fill the store. */
+  private async dropSuperseded(): Promise<void> {
+    const newest = this.dir.steps()[0];
+    if (newest === undefined) return;
+    const stale = (await this.checkpoints.stateSteps().catch(() => [])).filter((s) => s < newest);
+    for (const s of stale) await this.checkpoints.deleteObject(stateObjectName(s));
+    if (stale.length) this.ctx.log.info({ steps: stale, newest }, "deleted state objects superseded by a newer checkpoint");
   }
 
   private async restore(req: RestoreRequest): Promise<RestoreReply> {

@@ -1,7 +1,7 @@
 // Checkpoints on disk: runs/<run>/checkpoints/step-XXXXXXXX/{state.safetensors, manifest.json}.
 // Written into a temp folder, fsynced, then renamed, so a crash never leaves a half checkpoint that
 // looks whole; the manifest's sha256 is checked before a checkpoint is used.
-import { sha256Hex } from "../../streams/index.js";
+import { sha256Hex, StorageBlockedError } from "../../streams/index.js";
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
 
@@ -35,6 +35,33 @@ function fsyncDir(path: string): void {
   }
 }
 
+function alive(pid: number): boolean {
+  if (pid === process.pid) return false; // ours, from a write that did not finish: nothing writes it now
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (e) {
+    return (e as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+const FIXES: Record<string, string> = {
+  ENOSPC: "no space left on its disk: free space",
+  EDQUOT: "its disk quota is spent: free space or raise the quota",
+  EACCES: "no permission to write it: fix its permissions",
+  EPERM: "it may not be written (immutable or not ours): fix its attributes (lsattr) or owner",
+  EROFS: "its file system is read-only: remount it read-write or set outDir elsewhere",
+};
+
+/** The folder-level failure a person must fix, as a StorageBlockedError; null for any other error. */
+function blocked(e: unknown, root: string, step: number): StorageBlockedError | null {
+  const code = (e as NodeJS.ErrnoException).code;
+  const fix = code ? FIXES[code] : undefined;
+  if (!fix) return null;
+  const what = code === "ENOSPC" || code === "EDQUOT" ? "disk full" : "checkpoint folder not writable";
+  return new StorageBlockedError(`${what}: cannot write checkpoint step ${step} to ${root} (${code}): ${fix}`, { cause: e });
+}
+
 export class CheckpointDir {
   constructor(
     readonly root: string,
@@ -43,14 +70,35 @@ export class CheckpointDir {
     mkdirSync(root, { recursive: true });
   }
 
+  /** Removes the temp folders of writes whose process is gone (killed mid-write, or it failed before cleaning up). */
+  sweepPartial(): string[] {
+    const gone = readdirSync(this.root).filter((n) => {
+      const m = /^step-\d{8}\.tmp-(\d+)$/.exec(n);
+      return m !== null && !alive(Number(m[1]));
+    });
+    for (const n of gone) rmSync(join(this.root, n), { recursive: true, force: true });
+    return gone;
+  }
+
   dirFor(step: number): string {
     return join(this.root, `step-${String(step).padStart(8, "0")}`);
   }
 
+  /** Writes it whole or not at all: a failed write leaves no temp folder; a folder that cannot take it is a
+   *  StorageBlockedError naming it and what to do. */
   write(step: number, state: Uint8Array): CheckpointManifest {
+    const tmp = `${this.dirFor(step)}.tmp-${process.pid}`;
+    try {
+      return this.writeVia(tmp, step, state);
+    } catch (e) {
+      rmSync(tmp, { recursive: true, force: true });
+      throw blocked(e, this.root, step) ?? e;
+    }
+  }
+
+  private writeVia(tmp: string, step: number, state: Uint8Array): CheckpointManifest {
     const sha256 = sha256Hex(state);
     const final = this.dirFor(step);
-    const tmp = `${final}.tmp-${process.pid}`;
     rmSync(tmp, { recursive: true, force: true });
     mkdirSync(tmp, { recursive: true });
     const manifest: CheckpointManifest = {

@@ -14,6 +14,11 @@ export function consumeOptions(ctx: ActorContext, what: string, maxInFlight: num
     // Progress heartbeats well inside the consumers' ack wait.
     heartbeatMs: Math.max(200, Math.min(10_000, Math.floor(ctx.config.nats.taskAckWaitMs / 3))),
     onError: (e, m) => ctx.log.warn({ seq: m.seq, delivery: m.info.deliveryCount, err: (e as Error).message }, `${what} failed`),
+    onBlocked: (reason) => {
+      ctx.health.blocked(reason && `${what}: ${reason}; waiting, and going on once that is fixed`);
+      if (reason) ctx.log.error({ err: reason }, `${what} waits: storage blocked`);
+      else ctx.log.info(`${what}: storage writable again, going on`);
+    },
     onOutcome: (r) => {
       outcomes.inc();
       if (r.kind === "dead-lettered") {

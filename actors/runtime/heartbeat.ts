@@ -65,6 +65,7 @@ export class Health {
   private busyMs = 0;
   private readonly waitMs: Record<string, number> = {};
   private inFlightCount = 0;
+  private blockedBy: string | null = null;
   private timer: NodeJS.Timeout | null = null;
   private beating: Promise<void> | null = null;
   /** Stopped or exited: a signal that arrives later must not write the key again. */
@@ -110,6 +111,13 @@ export class Health {
   /** Every instance's record in the run's health bucket (this one's included). */
   peers(): Promise<HealthEntry[]> {
     return this.o.board.read();
+  }
+
+  /** Why the actor cannot go on (null: it can); written at once, and in every heartbeat while it lasts. */
+  blocked(reason: string | null): void {
+    if (reason === this.blockedBy) return;
+    this.blockedBy = reason;
+    if (this.timer) this.beat();
   }
 
   /** Messages being handled now (the consume loop keeps it). */
@@ -170,6 +178,7 @@ export class Health {
       lastLog: this.o.lastLog(),
       time: new Date(now).toISOString(),
       intervalMs: this.intervalMs,
+      ...(this.blockedBy ? { blocked: this.blockedBy } : {}),
     };
   }
 

@@ -90,7 +90,7 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   session.progress.start();
   process.stdout.write(`run ${run.config.run}: actors started, logs in ${join(run.runDir, "logs")}\n`);
 
-  const evals = opts.eval !== false ? new EvalFeed(session.state, run.runDir, (line) => session.say(line)) : null;
+  const evals = opts.eval !== false ? new EvalFeed(session.state, run.runDir, (line) => session.say(line), session.disk) : null;
   try {
     await waitForRl(session, outage, evals);
     return await endRun(session, outage, evals);
@@ -113,6 +113,7 @@ function actorLauncher(s: TrainSession, metricsPort?: string): ActorLauncher {
     natsUrl: s.url,
     logDir,
     metricsPortBase: Number(metricsPort ?? s.config.actors.metricsPort),
+    diskFull: s.disk,
     onExit: (spec, code, signal, willRestart) => {
       if ((code === 0 && !signal) || s.stopping) return;
       // Code 4: it could not renew its lease in time (a NATS outage longer than the lease), or another took it.

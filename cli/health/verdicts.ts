@@ -15,7 +15,7 @@ export interface HealthThresholds {
 
 export const DEFAULT_THRESHOLDS: HealthThresholds = { staleMs: 10_000, stuckMs: 60_000 };
 
-export type Verdict = "healthy" | "silent" | "stuck" | "exited" | "unreadable";
+export type Verdict = "healthy" | "silent" | "stuck" | "blocked" | "exited" | "unreadable";
 
 export interface InstanceHealth {
   key: string;
@@ -95,6 +95,7 @@ export function classifyInstance(e: HealthEntry, now: number, t: HealthThreshold
       reason: `exited cleanly at ${hb.exitedAt ?? hb.time}`,
     };
   if (ageMs > t.staleMs) return { ...base, verdict: "silent", reason: `no heartbeat for ${secs(ageMs)} (last: ${describe(hb)})` };
+  if (hb.blocked) return { ...base, verdict: "blocked", reason: hb.blocked };
   const stuckable = hb.state === "working" || hb.state === "draining" || (hb.state === "waiting" && !hb.idle);
   if (stuckable && forMs > t.stuckMs) return { ...base, verdict: "stuck", reason: `${describe(hb)} for ${secs(forMs)}` };
   return { ...base, verdict: "healthy", reason: `${describe(hb)} for ${secs(forMs)}` };
@@ -107,7 +108,7 @@ export function classifyInstance(e: HealthEntry, now: number, t: HealthThreshold
 export function classifyRun(entries: readonly HealthEntry[], runStatus: string | undefined, now: number, t: HealthThresholds = DEFAULT_THRESHOLDS): RunHealth {
   const instances = entries.map((e) => classifyInstance(e, now, t));
   const problems = instances
-    .filter((i) => i.verdict === "silent" || i.verdict === "stuck" || i.verdict === "unreadable")
+    .filter((i) => i.verdict === "silent" || i.verdict === "stuck" || i.verdict === "blocked" || i.verdict === "unreadable")
     .map((i) => `${instanceLabel(i.actor, i.instance)} ${i.verdict}: ${i.reason}`);
   const live = instances.filter((i) => i.verdict !== "exited");
   if (runStatus === "failed") problems.push("run status is failed");
@@ -126,7 +127,7 @@ export async function healthAlerts(nc: NatsConnection, run: string, thresholds: 
   const t = { ...DEFAULT_THRESHOLDS, ...thresholds };
   return entries
     .map((e) => classifyInstance(e, Date.now(), t))
-    .filter((i) => i.verdict === "silent" || i.verdict === "stuck")
+    .filter((i) => i.verdict === "silent" || i.verdict === "stuck" || i.verdict === "blocked")
     .map((i) => {
       const log = i.lastLog ? `; last log ${i.lastLog.level}: ${i.lastLog.msg}` : "";
       return `${instanceLabel(i.actor, i.instance)} ${i.verdict}: ${i.reason}${log}`;

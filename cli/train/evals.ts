@@ -1,18 +1,22 @@
 // How `train` says the evaluator's held-out results: a line per evaluated version as it arrives (kept in
 // runs/<run>/eval.json), and at the end the curve and the figures before and after RL.
-import { writeFileSync } from "node:fs";
+import { renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { RunConfig } from "../../actors/runtime/config.js";
-import { StateKeys, type HeldOutResult, type RunState } from "../../streams/index.js";
+import { isNoRoomOnDisk, StateKeys, type HeldOutResult, type RunState } from "../../streams/index.js";
+import type { DiskFullWatcher } from "../../deploy/local/append-log.js";
 
 /** The evaluator's results, each version said once as it arrives, and all of them kept in runs/<run>/eval.json. */
 export class EvalFeed {
   private readonly shown = new Set<string>();
+  /** eval.json could not be written for want of room: written again at the next show(). */
+  private unsaved = false;
 
   constructor(
     private readonly state: RunState,
     private readonly runDir: string,
     private readonly say: (line: string) => void,
+    private readonly disk?: DiskFullWatcher,
   ) {}
 
   async show(): Promise<Record<string, HeldOutResult>> {
@@ -28,8 +32,23 @@ export class EvalFeed {
           : `held-out pass@1 at v${v}: ${r.passAt1.toFixed(3)} on ${r.n} problems${passAtKText(r)}${splitsText(r)} (${r.seconds.toFixed(1)} s)`,
       );
     }
-    if (fresh) writeFileSync(join(this.runDir, "eval.json"), JSON.stringify(results, null, 2) + "\n");
+    if (fresh || this.unsaved) this.save(results);
     return results;
+  }
+
+  /** Whole or not at all (a temp file renamed); a full disk is said once and the write tried again later. */
+  private save(results: Record<string, HeldOutResult>): void {
+    const path = join(this.runDir, "eval.json");
+    try {
+      writeFileSync(`${path}.tmp`, JSON.stringify(results, null, 2) + "\n");
+      renameSync(`${path}.tmp`, path);
+      if (this.unsaved) this.disk?.back(path, 0, 0);
+      this.unsaved = false;
+    } catch (e) {
+      if (!isNoRoomOnDisk(e)) throw e;
+      if (!this.unsaved) this.disk?.full(path, e as Error);
+      this.unsaved = true;
+    }
   }
 }
 

@@ -1,7 +1,7 @@
 // The live view of a run: every metrics event goes to runs/<run>/metrics.jsonl and every learner StepRecord
 // to runs/<run>/steps.jsonl, and a progress display shows step, reward, pass rate, tokens/s, staleness and
 // queue depths. Without a TTY it prints a line every few seconds instead of redrawing.
-import { appendFileSync } from "node:fs";
+import { AppendLog, type DiskFullWatcher } from "../../deploy/local/append-log.js";
 import type { NatsConnection, Subscription } from "@nats-io/transport-node";
 import type { JetStreamManager } from "@nats-io/jetstream";
 import cliProgress from "cli-progress";
@@ -51,27 +51,32 @@ export class RunProgress {
   private bar: cliProgress.SingleBar | null = null;
   private barPhase: string | null = null;
   private lastPlain = 0;
+  private readonly metricsFile: AppendLog;
+  private readonly stepsFile: AppendLog;
   readonly tty = process.stdout.isTTY === true;
 
   constructor(
     private readonly nc: NatsConnection,
     private readonly jsm: JetStreamManager,
     private readonly names: RunNames,
-    private readonly files: { metrics: string; steps: string },
+    files: { metrics: string; steps: string },
     rlSteps: number,
+    diskFull: DiskFullWatcher,
   ) {
     this.state.steps = rlSteps;
+    this.metricsFile = new AppendLog(files.metrics, diskFull);
+    this.stepsFile = new AppendLog(files.steps, diskFull);
   }
 
   start(): void {
     this.follow(this.names.subjects.metricsAll, (data) => {
       const e = decodeMsgpack(MetricsEventSchema, data, "metrics event");
-      appendFileSync(this.files.metrics, `${JSON.stringify(e)}\n`);
+      this.metricsFile.write(`${JSON.stringify(e)}\n`);
       this.apply(e);
     });
     this.follow(this.names.subjects.steps, (data) => {
       const r = decodeMsgpack(StepRecordSchema, data, "step record");
-      appendFileSync(this.files.steps, `${JSON.stringify(r)}\n`);
+      this.stepsFile.write(`${JSON.stringify(r)}\n`);
       this.applyStep(r);
     });
     this.timer = setInterval(() => void this.poll(), 1000);
@@ -201,6 +206,8 @@ export class RunProgress {
   stop(): void {
     if (this.timer) clearInterval(this.timer);
     for (const sub of this.subs) sub.unsubscribe();
+    this.metricsFile.close();
+    this.stepsFile.close();
     this.bar?.stop();
   }
 }

@@ -14,6 +14,7 @@ import { LIVE_URL_FILE } from "../run-nats.js";
 import type { OwnedRun } from "./owner.js";
 import type { PreparedRun } from "./prepare.js";
 import { RunProgress } from "./progress.js";
+import { DiskReport } from "./disk-report.js";
 import type { FoundServer, ServerHolder } from "./server.js";
 
 export class TrainSession implements ServerHolder {
@@ -35,6 +36,8 @@ export class TrainSession implements ServerHolder {
     readonly state: RunState,
     /** Not started until the actors are: a finished run's summary is printed without it. */
     readonly progress: RunProgress,
+    /** Says when the run folder's disk is full and when it has room again. */
+    readonly disk: DiskReport,
   ) {}
 
   /** Makes sure the streams and buckets of the run train owns exist, and keeps its lease: lost to another train, the run stops. */
@@ -47,8 +50,9 @@ export class TrainSession implements ServerHolder {
       taskAckWaitMs: config.nats.taskAckWaitMs,
     });
     const files = { metrics: join(runDir, "metrics.jsonl"), steps: join(runDir, "steps.jsonl") };
-    const progress = new RunProgress(nc, topology.jsm, topology.names, files, config.rl.steps);
-    const s = new TrainSession(run, found.url, found.server, nc, lease, new RunState(topology.kv), progress);
+    const disk = new DiskReport(runDir, (line) => progress.say(line));
+    const progress = new RunProgress(nc, topology.jsm, topology.names, files, config.rl.steps, disk);
+    const s = new TrainSession(run, found.url, found.server, nc, lease, new RunState(topology.kv), progress, disk);
     lease.keep((why) => (s.fatal ??= `another train owns the run now: ${why}`), { fence: false });
     return s;
   }

@@ -3,7 +3,7 @@
 // marked done and the last checkpoint written. Every path stops what train started before it prints.
 import { setTimeout as sleep } from "node:timers/promises";
 import { evalSchedule } from "../../rl/eval-schedule.js";
-import { StateKeys, type HeldOutResult } from "../../streams/index.js";
+import { HealthBoard, openWire, StateKeys, type HeldOutResult } from "../../streams/index.js";
 import { printSummary, type EvalFeed } from "./evals.js";
 import type { OutageReport } from "./outage.js";
 import type { TrainSession } from "./session.js";
@@ -85,9 +85,28 @@ export async function finalEvals(
   return results;
 }
 
-/** Gives the orchestrator and the checkpoint actor up to 30 s to mark the run done and write the final state. */
+/**
+ * Gives the orchestrator and the checkpoint actor up to 30 s to mark the run done and write the final state,
+ * and as long as it takes while the checkpoint actor says it is blocked (a full disk): that wait is said once,
+ * and ends when the state is written or on Ctrl-C.
+ */
 async function runMarkedDone(s: TrainSession): Promise<void> {
-  const deadline = Date.now() + 30_000;
+  let deadline = Date.now() + 30_000;
   while (Date.now() < deadline && (await s.state.get(StateKeys.runStatus).catch(() => undefined)) !== "done") await sleep(250);
-  while (Date.now() < deadline && ((await s.state.get(StateKeys.checkpointLatest).catch(() => undefined)) ?? -1) < s.config.rl.steps) await sleep(250);
+  let said = false;
+  for (let n = 0; !s.interrupted; n++) {
+    if (((await s.state.get(StateKeys.checkpointLatest).catch(() => undefined)) ?? -1) >= s.config.rl.steps) return;
+    const blocked = n % 8 === 0 ? await checkpointBlocked(s) : null;
+    if (blocked) deadline = Date.now() + 30_000;
+    if (blocked && !said) s.say(`waiting for the final checkpoint: ${blocked}`);
+    said ||= blocked !== null;
+    if (Date.now() > deadline) return;
+    await sleep(250);
+  }
+}
+
+/** Why the checkpoint actor says it cannot go on, or null. */
+async function checkpointBlocked(s: TrainSession): Promise<string | null> {
+  const entries = await new HealthBoard(openWire(s.nc, s.config.run).health).read().catch(() => []);
+  return entries.find((e) => !e.exited && e.heartbeat?.actor === "checkpoint" && e.heartbeat.blocked)?.heartbeat?.blocked ?? null;
 }

@@ -2,8 +2,9 @@
 // logs to runs/<run>/logs/<actor>.log, restarts one that dies unexpectedly, and drains them all on stop.
 import { killWithParent } from "./child-reaper.js";
 import { spawn, type ChildProcess } from "node:child_process";
-import { createWriteStream, mkdirSync, type WriteStream } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
+import { AppendLog, type DiskFullWatcher } from "./append-log.js";
 
 export interface ActorSpec {
   name: string;
@@ -16,7 +17,7 @@ interface Running {
   spec: ActorSpec;
   child: ChildProcess;
   restarts: number;
-  log: WriteStream;
+  log: AppendLog;
 }
 
 export interface LauncherOptions {
@@ -27,7 +28,11 @@ export interface LauncherOptions {
   maxRestarts?: number;
   metricsPortBase?: number;
   onExit?: (spec: ActorSpec, code: number | null, signal: string | null, willRestart: boolean) => void;
+  /** Told when the log folder's disk is full and when it has room again (the actors' output waits in memory). */
+  diskFull?: DiskFullWatcher;
 }
+
+const QUIET: DiskFullWatcher = { full: () => undefined, back: () => undefined };
 
 /** A restart after this long up is not part of a crash loop. */
 const RESTART_WINDOW_MS = 60_000;
@@ -49,15 +54,16 @@ export class ActorLauncher {
     const id = ActorLauncher.instanceName(spec);
     const args = [this.o.binPath, "actor", spec.name, "--config", this.o.configPath, "--nats", this.o.natsUrl, "--instance", id];
     if (this.o.metricsPortBase && this.o.metricsPortBase > 0) args.push("--metrics-port", String(this.o.metricsPortBase + this.portCounter++));
-    const log = this.running.get(id)?.log ?? createWriteStream(join(this.o.logDir, `${id}.log`), { flags: "a" });
+    const log = this.running.get(id)?.log ?? new AppendLog(join(this.o.logDir, `${id}.log`), this.o.diskFull ?? QUIET);
     // Each actor a session of its own (detached: setsid), as each is its own service in a deployment. Where the
     // kernel shares the CPU between sessions first (autogroups: a host whose processes all sit in the root
     // cgroup), the learner, inference and the sandbox service would otherwise split one share between them
     // against every sandbox's and every execution's own (sandbox/README.md). A terminal's Ctrl-C then
     // reaches `train` alone, which drains them (stopAll); they still end with it (killWithParent).
     const child = killWithParent(spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...spec.env }, detached: true }));
-    child.stdout!.pipe(log, { end: false });
-    child.stderr!.pipe(log, { end: false });
+    // Read whatever the disk does: an actor blocked on a full pipe would stop working.
+    child.stdout!.on("data", (d: Buffer) => log.write(d));
+    child.stderr!.on("data", (d: Buffer) => log.write(d));
     const entry: Running = { spec, child, restarts, log };
     this.running.set(id, entry);
     const startedAt = Date.now();
@@ -94,7 +100,7 @@ export class ActorLauncher {
         }),
     );
     await Promise.all(waits);
-    for (const r of this.running.values()) r.log.end();
+    for (const r of this.running.values()) r.log.close();
   }
 
   /** Waits for one actor (all replicas) to exit on its own. */

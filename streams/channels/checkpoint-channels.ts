@@ -12,7 +12,7 @@ import { stateObjectName } from "../subjects.js";
 import type { Wire } from "../wire.js";
 import type { ConsumeOptions } from "./consume-options.js";
 import { MsgpackChannel } from "./msgpack-channel.js";
-import { deleteObject, getObject, putObject } from "./objects.js";
+import { deleteObject, getObject, objectNames, putObject } from "./objects.js";
 
 export class CheckpointChannel {
   readonly announcements: MsgpackChannel<typeof StateAnnouncementSchema>;
@@ -57,6 +57,15 @@ export class CheckpointChannel {
       }
       await handler(ann, state);
     }, o);
+  }
+
+  /** Steps of the state objects in the store (state-<step>; restore objects are not among them). */
+  async stateSteps(): Promise<number[]> {
+    const names = await objectNames(this.wire.names.objectBucket, await this.wire.jsm());
+    return names.flatMap((n) => {
+      const m = /^state-(\d+)$/.exec(n);
+      return m ? [Number(m[1])] : [];
+    });
   }
 
   /** Deletes a state object, leaving nothing of it in the store (objects.ts deleteObject); a failure is ignored. */

@@ -22,6 +22,8 @@ export interface ConsumeOptions {
   crashLimit?: number;
   onOutcome?(o: Outcome): void;
   onError?(e: unknown, msg: JsMsg): void;
+  /** Work waits for room on a full disk: the reason when it starts waiting, null when it goes on. */
+  onBlocked?(reason: string | null): void;
   /** What the actor's health report sees of the loop (actors/runtime/heartbeat.ts). */
   activity?: ConsumeActivity;
 }
@@ -51,6 +53,8 @@ export async function consumeDurable(wire: Wire, stream: string, durable: string
         maxDeliver: o.maxDeliver ?? 10,
         heartbeatMs: o.heartbeatMs,
         onError: o.onError,
+        onBlocked: o.onBlocked,
+        signal: o.signal,
         attempts: new AttemptLedger(() => wire.attempts(), durable),
         crashLimit: o.crashLimit,
       }),
