@@ -100,7 +100,7 @@ export class CheckpointDir {
     const sha256 = sha256Hex(state);
     const final = this.dirFor(step);
     rmSync(tmp, { recursive: true, force: true });
-    mkdirSync(tmp, { recursive: true });
+    mkdirSync(tmp); // not recursive: a recursive mkdir says ENOENT where the file system is read-only
     const manifest: CheckpointManifest = {
       format: "rollstream-checkpoint-1",
       run: this.run,
