@@ -105,7 +105,7 @@ export class EvaluatorActor implements Actor {
     const { config, metrics } = this.ctx;
     return {
       envs: [...(await loadRunEnvironments(config)).values()],
-      model: createPolicyModel(config, { threads: config.actors.evaluator.threads }),
+      model: createPolicyModel(config, { threads: config.actors.evaluator.threads, log: this.ctx.log }),
       tokenizer: createTokenizer(config),
       evaluated: metrics.counter("evaluations_total", "policy versions evaluated"),
       passGauge: metrics.gauge("eval_pass_at_1", "greedy held-out pass@1 of the newest evaluated version"),

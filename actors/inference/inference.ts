@@ -43,7 +43,7 @@ export class InferenceActor implements Actor {
     this.envs = await loadRunEnvironments(config);
     this.limits = taskLimitsOf(config, this.envs);
     const tokenizer = createTokenizer(config);
-    const model = createPolicyModel(config, { threads: config.actors.inference.threads });
+    const model = createPolicyModel(config, { threads: config.actors.inference.threads, log: ctx.log });
 
     // Wait for the first policy (after SFT, or the learner's initial weights).
     let version = -1;

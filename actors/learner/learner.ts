@@ -60,7 +60,7 @@ export class LearnerActor implements Actor {
   async run(): Promise<void> {
     const { ctx } = this;
     const { config, log } = ctx;
-    this.model = createPolicyModel(config, { threads: config.model.threads });
+    this.model = createPolicyModel(config, { threads: config.model.threads, log: ctx.log });
     log.info({ params: this.model.numParams, device: this.model.device }, "model ready");
     await this.restore();
     if (ctx.signal.aborted) return;

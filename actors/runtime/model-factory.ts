@@ -1,7 +1,7 @@
 // Builds the policy model and tokenizer a run config describes; the same for learner, inference and eval.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { PolicyModel } from "../../kernels/index.js";
+import { backendInfo, PolicyModel } from "../../kernels/index.js";
 import { fromHfConfig } from "../../kernels/hf-config.js";
 import { loadTokenizer, type Tokenizer } from "../../kernels/tokenizer.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
@@ -60,8 +60,9 @@ export function createTokenizer(config: RunConfig): Tokenizer {
   return loadTokenizer({ kind: "byte" });
 }
 
-/** Random init from `model.seed`, or the checkpoint at `model.path`. */
-export function createPolicyModel(config: RunConfig, opts: { threads?: number } = {}): PolicyModel {
+/** Random init from `model.seed`, or the checkpoint at `model.path`; `log` hears which kernel backend runs it and why
+ *  (with `model.device: auto`, why not CUDA: not built, or no GPU visible). */
+export function createPolicyModel(config: RunConfig, opts: { threads?: number; log?: { info(obj: object, msg: string): void } } = {}): PolicyModel {
   const cfg = modelConfigOf(config);
   const tok = createTokenizer(config);
   if (tok.vocabSize > cfg.vocabSize) {
@@ -75,5 +76,12 @@ export function createPolicyModel(config: RunConfig, opts: { threads?: number } 
   }
   const model = PolicyModel.create(cfg, { seed: config.model.seed, threads: opts.threads ?? config.model.threads, device: config.model.device });
   if (config.model.path) model.loadSafetensors(new Uint8Array(readFileSync(join(config.model.path, "model.safetensors"))));
+  if (opts.log) {
+    const be = backendInfo(config.model.device);
+    opts.log.info(
+      { device: be.device, requested: config.model.device, why: be.reason, simd: be.simd, blas: be.blas },
+      `kernel backend: ${be.device} (${be.reason})`,
+    );
+  }
   return model;
 }
