@@ -119,24 +119,36 @@ ${o.pkg}
 // Args are validated: a typo or a bad value is an error naming this environment.
 export const argsSchema = z.object({ seed: z.number().int().default(0), evalSize: z.number().int().min(1).default(100) }).strict();
 
-// Short words and a one-letter tag: prompt and reply fit a 64-token context with room to sample.
-const WORDS = ["banana", "cherry", "apple", "kiwi", "mango", "papaya", "grape", "lemon"];
+// Count a letter in a made-up word: short enough for a 64-token context, and millions of distinct problems, so
+// the held-out split can be disjoint from train (a problem is held out when its hash says so, whichever split drew it).
+const LETTERS = "abcdefgh";
+const heldOut = (word: string, letter: string) => fnv1a(\`\${letter}:\${word}\`) % 10 === 0;
+
+function fnv1a(s: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 0x01000193) >>> 0;
+  return h;
+}
 
 export const loadEnvironment: LoadEnvironment = (rawArgs) => {
   const args = parseEnvArgs(pkg.name, argsSchema, rawArgs);
   const parser = new XMLParser(["a"]);
 
-  // Rows are a pure function of (seed, split, index): restarts and other actors see the same task.
+  // Rows are a pure function of (seed, split, index): restarts and other actors see the same task. A split
+  // draws until the problem is on its side of the hash: train never sees an eval problem.
   const row = (split: DatasetSplit, index: number): DatasetRow => {
     const rng = rngFor(args.seed, split, index);
-    const word = rng.pick(WORDS);
-    const letter = rng.pick([...new Set(word)]);
-    return {
-      id: \`\${split}-\${index}\`,
-      prompt: [{ role: "user", content: \`"\${letter}" in \${word}?\` }],
-      answer: String([...word].filter((c) => c === letter).length),
-      info: { word, letter },
-    };
+    for (;;) {
+      const word = Array.from({ length: rng.int(4, 7) }, () => rng.pick([...LETTERS])).join("");
+      const letter = rng.pick([...LETTERS]);
+      if (heldOut(word, letter) !== (split !== "train")) continue;
+      return {
+        id: \`\${split}-\${index}\`,
+        prompt: [{ role: "user", content: \`"\${letter}" in \${word}?\` }],
+        answer: String([...word].filter((c) => c === letter).length),
+        info: { word, letter },
+      };
+    }
   };
 
   const rubric = new Rubric({ parser })
@@ -175,6 +187,16 @@ test("${name}: deterministic rows, right and wrong answers", async () => {
   const scores = await env.scoreGroup(rollouts, row, {});
   assert.deepEqual(scores.map((s) => s.reward), [1, 0, 0]);
   assert.deepEqual(scores[2]!.errors, ["parse: no <a> field"]);
+});
+
+test("${name}: the eval split shares no problem with train", async () => {
+  const env = await loadEnvironment({});
+  const key = (r: { prompt: Array<{ content: string }> }) => r.prompt[0]!.content;
+  const evalRows = env.dataset("eval");
+  const held = new Set(Array.from({ length: evalRows.size }, (_, i) => key(evalRows.row(i))));
+  assert.ok(held.size > evalRows.size / 2, "eval rows are varied");
+  const train = env.dataset("train");
+  for (let i = 0; i < 5000; i++) assert.ok(!held.has(key(train.row(i))), \`train row \${i} is an eval problem\`);
 });
 
 test("${name}: every prompt and its target reply fit a 64-token context (the demo model's) with room to sample", async () => {

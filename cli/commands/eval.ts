@@ -88,7 +88,7 @@ export function registerEvalCommand(program: Command, deps: EvalCommandDeps): vo
       },
       "eval",
     )
-    .option("--temperature <t>", "sampling temperature", num(0), 1)
+    .option("--temperature <t>", "sampling temperature (the run's evaluator is greedy, 0, for its pass@1; 1 here samples for pass@k)", num(0), 1)
     .option("--top-p <p>", "nucleus sampling mass", num(Number.MIN_VALUE, 1), 1)
     .option("--top-k <k>", "top-k (0 = off)", int(0), 0)
     .option("--max-tokens <n>", "new tokens per model turn", int(1), 256)
@@ -212,14 +212,20 @@ function progressBar(flags: EvalFlags): { onProgress(p: EvalProgress): void; sto
 
 /** The summary on stdout (JSON with --json); where the results are, and an interruption (exit code 130), on stderr. */
 function printReport(report: EvalReport, flags: EvalFlags, outDir: string): void {
-  if (flags.json) process.stdout.write(JSON.stringify(report.summary, null, 2) + "\n");
-  else process.stdout.write(formatSummary(report.summary) + "\n");
+  if (flags.json) process.stdout.write(JSON.stringify({ ...report.summary, sampling: samplingOf(flags) }, null, 2) + "\n");
+  else process.stdout.write(`${samplingLine(flags)}\n${formatSummary(report.summary)}\n`);
   if (report.resumed) process.stderr.write(`resumed ${report.resumed} finished rollouts from ${outDir}\n`);
   process.stderr.write(`results: ${join(outDir, "results.jsonl")}\n`);
   if (report.interrupted) {
     process.stderr.write("interrupted: run the same command again to resume\n");
     process.exitCode = 130;
   }
+}
+
+/** Which decoding the figures come from: `train`'s held-out pass@1 is greedy, and this command samples by default. */
+export function samplingLine(flags: Pick<EvalFlags, "temperature" | "topP" | "topK" | "rollouts">): string {
+  if (flags.temperature === 0) return `decoding    greedy (temperature 0), as the run's evaluator: pass@1 comparable with train's held-out pass@1`;
+  return `decoding    sampled: temperature ${flags.temperature}, top-p ${flags.topP}, top-k ${flags.topK}, ${flags.rollouts} rollouts per example (train's held-out pass@1 is greedy: --temperature 0 -r 1 gives that figure)`;
 }
 
 /**

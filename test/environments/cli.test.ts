@@ -78,6 +78,11 @@ test("rollstream eval: runs, prints the report, saves results, resumes", async (
   assert.match(r.out, /arithmetic@1\.0\.0: 4 examples x 2 rollouts = 8 samples/);
   assert.match(r.out, /reward +mean 1 +std 0/);
   assert.match(r.out, /pass@1 1 +pass@2 1/);
+  // The default samples (temperature 1); the report says so, and how to get train's greedy figure.
+  assert.match(
+    r.out,
+    /decoding +sampled: temperature 1, top-p 1, top-k 0, 2 rollouts per example \(train's held-out pass@1 is greedy: --temperature 0 -r 1 gives that figure\)$/m,
+  );
   assert.equal(readFileSync(join(out, "results.jsonl"), "utf8").trim().split("\n").length, 8);
   const meta = JSON.parse(readFileSync(join(out, "metadata.json"), "utf8"));
   assert.deepEqual(meta.sampling, { temperature: 1, topP: 1, topK: 0, maxTokens: 8 });
@@ -108,6 +113,31 @@ test("rollstream eval: runs, prints the report, saves results, resumes", async (
   );
   assert.match(again.err, /resumed 8 finished rollouts/);
   assert.equal(JSON.parse(again.out).samples, 8);
+  assert.deepEqual(JSON.parse(again.out).sampling, { temperature: 1, topP: 1, topK: 0, maxTokens: 8 });
+  const greedy = await run(
+    [
+      "eval",
+      "arithmetic",
+      "-n",
+      "2",
+      "-r",
+      "1",
+      "--temperature",
+      "0",
+      "--checkpoint",
+      "/ckpt/step-10",
+      "--threads",
+      "2",
+      "--seed",
+      "3",
+      "-o",
+      join(tmp, "greedy"),
+      "-a",
+      '{"digits":1}',
+    ],
+    deps,
+  );
+  assert.match(greedy.out, /decoding +greedy \(temperature 0\), as the run's evaluator/m);
 });
 
 test("rollstream eval: bad flags and specs are clear errors", async () => {
