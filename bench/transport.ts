@@ -75,6 +75,14 @@ export function syntheticRolloutRows(rows: number, promptTokens: number, complet
       turnOffsets: Int32Array.of(0),
       policyVersionMin: 7,
       policyVersionMax: 8,
+      // A weight update halfway through the completion, as an engine with in-flight updates records it.
+      versionSpans:
+        completionTokens >= 2
+          ? [
+              { version: 7, start: 0, end: completionTokens >> 1 },
+              { version: 8, start: completionTokens >> 1, end: completionTokens },
+            ]
+          : [],
       reward: (next() & 1) === 0 ? 1 : 0,
       advantage: (next() / 4294967296) * 2 - 1,
       rewardComponents: { correct: next() & 1, format: 1 },

@@ -36,6 +36,7 @@ import {
   type RolloutMessageRole,
   type RolloutRow,
 } from "./rollout-schema.js";
+import { versionSpansProblem, type VersionSpan } from "./version-spans.js";
 
 /** A batch (or its input rows) broke the wire contract. `column`/`row` locate the first problem found. */
 export class RolloutBatchError extends Error {
@@ -185,6 +186,13 @@ function checkTurnOffsets(row: RolloutRow, i: number, completionLength: number):
   }
 }
 
+function checkVersionSpans(row: RolloutRow, i: number): void {
+  const spans = row.versionSpans;
+  if (!Array.isArray(spans)) rowError(i, "versionSpans", `expected an array of spans, got ${describe(spans)}`);
+  const why = versionSpansProblem(spans, { length: row.completionIds.length, mask: row.completionMask, min: row.policyVersionMin, max: row.policyVersionMax });
+  if (why) rowError(i, "versionSpans", why);
+}
+
 const MESSAGE_ROLES: ReadonlySet<unknown> = new Set<RolloutMessageRole>(ROLLOUT_MESSAGE_ROLES);
 
 function checkMessages(row: RolloutRow, i: number): void {
@@ -265,6 +273,7 @@ export function validateRolloutRow(row: RolloutRow, i: number): void {
   if (row.policyVersionMin > row.policyVersionMax) {
     rowError(i, "policyVersionMin", `${row.policyVersionMin} > policy_version_max ${row.policyVersionMax}`);
   }
+  checkVersionSpans(row, i);
   checkFloat32(row, i, "reward");
   checkFloat32(row, i, "advantage");
   checkNumberMap(row, i, "rewardComponents", true);
@@ -443,6 +452,25 @@ function messagesColumn(rows: readonly RolloutRow[]): Data {
   return makeData({ type: rolloutTypes.messages, length: n, nullCount: 0, valueOffsets: offsets, child: struct } as never) as Data;
 }
 
+/** List<Struct<version, start, end>>: three flat Int32 columns under one list offset. */
+function versionSpansColumn(rows: readonly RolloutRow[]): Data {
+  const n = rows.length;
+  const offsets = new Int32Array(n + 1);
+  for (let i = 0; i < n; i++) offsets[i + 1] = offsets[i]! + rows[i]!.versionSpans.length;
+  const total = offsets[n]!;
+  const fields = [new Int32Array(total), new Int32Array(total), new Int32Array(total)];
+  let k = 0;
+  for (const r of rows)
+    for (const sp of r.versionSpans) {
+      fields[0]![k] = sp.version;
+      fields[1]![k] = sp.start;
+      fields[2]![k++] = sp.end;
+    }
+  const children = fields.map((data) => makeData({ type: rolloutTypes.int32, length: total, nullCount: 0, data } as never) as Data);
+  const struct = makeData({ type: rolloutTypes.spanStruct, length: total, nullCount: 0, children } as never) as Data;
+  return makeData({ type: rolloutTypes.versionSpans, length: n, nullCount: 0, valueOffsets: offsets, child: struct } as never) as Data;
+}
+
 /** List<Utf8> from per-row string arrays. */
 function stringListColumn(rows: readonly RolloutRow[], get: (r: RolloutRow) => readonly string[], column: string): Data {
   const n = rows.length;
@@ -529,6 +557,7 @@ export function encodeRolloutBatchUnchecked(rows: readonly RolloutRow[], meta: R
     [Col.turnOffsets]: listColumn(rows, (r) => r.turnOffsets, Int32Array, rolloutTypes.listInt32, Col.turnOffsets),
     [Col.policyVersionMin]: int32Column(rows, (r) => r.policyVersionMin),
     [Col.policyVersionMax]: int32Column(rows, (r) => r.policyVersionMax),
+    [Col.versionSpans]: versionSpansColumn(rows),
     [Col.reward]: float32Column(rows, (r) => r.reward),
     [Col.advantage]: float32Column(rows, (r) => r.advantage),
     [Col.rewardComponents]: numberMapColumn(rows, "rewardComponents"),
@@ -830,6 +859,29 @@ function stringsAt(c: StringsListColumn, i: number): string[] {
   return out;
 }
 
+/** List<Struct<version, start, end>> column: per-row span offsets and the three Int32 children. */
+interface SpansColumn {
+  offsets: Int32Array;
+  fields: [Int32Array, Int32Array, Int32Array];
+}
+
+function spansColumnOf(d: Data, column: string, rowBase: number): SpansColumn {
+  const item = d.children[0]!;
+  const offsets = checkedOffsets(d, column, rowBase, item.length);
+  if (item.children.length !== 3) throw new RolloutBatchError(`column "${column}": expected 3 struct fields`, { column });
+  const fields = item.children.map((c) => {
+    if (c.length < item.length) throw new RolloutBatchError(`column "${column}": struct child shorter than the struct`, { column });
+    return primitive<Int32Array>(c, column);
+  }) as SpansColumn["fields"];
+  return { offsets, fields };
+}
+
+function spansAt(c: SpansColumn, i: number): VersionSpan[] {
+  const out: VersionSpan[] = [];
+  for (let e = c.offsets[i]!; e < c.offsets[i + 1]!; e++) out.push({ version: c.fields[0][e]!, start: c.fields[1][e]!, end: c.fields[2][e]! });
+  return out;
+}
+
 function decodeBatch(batch: RecordBatch, idx: ReadonlyMap<string, number>, version: number, rowBase: number, out: RolloutRow[]): void {
   const n = batch.numRows;
   const cols = batch.data.children;
@@ -885,6 +937,8 @@ function decodeBatch(batch: RecordBatch, idx: ReadonlyMap<string, number>, versi
   if (messages && messages.children.length !== 4) throw new RolloutBatchError(`column "${Col.messages}": expected 4 struct fields`, { column: Col.messages });
   const state = v2 ? stringColumn(col(Col.stateJson), Col.stateJson, rowBase) : undefined;
   const errors = v2 ? stringsListColumnOf(col(Col.errors), Col.errors, rowBase) : undefined;
+  // Version 3: per-token versions; older batches did not record them (empty).
+  const spans = version >= 3 ? spansColumnOf(col(Col.versionSpans), Col.versionSpans, rowBase) : undefined;
 
   for (let i = 0; i < n; i++) {
     const r = rowBase + i;
@@ -909,6 +963,7 @@ function decodeBatch(batch: RecordBatch, idx: ReadonlyMap<string, number>, versi
       turnOffsets: turnOffsets ? listAt(turnOffsets, i) : new Int32Array(0),
       policyVersionMin: pvMin[i]!,
       policyVersionMax: pvMax[i]!,
+      versionSpans: spans ? spansAt(spans, i) : [],
       reward: reward[i]!,
       advantage: advantage[i]!,
       rewardComponents: numberMapAt(rewardComponents, i, r),

@@ -1,6 +1,7 @@
 // zod schemas of every msgpack message on the wire. Arrow batches have their schema in rollout-schema.ts.
 import { z } from "zod";
 import { chatMessageSchema } from "../environments/api/messages.js";
+import { versionSpansProblem } from "./version-spans.js";
 
 const int = z.number().int();
 const nonNegInt = int.nonnegative();
@@ -62,6 +63,8 @@ export const RawRolloutSchema = z
     isTruncated: z.boolean(),
     policyVersionMin: int,
     policyVersionMax: int,
+    /** Which version sampled which completion tokens; absent in groups recorded before per-token versions. */
+    versionSpans: z.array(z.object({ version: int, start: nonNegInt, end: nonNegInt })).default([]),
     state: z.record(z.string(), z.unknown()),
     timings: z.object({ generateMs: z.number().nonnegative(), envMs: z.number().nonnegative() }),
   })
@@ -70,6 +73,15 @@ export const RawRolloutSchema = z
   })
   .refine((r) => r.turnOffsets.every((o, k) => o <= r.completionIds.length && (k === 0 || o >= r.turnOffsets[k - 1]!)), {
     message: "turnOffsets must be non-decreasing offsets into the completion",
+  })
+  .superRefine((r, ctx) => {
+    const why = versionSpansProblem(r.versionSpans, {
+      length: r.completionIds.length,
+      mask: r.completionMask,
+      min: r.policyVersionMin,
+      max: r.policyVersionMax,
+    });
+    if (why) ctx.addIssue({ code: "custom", path: ["versionSpans"], message: why });
   });
 export type RawRollout = z.infer<typeof RawRolloutSchema>;
 

@@ -17,6 +17,7 @@ export function toRawRollout(r: RolloutResult): RawRollout {
     ...r,
     completionMask: r.completionMask.map((m) => (m ? 1 : 0)),
     turnOffsets: r.turnOffsets ?? [],
+    versionSpans: (r.versionSpans ?? []).map((s) => ({ ...s })),
     state: jsonSafe(r.state),
   };
 }
@@ -48,6 +49,7 @@ export function toScoredRow(r: RawRollout, c: ScoredRowContext): RolloutRow {
     stateJson: JSON.stringify(r.state),
     policyVersionMin: r.policyVersionMin,
     policyVersionMax: r.policyVersionMax,
+    versionSpans: r.versionSpans,
     reward: c.reward,
     advantage: c.advantage,
     rewardComponents: c.score.components,

@@ -3,6 +3,7 @@
 // rather than guessing, so a replay of an old run fails loudly instead of training on misread columns.
 // Older versions this reader still understands are listed in ROLLOUT_SCHEMA_VERSIONS_READ, with their
 // column lists (ROLLOUT_FIELDS_V1, ...): the decoder fills the columns they lack with empty values.
+import type { VersionSpan } from "./version-spans.js";
 import { Bool, Dictionary, Field, Float32, Float64, Int32, List, Map_, Schema, Struct, Uint8, Utf8, type DataType } from "apache-arrow";
 
 /**
@@ -10,10 +11,12 @@ import { Bool, Dictionary, Field, Float32, Float64, Int32, List, Map_, Schema, S
  * - 1: tokens, rewards, stop reason, turns, generate/score timings.
  * - 2: + example_index, turn_offsets, metrics, env_ms, messages, state, errors (everything the rollout
  *   produced survives to the row).
+ * - 3: + policy_versions, the version that sampled each completion token as spans (weights that change
+ *   between decode steps sample one completion under several versions).
  */
-export const ROLLOUT_SCHEMA_VERSION = 2;
+export const ROLLOUT_SCHEMA_VERSION = 3;
 /** Versions decodeRolloutBatch accepts, oldest first; it writes only ROLLOUT_SCHEMA_VERSION. */
-export const ROLLOUT_SCHEMA_VERSIONS_READ: readonly number[] = [1, 2];
+export const ROLLOUT_SCHEMA_VERSIONS_READ: readonly number[] = [1, 2, 3];
 
 export type RolloutMessageRole = "system" | "user" | "assistant" | "tool";
 export const ROLLOUT_MESSAGE_ROLES: readonly RolloutMessageRole[] = ["system", "user", "assistant", "tool"];
@@ -52,6 +55,11 @@ export interface RolloutRow {
   turnOffsets: Int32Array;
   policyVersionMin: number;
   policyVersionMax: number;
+  /**
+   * The version that sampled each completion token: spans [start, end) in order, every mask-1 token in one,
+   * versions from policyVersionMin to policyVersionMax. Empty: not recorded (batches before version 3).
+   */
+  versionSpans: VersionSpan[];
   /** Stored as Float32: decoded values are Math.fround of what was encoded. */
   reward: number;
   advantage: number;
@@ -116,6 +124,7 @@ export const Col = {
   turnOffsets: "turn_offsets",
   policyVersionMin: "policy_version_min",
   policyVersionMax: "policy_version_max",
+  versionSpans: "policy_versions",
   reward: "reward",
   advantage: "advantage",
   rewardComponents: "reward_components",
@@ -152,6 +161,14 @@ const messageStruct = new Struct<{ role: Utf8; content: Utf8; name: Utf8; tool_c
   new Field(MessageCol.toolCallId, new Utf8(), false),
 ]);
 
+/** Field names of a `policy_versions` span struct, in wire order. */
+export const SpanCol = { version: "version", start: "start", end: "end" } as const satisfies Record<keyof VersionSpan, string>;
+const spanStruct = new Struct<{ version: Int32; start: Int32; end: Int32 }>([
+  new Field(SpanCol.version, new Int32(), false),
+  new Field(SpanCol.start, new Int32(), false),
+  new Field(SpanCol.end, new Int32(), false),
+]);
+
 export const rolloutTypes = {
   utf8: new Utf8(),
   int32: new Int32(),
@@ -170,6 +187,9 @@ export const rolloutTypes = {
   // roles (not a dictionary): a nested dictionary is poorly supported by readers and saves ~8 bytes a message.
   messageStruct,
   messages: listOf(messageStruct),
+  // List<Struct<version, start, end>>: SGLang's weight-version spans, a list of records in pyarrow/DuckDB.
+  spanStruct,
+  versionSpans: listOf(spanStruct),
   // A handful of distinct stop reasons per batch: dictionary-encoding them costs one Int32 per row.
   // The id is fixed: a batch holds exactly one dictionary.
   stopReason: new Dictionary(new Utf8(), new Int32(), 0, false),
@@ -177,6 +197,41 @@ export const rolloutTypes = {
 
 /** Columns in wire order with their types (version ROLLOUT_SCHEMA_VERSION). */
 export const ROLLOUT_FIELDS: readonly Field[] = [
+  new Field(Col.taskId, rolloutTypes.utf8, false),
+  new Field(Col.groupId, rolloutTypes.utf8, false),
+  new Field(Col.env, rolloutTypes.utf8, false),
+  new Field(Col.exampleId, rolloutTypes.utf8, false),
+  new Field(Col.exampleIndex, rolloutTypes.int32, false),
+  new Field(Col.promptIds, rolloutTypes.listInt32, false),
+  new Field(Col.completionIds, rolloutTypes.listInt32, false),
+  new Field(Col.completionMask, rolloutTypes.listUint8, false),
+  new Field(Col.samplerLogprobs, rolloutTypes.listFloat32, false),
+  new Field(Col.turnOffsets, rolloutTypes.listInt32, false),
+  new Field(Col.policyVersionMin, rolloutTypes.int32, false),
+  new Field(Col.policyVersionMax, rolloutTypes.int32, false),
+  new Field(Col.versionSpans, rolloutTypes.versionSpans, false),
+  new Field(Col.reward, rolloutTypes.float32, false),
+  new Field(Col.advantage, rolloutTypes.float32, false),
+  new Field(Col.rewardComponents, rolloutTypes.rewardComponents, false),
+  new Field(Col.metrics, rolloutTypes.metrics, false),
+  new Field(Col.isTruncated, rolloutTypes.bool, false),
+  new Field(Col.stopReason, rolloutTypes.stopReason, false),
+  new Field(Col.numTurns, rolloutTypes.int32, false),
+  // Float64: milliseconds of long multi-turn rollouts need more than Float32's 7 digits.
+  new Field(Col.generateMs, rolloutTypes.float64, false),
+  new Field(Col.envMs, rolloutTypes.float64, false),
+  new Field(Col.scoreMs, rolloutTypes.float64, false),
+  new Field(Col.step, rolloutTypes.int32, false),
+  // The variable-size text last: a reader scanning the numeric columns never touches them.
+  new Field(Col.messages, rolloutTypes.messages, false),
+  new Field(Col.stateJson, rolloutTypes.utf8, false),
+  new Field(Col.errors, rolloutTypes.listUtf8, false),
+];
+
+/**
+ * Columns of a version-2 batch, in its wire order. Frozen: never edit; a change to the columns is a new version.
+ */
+export const ROLLOUT_FIELDS_V2: readonly Field[] = [
   new Field(Col.taskId, rolloutTypes.utf8, false),
   new Field(Col.groupId, rolloutTypes.utf8, false),
   new Field(Col.env, rolloutTypes.utf8, false),
@@ -236,6 +291,7 @@ export const ROLLOUT_FIELDS_V1: readonly Field[] = [
 /** The columns a batch of `version` has, or undefined for a version this reader cannot read. */
 export function rolloutFieldsOf(version: number): readonly Field[] | undefined {
   if (version === ROLLOUT_SCHEMA_VERSION) return ROLLOUT_FIELDS;
+  if (version === 2) return ROLLOUT_FIELDS_V2;
   if (version === 1) return ROLLOUT_FIELDS_V1;
   return undefined;
 }

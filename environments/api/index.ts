@@ -2,7 +2,7 @@
 export type { ChatMessage, ChatRole, FewShotExample } from "./messages.js";
 export { chatMessageSchema, buildPrompt, lastAssistantText } from "./messages.js";
 export type { TokenizerLike } from "./tokenizer.js";
-export type { SamplingArgs, Generation, ModelClient } from "./model.js";
+export type { SamplingArgs, Generation, ModelClient, VersionSpan } from "./model.js";
 export { samplingArgsSchema, defaultSampling } from "./model.js";
 export type { DatasetRow, Dataset, DatasetSplit, SplitName } from "./dataset.js";
 export { datasetRowSchema, listDataset, generatorDataset, validatedDataset } from "./dataset.js";

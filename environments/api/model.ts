@@ -32,7 +32,20 @@ export interface Generation {
   text: string;
   /** eos: a stop token; stop: a stop string; length: maxTokens reached; context: the context window is full. */
   stopReason: "eos" | "stop" | "length" | "context";
+  /** The version that sampled the first token (for a generation without versionSpans: every token). */
   policyVersion: number;
+  /**
+   * Which policy version sampled which tokens, when weights changed mid-generation: spans [start, end) over
+   * tokenIds, in order, covering all of them. Absent: every token under policyVersion.
+   */
+  versionSpans?: VersionSpan[];
+}
+
+/** Tokens [start, end) sampled under policy `version`. */
+export interface VersionSpan {
+  version: number;
+  start: number;
+  end: number;
 }
 
 /** Continue a token prefix. The runtime batches concurrent calls; an environment just awaits. */

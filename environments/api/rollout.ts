@@ -1,6 +1,6 @@
 import type { DatasetRow } from "./dataset.js";
 import type { ChatMessage } from "./messages.js";
-import type { ModelClient, SamplingArgs } from "./model.js";
+import type { ModelClient, SamplingArgs, VersionSpan } from "./model.js";
 import type { CodeSandbox } from "./sandbox.js";
 
 export interface RolloutContext {
@@ -29,6 +29,9 @@ export interface RolloutResult {
   isTruncated: boolean;
   policyVersionMin: number;
   policyVersionMax: number;
+  /** Which policy version sampled which completion tokens ([start, end) over completionIds, in order); absent or
+   *  empty from a rollout that does not say (then each model turn is one version between min and max). */
+  versionSpans?: VersionSpan[];
   /** Environment state; numeric entries of state.metrics become rubric metrics, state.errors score errors. */
   state: Record<string, unknown>;
   timings: { generateMs: number; envMs: number };

@@ -1,5 +1,5 @@
 import type { ChatMessage } from "./messages.js";
-import type { Generation } from "./model.js";
+import type { Generation, VersionSpan } from "./model.js";
 import type { RolloutResult } from "./rollout.js";
 import type { TokenizerLike } from "./tokenizer.js";
 
@@ -19,6 +19,8 @@ export class TokenTranscript {
   readonly samplerLogprobs: number[] = [];
   /** Completion-token offset at which each model turn starts. */
   readonly turnOffsets: number[] = [];
+  /** Which policy version sampled which completion tokens (model turns only; env tokens are in none). */
+  readonly versionSpans: VersionSpan[] = [];
   numTurns = 0;
   policyVersionMin = Number.POSITIVE_INFINITY;
   policyVersionMax = Number.NEGATIVE_INFINITY;
@@ -50,7 +52,14 @@ export class TokenTranscript {
     if (gen.tokenIds.length !== gen.logprobs.length) {
       throw new Error(`model returned ${gen.tokenIds.length} tokens but ${gen.logprobs.length} logprobs`);
     }
-    this.turnOffsets.push(this.completionIds.length);
+    const offset = this.completionIds.length;
+    this.turnOffsets.push(offset);
+    const spans = gen.versionSpans ?? [{ version: gen.policyVersion, start: 0, end: gen.tokenIds.length }];
+    for (const span of spans) {
+      appendSpan(this.versionSpans, span, offset);
+      this.policyVersionMin = Math.min(this.policyVersionMin, span.version);
+      this.policyVersionMax = Math.max(this.policyVersionMax, span.version);
+    }
     for (let i = 0; i < gen.tokenIds.length; i++) {
       this.completionIds.push(gen.tokenIds[i]!);
       this.completionMask.push(1);
@@ -128,10 +137,20 @@ export class TokenTranscript {
       isTruncated: end.isTruncated,
       policyVersionMin: noTurns ? 0 : this.policyVersionMin,
       policyVersionMax: noTurns ? 0 : this.policyVersionMax,
+      versionSpans: this.versionSpans,
       state: { ...end.state, promptLength: this.promptLength },
       timings: end.timings,
     };
   }
+}
+
+/** Appends `span` shifted by `offset`, merged into the last one when it continues it under the same version. */
+function appendSpan(spans: VersionSpan[], span: VersionSpan, offset: number): void {
+  const s = { version: span.version, start: span.start + offset, end: span.end + offset };
+  if (s.end <= s.start) return;
+  const last = spans[spans.length - 1];
+  if (last && last.version === s.version && last.end === s.start) last.end = s.end;
+  else spans.push(s);
 }
 
 function suffixAfter(full: readonly number[], prefix: readonly number[]): number[] | null {

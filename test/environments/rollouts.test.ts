@@ -1,6 +1,6 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { multiTurnRollout, singleTurnRollout, type DatasetRow, type SamplingArgs, type TokenizerLike } from "../../environments/api/index.js";
+import { multiTurnRollout, singleTurnRollout, TokenTranscript, type DatasetRow, type SamplingArgs, type TokenizerLike } from "../../environments/api/index.js";
 import { ByteChatTokenizer, ScriptedModelClient } from "../../environments/testing/index.js";
 import { ByteTokenizer } from "../../kernels/tokenizer.js";
 import { checkTokens } from "./rollout-check.js";
@@ -158,4 +158,37 @@ test("a template that is not prefix-stable is a clear error, not a wrong token s
     multiTurnRollout({ model: new ScriptedModelClient(unstable, ["a", "b"]), sampling }, row, { envResponse: () => [{ role: "user", content: "hi" }] }),
     /not prefix-stable/,
   );
+});
+
+test("per-token versions: spans of each model turn land at its completion offset; env tokens are in none", () => {
+  const tok = new ByteChatTokenizer();
+  const t = new TokenTranscript(tok, [{ role: "user", content: "go" }]);
+  const stop = tok.stopTokenIds()[0] ?? tok.eosId;
+  // Turn 1: weights changed after its second token (v3 -> v4). Turn 2: all v4, no spans given.
+  const ids1 = [...tok.encode("abc"), stop];
+  t.addModelTurn({
+    tokenIds: ids1,
+    logprobs: ids1.map(() => -1),
+    text: "abc",
+    stopReason: "eos",
+    policyVersion: 3,
+    versionSpans: [
+      { version: 3, start: 0, end: 2 },
+      { version: 4, start: 2, end: ids1.length },
+    ],
+  });
+  const bridge = t.addEnvMessages([{ role: "user", content: "more" }]);
+  const ids2 = [...tok.encode("de"), stop];
+  t.addModelTurn({ tokenIds: ids2, logprobs: ids2.map(() => -1), text: "de", stopReason: "eos", policyVersion: 4 });
+  const r = t.toResult({ stopReason: "completed", isTruncated: false, state: {}, timings: { generateMs: 0, envMs: 0 } });
+  const second = ids1.length + bridge;
+  assert.deepEqual(r.versionSpans, [
+    { version: 3, start: 0, end: 2 },
+    { version: 4, start: 2, end: ids1.length },
+    { version: 4, start: second, end: second + ids2.length },
+  ]);
+  assert.deepEqual([r.policyVersionMin, r.policyVersionMax], [3, 4]);
+  // The spans cover exactly the sampled tokens (mask 1).
+  const covered = r.completionIds.map((_, i) => (r.versionSpans!.some((s) => s.start <= i && i < s.end) ? 1 : 0));
+  assert.deepEqual(covered, r.completionMask);
 });

@@ -20,6 +20,7 @@ function rows(version: number, tag: string, reward: (i: number) => number): Roll
     samplerLogprobs: Float32Array.from([-5.6, -5.6]),
     policyVersionMin: version,
     policyVersionMax: version,
+    versionSpans: [{ version, start: 0, end: 2 }],
     reward: reward(i),
     advantage: reward(i) - 0.5,
     rewardComponents: { correct: reward(i) },

@@ -32,7 +32,15 @@ test("wrong-but-well-formed raw groups and scored batches are dead-lettered with
     });
     const long = Array.from({ length: 150_000 }, () => 50);
     await channels.rawRollouts.publish({ task: task("context"), rollouts: four(validRollout({ promptIds: long })), producer: "test" });
-    await channels.rawRollouts.publish({ task: task("future"), rollouts: four(validRollout({ policyVersionMax: 1_000_000 })), producer: "test" });
+    const future = [
+      { version: 0, start: 0, end: 1 },
+      { version: 1_000_000, start: 1, end: 2 },
+    ];
+    await channels.rawRollouts.publish({
+      task: task("future"),
+      rollouts: four(validRollout({ policyVersionMax: 1_000_000, versionSpans: future })),
+      producer: "test",
+    });
     await channels.rawRollouts.publish({ task: task("group"), rollouts: [validRollout(), validRollout()], producer: "test" });
     // Scored batches published straight onto the learner's subject (as a buggy or hostile producer would).
     const meta = { run: "semantic", schemaVersion: ROLLOUT_SCHEMA_VERSION, producer: "test", createdAt: new Date().toISOString() };

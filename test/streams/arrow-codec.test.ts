@@ -32,6 +32,7 @@ import {
   type RolloutRow,
 } from "../../streams/rollout-schema.js";
 import { mulberry32 } from "../helpers/rng.js";
+import type { VersionSpan } from "../../streams/version-spans.js";
 
 const ENVS = ["gsm8k@1", "math-500@2.1.0", "código@0.3", "数学推理@1", "emoji-🧪@v2", "wordle@1"];
 const STOPS = ["stop", "length", "tool_error", "max_turns", "ümlaut-stop"];
@@ -101,6 +102,7 @@ function randomRow(rng: () => number, i: number): RolloutRow {
   const metrics: [string, number][] = [];
   for (const name of COMPONENT_NAMES) if (rng() < 0.3) metrics.push([`m_${name}`, (rng() - 0.5) * 1e6]);
   const v = Math.floor(rng() * 50);
+  const dv = Math.floor(rng() * 3);
   return {
     taskId: `task-${Math.floor(rng() * 1e6)}`,
     groupId: `grp-${i >> 2}-é`,
@@ -113,7 +115,8 @@ function randomRow(rng: () => number, i: number): RolloutRow {
     samplerLogprobs,
     turnOffsets: randomTurnOffsets(rng, c),
     policyVersionMin: v,
-    policyVersionMax: v + Math.floor(rng() * 3),
+    policyVersionMax: v + dv,
+    versionSpans: randomSpans(rng, completionMask, v, v + dv),
     reward: rng() * 4 - 2,
     advantage: rng() * 2 - 1,
     rewardComponents: Object.fromEntries(components),
@@ -226,6 +229,12 @@ describe("arrow codec round trip", () => {
       completionIds: new Int32Array(896).fill(i + 1),
       completionMask: new Uint8Array(896).fill(1),
       samplerLogprobs: new Float32Array(896).fill(-0.5),
+      policyVersionMin: 7,
+      policyVersionMax: 8,
+      versionSpans: [
+        { version: 7, start: 0, end: 300 },
+        { version: 8, start: 300, end: 896 },
+      ],
     }));
     const times = (fn: () => void): number => {
       const t: number[] = [];
@@ -254,6 +263,13 @@ describe("encode refuses to put a bad batch on the wire", () => {
     completionMask: new Uint8Array(n).fill(1),
     samplerLogprobs: new Float32Array(n).fill(-1),
     turnOffsets: Int32Array.of(0),
+    versionSpans: [],
+  });
+  const spanned = (spans: RolloutRow["versionSpans"], min = 3, max = 4): RolloutRow => ({
+    ...withCompletion(4),
+    policyVersionMin: min,
+    policyVersionMax: max,
+    versionSpans: spans,
   });
   const cases: [string, (r: RolloutRow) => RolloutRow, RegExp, string][] = [
     ["NaN reward", (r) => ({ ...r, reward: NaN }), /reward.*NaN/, "reward"],
@@ -355,6 +371,47 @@ describe("encode refuses to put a bad batch on the wire", () => {
       /message 0: toolCallId: expected a string or absent, got null/,
       "messages",
     ],
+    [
+      "version spans overlap",
+      () =>
+        spanned([
+          { version: 3, start: 0, end: 3 },
+          { version: 4, start: 2, end: 4 },
+        ]),
+      /span 1 \[2, 4\) is empty, overlaps/,
+      "policy_versions",
+    ],
+    [
+      "version span past the completion",
+      () =>
+        spanned([
+          { version: 3, start: 0, end: 2 },
+          { version: 4, start: 2, end: 5 },
+        ]),
+      /passes the completion's 4 tokens/,
+      "policy_versions",
+    ],
+    [
+      "version span outside min..max",
+      () =>
+        spanned([
+          { version: 3, start: 0, end: 2 },
+          { version: 5, start: 2, end: 4 },
+        ]),
+      /version 5, outside policy versions 3..4/,
+      "policy_versions",
+    ],
+    ["version spans miss max", () => spanned([{ version: 3, start: 0, end: 4 }]), /spans cover versions 3..3, but the row says 3..4/, "policy_versions"],
+    [
+      "sampled token in no span",
+      () =>
+        spanned([
+          { version: 3, start: 0, end: 2 },
+          { version: 4, start: 3, end: 4 },
+        ]),
+      /sampled token 2 is in no version span/,
+      "policy_versions",
+    ],
     ["state not JSON", (r) => ({ ...r, stateJson: "{answer: 4}" }), /"state": not valid JSON/, "state"],
     ["state a JSON array", (r) => ({ ...r, stateJson: "[1,2]" }), /must be a JSON object, got an array/, "state"],
     ["state JSON null", (r) => ({ ...r, stateJson: "null" }), /must be a JSON object, got null/, "state"],
@@ -372,6 +429,24 @@ describe("encode refuses to put a bad batch on the wire", () => {
 
   // Positive controls: the value next to each rule's edge is accepted and survives the round trip.
   const accepted: [string, (r: RolloutRow) => RolloutRow][] = [
+    [
+      "two version spans, a weight update after token 2",
+      () =>
+        spanned([
+          { version: 3, start: 0, end: 2 },
+          { version: 4, start: 2, end: 4 },
+        ]),
+    ],
+    [
+      "a gap in the spans where the mask is 0",
+      () => ({
+        ...spanned([
+          { version: 3, start: 0, end: 2 },
+          { version: 4, start: 3, end: 4 },
+        ]),
+        completionMask: Uint8Array.from([1, 1, 0, 1]),
+      }),
+    ],
     ["example index INT32_MAX", (r) => ({ ...r, exampleIndex: 2147483647 })],
     ["env time 0", (r) => ({ ...r, envMs: 0 })],
     ["huge but finite Float64 metric (beyond Float32)", (r) => ({ ...r, metrics: { big: 1e300, tiny: -5e-324, zero: -0 } })],
@@ -430,7 +505,7 @@ describe("encode refuses to put a bad batch on the wire", () => {
         const ids = new Int32Array(n + offset).fill(3).subarray(offset);
         const mask = new Uint8Array(n + offset).fill(1).subarray(offset);
         const lps = new Float32Array(n + offset).fill(-0.5).subarray(offset);
-        const row: RolloutRow = { ...base, completionIds: ids, completionMask: mask, samplerLogprobs: lps, turnOffsets: new Int32Array(0) };
+        const row: RolloutRow = { ...base, completionIds: ids, completionMask: mask, samplerLogprobs: lps, turnOffsets: new Int32Array(0), versionSpans: [] };
         validateRolloutRows([row]);
         for (let p = 0; p < n; p++) {
           mask[p] = 2;
@@ -470,6 +545,12 @@ describe("decode rejects bad messages with a reason", () => {
     completionMask: Uint8Array.from([1, 1, 0]),
     samplerLogprobs: Float32Array.from([-0.1, -0.2, -0.3]),
     turnOffsets: Int32Array.of(0, 2),
+    policyVersionMin: 2,
+    policyVersionMax: 3,
+    versionSpans: [
+      { version: 2, start: 0, end: 1 },
+      { version: 3, start: 1, end: 2 },
+    ],
     // Every row has a transcript, so the messages column is never empty (the struct tests need children).
     messages: [{ role: "user" as const, content: `question ${r.taskId}` }, ...r.messages],
   }));
@@ -514,15 +595,15 @@ describe("decode rejects bad messages with a reason", () => {
   test("schema version mismatch and missing metadata", () => {
     expectBatchError(
       () => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "7"))),
-      /schema version 7 is not supported: this reader reads 1 and 2$/,
+      /schema version 7 is not supported: this reader reads 1, 2 and 3$/,
     );
     expectBatchError(
       () => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "0"))),
-      /schema version 0 is not supported: this reader reads 1 and 2/,
+      /schema version 0 is not supported: this reader reads 1, 2 and 3/,
     );
     expectBatchError(
       () => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", "2.0"))),
-      /schema version "2.0" is not supported: this reader reads 1 and 2/,
+      /schema version "2.0" is not supported: this reader reads 1, 2 and 3/,
     );
     expectBatchError(() => decodeRolloutBatch(withMetadata((m) => m.set("schemaVersion", ""))), /schema version "" is not supported/);
     // Positive control: the same edit with the version this build writes changes nothing.
@@ -562,6 +643,39 @@ describe("decode rejects bad messages with a reason", () => {
     );
     expectBatchError(() => decodeRolloutBatch(withColumn("state", null)), /missing column "state" \(Utf8\)/, { column: "state" });
     expectBatchError(() => decodeRolloutBatch(withColumn("env_ms", null)), /missing column "env_ms"/, { column: "env_ms" });
+  });
+
+  test("a version-2 batch (no policy_versions) decodes with empty spans; a version-3 one must have them", () => {
+    const v2 = (() => {
+      const table = tableFromIPC(withColumn("policy_versions", null));
+      const md = new Map(table.schema.metadata).set("schemaVersion", "2");
+      const schema = new Schema(table.schema.fields, md);
+      return tableToIPC(
+        new Table(
+          schema,
+          table.batches.map((b) => new RecordBatch(schema, b.data)),
+        ),
+        "stream",
+      );
+    })();
+    const out = decodeRolloutBatch(v2);
+    assert.equal(out.meta.schemaVersion, 2);
+    assert.deepEqual(
+      out.rows.map((r) => r.versionSpans),
+      rows.map(() => []),
+    );
+    assert.deepEqual(
+      out.rows.map((r) => r.completionIds),
+      rows.map((r) => r.completionIds),
+    );
+    // Control: the same bytes labelled version 3 miss a column the label promises.
+    expectBatchError(
+      () => decodeRolloutBatch(withColumn("policy_versions", null)),
+      /missing column "policy_versions" \(List<Struct<\{version:Int32, start:Int32, end:Int32\}>>\)/,
+      {
+        column: "policy_versions",
+      },
+    );
   });
 
   test("message structs are matched by field name, not only by shape", () => {
@@ -867,7 +981,7 @@ describe("schema version 1 batches still decode (replay of an old run)", () => {
     "completion_mask: List<Uint8>, sampler_logprobs: List<Float32>, policy_version_min: Int32, policy_version_max: Int32, " +
     "reward: Float32, advantage: Float32, reward_components: Map<{key:Utf8, value:Float32}>, is_truncated: Bool, " +
     "stop_reason: Dictionary<Int32, Utf8>, num_turns: Int32, generate_ms: Float64, score_ms: Float64, step: Int32";
-  const emptyV2 = { exampleIndex: 0, turnOffsets: new Int32Array(0), metrics: {}, envMs: 0, messages: [], stateJson: "{}", errors: [] };
+  const emptyV2 = { exampleIndex: 0, turnOffsets: new Int32Array(0), metrics: {}, envMs: 0, messages: [], stateJson: "{}", errors: [], versionSpans: [] };
 
   test("ROLLOUT_FIELDS_V1 is exactly the column list version 1 wrote", () => {
     assert.equal(describeRolloutSchema(ROLLOUT_FIELDS_V1), V1_DESCRIPTION);
@@ -978,3 +1092,16 @@ test("text columns: the all-ASCII fast path and the per-string UTF-8 path give t
   const out = decodeRolloutBatch(encodeRolloutBatch([{ ...base, errors: ["a\uD83D", "\uDE00b"] }], META)).rows[0]!;
   assert.deepStrictEqual(out.errors, ["a\uFFFD", "\uFFFDb"]);
 });
+
+/** Spans as an engine records them: the completion cut in two at a weight update (min before, max after), or []
+ *  where the versions cannot both be placed (fewer than two tokens). */
+function randomSpans(rng: () => number, mask: Uint8Array, min: number, max: number): VersionSpan[] {
+  const c = mask.length;
+  if (c === 0 || (min !== max && c < 2)) return [];
+  if (min === max) return [{ version: min, start: 0, end: c }];
+  const cut = 1 + Math.floor(rng() * (c - 1));
+  return [
+    { version: min, start: 0, end: cut },
+    { version: max, start: cut, end: c },
+  ];
+}

@@ -20,6 +20,7 @@ function row(rng: () => number, i: number, completion?: number): RolloutRow {
     samplerLogprobs: new Float32Array(c).map(() => -rng() * 5),
     policyVersionMin: 3,
     policyVersionMax: 4,
+    versionSpans: [],
     reward: rng(),
     advantage: rng() - 0.5,
     rewardComponents: Object.fromEntries(names.map((n) => [n, rng()])),
