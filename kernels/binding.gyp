@@ -27,7 +27,7 @@
     },
     {
       "target_name": "rollstream_kernels",
-      "sources": ["addon/addon.cc", "addon/backend.cc", "addon/kernels_api.cc", "addon/model_api.cc"],
+      "sources": ["addon/addon.cc", "addon/backend.cc", "addon/kernels_api.cc", "addon/model_api.cc", "addon/engine_api.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "."],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],
