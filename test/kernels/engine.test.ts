@@ -11,7 +11,16 @@ import { randomWeights } from "../reference/llama-f64.js";
 import { flatParams, mulberry32, randInts, tinyConfig } from "./helpers.js";
 
 // hd = 16 so the attention's vector paths (8 lanes) run, GQA 4/2, a vocab the samples spread over.
-const cfg = tinyConfig({ vocabSize: 61, hiddenSize: 64, intermediateSize: 96, numHeads: 4, numKvHeads: 2, maxPositionEmbeddings: 160, attentionBias: true, tieWordEmbeddings: false });
+const cfg = tinyConfig({
+  vocabSize: 61,
+  hiddenSize: 64,
+  intermediateSize: 96,
+  numHeads: 4,
+  numKvHeads: 2,
+  maxPositionEmbeddings: 160,
+  attentionBias: true,
+  tieWordEmbeddings: false,
+});
 
 function makeModel(weightSeed = 11): PolicyModel {
   const m = PolicyModel.create(cfg, { seed: 3, threads: 2 });
@@ -109,7 +118,11 @@ test("continuous batching gives each sequence exactly its tokens and logprobs al
   // The batch API is a loop over the engine: the same bits.
   for (let i = 0; i < reqs.length; i++) {
     const [g] = await model.generate({ ...reqs[i], prompts: [reqs[i].prompt], seeds: reqs[i].seeds, eosTokenId: reqs[i].eosTokenId });
-    sameBits({ tokens: [...g.tokens], logprobs: [...g.logprobs], policyLogprobs: [...g.policyLogprobs], versions: [], stopReason: g.stopReason }, ref[i][0], `generate ${i}`);
+    sameBits(
+      { tokens: [...g.tokens], logprobs: [...g.logprobs], policyLogprobs: [...g.policyLogprobs], versions: [], stopReason: g.stopReason },
+      ref[i][0],
+      `generate ${i}`,
+    );
   }
   const rnd = mulberry32(7);
   const orders: Array<{ name: string; at: (i: number) => number; opts: Partial<EngineOptions> }> = [
@@ -127,9 +140,11 @@ test("continuous batching gives each sequence exactly its tokens and logprobs al
       const s = o.at(i);
       arrivals.set(s, [...(arrivals.get(s) ?? []), r]);
     });
-    [...arrivals.keys()].sort((a, b) => a - b).forEach((s) => {
-      for (const r of arrivals.get(s)!) order.push(reqs.indexOf(r));
-    });
+    [...arrivals.keys()]
+      .sort((a, b) => a - b)
+      .forEach((s) => {
+        for (const r of arrivals.get(s)!) order.push(reqs.indexOf(r));
+      });
     const ids: number[][] = [];
     const got = await drive(engine, arrivals, ids);
     ids.forEach((x, k) => sameBits(got.get(x[0])!, ref[order[k]][0], `${o.name}: request ${order[k]}`));
@@ -159,7 +174,9 @@ test("a group's completions share the prompt's blocks copy-on-write: prefilled o
   const apart = model.createEngine({ nBlocks: 64 });
   await drive(apart, new Map([[0, group.seeds.map((seed, i) => ({ ...group, seeds: [seed], cacheSalt: i + 1 }))]]));
   const a = apart.stats();
-  console.log(`prefill rows, group of 8 on a 37-token prompt: shared ${s.prefillRows}, unshared ${a.prefillRows} (${(s.prefillRows / a.prefillRows).toFixed(4)}x)`);
+  console.log(
+    `prefill rows, group of 8 on a 37-token prompt: shared ${s.prefillRows}, unshared ${a.prefillRows} (${(s.prefillRows / a.prefillRows).toFixed(4)}x)`,
+  );
   assert.equal(s.prefillRows, 37);
   assert.equal(a.prefillRows, 8 * 37);
   shared.dispose();
@@ -203,7 +220,10 @@ test("a weights update mid-generation: later tokens carry the new version; old-v
   for (const across of [false, true]) {
     const engine = model.createEngine({ nBlocks: 64, cacheAcrossVersions: across });
     const ids: number[][] = [];
-    const arrivals = new Map<number, EngineRequest[]>([[0, [req]], [8, [later]]]);
+    const arrivals = new Map<number, EngineRequest[]>([
+      [0, [req]],
+      [8, [later]],
+    ]);
     const got = await drive(engine, arrivals, ids, (s) => {
       if (s !== 8) return;
       model.setParams(newParams);
