@@ -13,7 +13,7 @@
         "cpu/common.cpp", "cpu/library.cpp", "cpu/blas_dispatch.cpp", "cpu/gemm_router.cpp", "cpu/sgemm.cpp", "cpu/matmul.cpp",
         "cpu/embedding.cpp", "cpu/rmsnorm.cpp", "cpu/rope.cpp", "cpu/attention.cpp", "cpu/swiglu.cpp",
         "cpu/loss.cpp", "cpu/adamw.cpp", "cpu/model.cpp", "cpu/model_forward.cpp", "cpu/model_train.cpp",
-        "cpu/model_step.cpp", "cpu/sampling.cpp", "cpu/generate.cpp"
+        "cpu/model_step.cpp", "cpu/sampling.cpp", "cpu/paged_attention.cpp", "cpu/engine.cpp", "cpu/generate.cpp"
       ],
       "include_dirs": ["."],
       "cflags!": ["-fno-exceptions"],
@@ -27,7 +27,7 @@
     },
     {
       "target_name": "rollstream_kernels",
-      "sources": ["addon/addon.cc", "addon/backend.cc", "addon/kernels_api.cc", "addon/model_api.cc"],
+      "sources": ["addon/addon.cc", "addon/backend.cc", "addon/kernels_api.cc", "addon/model_api.cc", "addon/engine_api.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "."],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],

@@ -50,16 +50,39 @@ export interface GenerateResult {
   stepLogits?: Float32Array;
 }
 
-const STOP_REASONS: StopReason[] = ["eos", "stop", "length", "context"];
 const U64_MAX = (1n << 64n) - 1n;
 
-function toSeed(what: string, v: number | bigint): bigint {
+export function toSeed(what: string, v: number | bigint): bigint {
   if (typeof v === "bigint") {
     if (v < 0n || v > U64_MAX) throw new RangeError(`${what} must fit in an unsigned 64-bit integer (got ${v})`);
     return v;
   }
   return BigInt(expectInt(what, v, 0));
 }
+
+/** eosTokenId (one id or several) as the addon's Int32Array. */
+export function toEos(fn: string, eosTokenId: number | number[] | undefined, vocab: number): Int32Array {
+  const eosList = eosTokenId === undefined ? [] : Array.isArray(eosTokenId) ? eosTokenId : [eosTokenId];
+  return Int32Array.from(eosList.map((id, i) => expectInt(`${fn}: eosTokenId${Array.isArray(eosTokenId) ? `[${i}]` : ""}`, id, 0, vocab - 1)));
+}
+
+/** Stop sequences as the addon's flat ids and offsets. */
+export function toStops(fn: string, stopSequences: Int32Array[] | undefined, vocab: number): { stopFlat: Int32Array; stopOffsets: Int32Array } {
+  const stops = stopSequences ?? [];
+  if (!Array.isArray(stops)) throw new TypeError(`${fn}: stopSequences must be an array of Int32Array`);
+  const stopOffsets = new Int32Array(stops.length + 1);
+  stops.forEach((s, i) => {
+    expectArray(`${fn}: stopSequences[${i}]`, s, Int32Array);
+    if (s.length === 0) throw new RangeError(`${fn}: stopSequences[${i}] is empty`);
+    checkTokenIds(`${fn}: stopSequences[${i}]`, s, vocab);
+    stopOffsets[i + 1] = stopOffsets[i] + s.length;
+  });
+  const stopFlat = new Int32Array(stopOffsets[stops.length]);
+  stops.forEach((s, i) => stopFlat.set(s, stopOffsets[i]));
+  return { stopFlat, stopOffsets };
+}
+
+export const STOP_REASON_NAMES: readonly StopReason[] = ["eos", "stop", "length", "context"];
 
 export interface NativeGenerateArgs {
   flat: Int32Array;
@@ -95,19 +118,8 @@ export function toNativeGenerate(req: GenerateRequest, vocab: number, maxPositio
     }
     seeds = BigUint64Array.from(req.seeds.map((s, i) => toSeed(`generate: seeds[${i}]`, s)));
   }
-  const eosList = req.eosTokenId === undefined ? [] : Array.isArray(req.eosTokenId) ? req.eosTokenId : [req.eosTokenId];
-  const eos = Int32Array.from(eosList.map((id, i) => expectInt(`generate: eosTokenId${Array.isArray(req.eosTokenId) ? `[${i}]` : ""}`, id, 0, vocab - 1)));
-  const stops = req.stopSequences ?? [];
-  if (!Array.isArray(stops)) throw new TypeError("generate: stopSequences must be an array of Int32Array");
-  const stopOffsets = new Int32Array(stops.length + 1);
-  stops.forEach((s, i) => {
-    expectArray(`generate: stopSequences[${i}]`, s, Int32Array);
-    if (s.length === 0) throw new RangeError(`generate: stopSequences[${i}] is empty`);
-    checkTokenIds(`generate: stopSequences[${i}]`, s, vocab);
-    stopOffsets[i + 1] = stopOffsets[i] + s.length;
-  });
-  const stopFlat = new Int32Array(stopOffsets[stops.length]);
-  stops.forEach((s, i) => stopFlat.set(s, stopOffsets[i]));
+  const eos = toEos("generate", req.eosTokenId, vocab);
+  const { stopFlat, stopOffsets } = toStops("generate", req.stopSequences, vocab);
   const flat = new Int32Array(total);
   const offsets = new Float64Array(req.prompts.length + 1);
   req.prompts.forEach((p, i) => {
@@ -129,7 +141,7 @@ export function fromNativeGenerate(out: NativeGenerateOutput, n: number, maxNewT
       tokens: out.tokens.slice(at, at + len),
       logprobs: out.logprobs.slice(at, at + len),
       policyLogprobs: out.policyLogprobs.slice(at, at + len),
-      stopReason: STOP_REASONS[out.stopReasons[i]],
+      stopReason: STOP_REASON_NAMES[out.stopReasons[i]],
     };
     if (out.stepLogits) r.stepLogits = out.stepLogits.slice(at * vocab, (at + len) * vocab);
     results.push(r);

@@ -5,6 +5,8 @@ import { resolveBackend, type DeviceRequest } from "./native.js";
 export { PolicyModel } from "./policy-model.js";
 export type { PackedMicroBatch, MicroStats, StepOptions, StepResult, TensorEntry, OptimizerState, CreateOptions } from "./policy-model.js";
 export type { GenerateRequest, GenerateResult, StopReason } from "./generate-request.js";
+export { InferenceEngine, versionSpans } from "./engine.js";
+export type { EngineOptions, EngineRequest, EngineStep, EngineToken, EngineFinish, EngineStats, VersionSpan } from "./engine.js";
 export { lossSpecSchema, LOSS_DEFAULTS, toNativeLossSpec } from "./loss-spec.js";
 export type { LossSpec, LossName } from "./loss-spec.js";
 export { kernels } from "./layer-kernels.js";

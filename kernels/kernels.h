@@ -382,6 +382,140 @@ RS_API int32_t rs_model_generate(rs_model* model, const int32_t* prompts_flat, c
                                  int32_t n_prompts, const uint64_t* seeds, const rs_generate_config* cfg,
                                  rs_generate_output* out, rs_error* err);
 
+/* ------------------------------------------------------------------------------------------- engine */
+/* Step-level generation (continuous batching) over one model: sequences join and leave at any step, and their KV
+ * lives in fixed-size blocks drawn from one pool, so memory is bounded by the tokens in flight (n_blocks *
+ * block_size), not by batch x context.
+ *
+ * Each call of rs_engine_step runs ONE forward over: one row for every running sequence that is decoding, plus
+ * prompt rows of sequences being prefilled (at most max_prefill_tokens per step, a long prompt split over several
+ * steps), then samples one token for every sequence whose rows reached its last token.
+ *
+ * Sharing. Full blocks are cached by content: a chain hash of (previous block, cache namespace, the block's
+ * tokens), verified exactly on a hit (tokens, namespace and the parent block instance), so a prompt whose leading
+ * blocks another sequence computed (a multi-turn continuation, a repeated prompt) skips them. The namespace is the
+ * request's cache_salt AND the weights version the block was computed under: a block computed under version v is
+ * never read by a sequence running under another version (unless cache_across_versions). The n_samples completions
+ * of one rs_engine_add are prefilled once and share every prompt block, the partial last one included; a sequence
+ * copies a shared block before writing into it (copy-on-write). Idle cached blocks stay until the pool needs them
+ * (least recently released first).
+ *
+ * Scheduling. First come, first served: a waiting sequence is admitted only when the pool can hold its whole
+ * prompt (never over-committing memory) and max_seqs allows; otherwise it and everything after it wait. When a
+ * running sequence needs a block and none is free, the most recently admitted sequences are preempted: their
+ * blocks are released (full ones stay cached) and they go back to the front of the queue, to be prefilled again
+ * (recompute) when admitted.
+ *
+ * Determinism. A sequence's tokens and logprobs are bitwise those of running it alone with the same seed, whatever
+ * else is in the batch, whenever it arrived, however its prompt was split into chunks, shared, or recomputed after
+ * preemption: every kernel is row-independent (never BLAS), every position's KV is computed by the same arithmetic
+ * whether it was a prompt row or a decoded row, and token k of a sequence is drawn with a counter-based uniform
+ * keyed by (its seed, k). The thread count does not matter either.
+ *
+ * An engine holds its model: the model must outlive it, and no other call may use the model during an engine call.
+ * An engine is not thread-safe. The CUDA backend declares these calls and refuses them (RS_ERR_UNSUPPORTED). */
+
+typedef struct rs_engine rs_engine;
+
+typedef struct rs_engine_config {
+  int32_t block_size;         /* tokens per KV block; 0 = 16 */
+  int32_t n_blocks;           /* blocks in the pool (>= 1): the KV memory is n_blocks * block_size tokens */
+  int32_t max_seqs;           /* sequences running at once (the n_samples of a group count one each); 0 = 256 */
+  int32_t max_prefill_tokens; /* prompt rows computed per step, over all sequences; 0 = 4096 */
+  /* 0 (default): cached blocks are shared only between sequences under the same weights version. 1: also across
+   * versions (a sequence may then read KV computed under older weights: off-policy KV, the caller must record it). */
+  int32_t cache_across_versions;
+} rs_engine_config;
+
+/* One prompt and how to sample n_samples completions of it. The arrays are copied by rs_engine_add. */
+typedef struct rs_engine_request {
+  const int32_t* prompt;
+  int32_t n_prompt;       /* 1..max_position_embeddings */
+  int32_t n_samples;      /* completions of this prompt, 1..max_seqs: prefilled once, blocks shared copy-on-write */
+  const uint64_t* seeds;  /* n_samples RNG keys: completion i draws its k-th token with uniform(seeds[i], k) */
+  int32_t max_new_tokens;
+  float temperature;      /* 0 = greedy */
+  float top_p;            /* (0, 1]; 1 = off */
+  int32_t top_k;          /* 0 = off */
+  int32_t vocab_limit;    /* > 0: only ids < vocab_limit can be drawn (as rs_generate_config.vocab_limit) */
+  const int32_t* eos_ids; /* ends a completion (kept in its output) */
+  int32_t n_eos;
+  const int32_t* stop_flat;    /* stop sequences, concatenated */
+  const int32_t* stop_offsets; /* n_stop + 1 offsets into stop_flat */
+  int32_t n_stop;
+  uint64_t cache_salt;    /* blocks are shared only between requests with the same salt (0 = the common cache) */
+} rs_engine_request;
+
+/* The engine writes at most max_seqs tokens and max_seqs finishes per step: size tokens_cap and finished_cap
+ * at least max_seqs. */
+typedef struct rs_engine_token {
+  int64_t seq_id;
+  int32_t index;          /* k: the k-th generated token of its sequence (0-based) */
+  int32_t token;
+  float logprob;          /* under the distribution sampled from (rs_generate_output.logprobs) */
+  float policy_logprob;   /* under the untempered model */
+  int64_t version;        /* the weights version it was sampled under (rs_engine_set_version) */
+} rs_engine_token;
+
+/* stop_reason RS_STOP_*; a sequence that finishes is forgotten by the engine (its id becomes unknown). */
+typedef struct rs_engine_finish {
+  int64_t seq_id;
+  int32_t stop_reason;
+  int32_t n_tokens;       /* tokens it generated in all */
+} rs_engine_finish;
+
+typedef struct rs_engine_step_output {
+  rs_engine_token* tokens;
+  int32_t tokens_cap;
+  int32_t n_tokens;        /* out */
+  rs_engine_finish* finished;
+  int32_t finished_cap;
+  int32_t n_finished;      /* out */
+  float* logits;           /* NULL, or tokens_cap * vocab_size floats: row i = the logits tokens[i] was drawn from */
+  int32_t prefill_rows;    /* out: prompt (or recomputed) rows this step computed */
+  int32_t decode_rows;     /* out: decode rows this step computed */
+} rs_engine_step_output;
+
+typedef struct rs_engine_stats {
+  int64_t version;
+  int32_t blocks_total;
+  int32_t blocks_used;            /* held by sequences */
+  int32_t blocks_cached_idle;     /* held by nobody, kept for prefix hits until the pool needs them */
+  int32_t blocks_free;            /* used + cached_idle + free = total */
+  int32_t running;                /* sequences admitted (completions waiting for their group's prefill included) */
+  int32_t waiting;
+  int64_t steps;
+  int64_t prefill_rows;           /* rows computed for prompts and recomputation, all steps */
+  int64_t decode_rows;
+  int64_t prompt_tokens;          /* tokens of every admitted prompt (what prefilling without any sharing costs) */
+  int64_t prefix_hit_tokens;      /* of those, found in the cache at admission */
+  int64_t shared_prompt_tokens;   /* of those, shared from the first completion of their group */
+  int64_t preemptions;
+  int64_t cow_copies;
+  int64_t tokens_generated;
+} rs_engine_stats;
+
+RS_API rs_engine* rs_engine_create(rs_model* model, const rs_engine_config* cfg, rs_error* err);
+RS_API void rs_engine_free(rs_engine* engine);
+/* Queues n_samples completions of a prompt; fills seq_ids_out [n_samples] with their ids (never reused). A prompt
+ * of max_position_embeddings tokens, or max_new_tokens 0, finishes at the next step with no tokens (CONTEXT /
+ * LENGTH). Refused (RS_ERR_INVALID_ARGUMENT) when one completion could not fit in the pool alone. */
+RS_API int32_t rs_engine_add(rs_engine* engine, const rs_engine_request* req, int64_t* seq_ids_out, rs_error* err);
+/* Ends a sequence now, without a finish record: its blocks are released (full ones stay cached). Cancelling the
+ * first completion of a group still being prefilled hands the prefill to the next one. */
+RS_API int32_t rs_engine_cancel(rs_engine* engine, int64_t seq_id, rs_error* err);
+
+enum rs_engine_update { RS_ENGINE_UPDATE_KEEP = 0, RS_ENGINE_UPDATE_RECOMPUTE = 1 };
+/* Tells the engine the model's weights changed (call it after writing them, between steps). Later tokens carry
+ * `version`. KEEP: running sequences go on with the KV they have (computed under older weights); their blocks are
+ * never shared from then on. RECOMPUTE: running sequences drop their KV and are prefilled again (prompt and the
+ * tokens generated so far) under the new weights, their tokens so far unchanged. Idle cached blocks of other
+ * versions are forgotten (unless cache_across_versions). */
+RS_API int32_t rs_engine_set_version(rs_engine* engine, int64_t version, int32_t mode, rs_error* err);
+/* One scheduling step and one forward (see above). With nothing to do it returns RS_OK with no tokens. */
+RS_API int32_t rs_engine_step(rs_engine* engine, rs_engine_step_output* out, rs_error* err);
+RS_API int32_t rs_engine_get_stats(const rs_engine* engine, rs_engine_stats* out, rs_error* err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -149,6 +149,75 @@ export interface NativeModel {
     step: number;
   }>;
   generate(prompts: Int32Array, offsets: Float64Array, seeds: BigUint64Array | null, cfg: NativeGenerateConfig): Promise<NativeGenerateOutput>;
+  /** rs_engine_create over this model (kernels/engine.ts wraps it). */
+  createEngine(cfg: NativeEngineConfig): NativeEngine;
+  dispose(): void;
+}
+
+/** rs_engine_config (kernels.h); 0 = the library's default where kernels.h names one. */
+export interface NativeEngineConfig {
+  blockSize: number;
+  nBlocks: number;
+  maxSeqs: number;
+  maxPrefillTokens: number;
+  cacheAcrossVersions: boolean;
+}
+
+/** rs_engine_request less the prompt and seeds. */
+export interface NativeEngineParams {
+  maxNewTokens: number;
+  temperature: number;
+  topP: number;
+  topK: number;
+  vocabLimit: number;
+  eos: Int32Array;
+  stopFlat: Int32Array;
+  stopOffsets: Int32Array;
+  cacheSalt: bigint;
+}
+
+/** One rs_engine_step, column by column (token i: seqIds[i], index[i], ...; finish j: finishedIds[j], ...). */
+export interface NativeEngineStep {
+  seqIds: Float64Array;
+  index: Int32Array;
+  tokens: Int32Array;
+  logprobs: Float32Array;
+  policyLogprobs: Float32Array;
+  versions: Float64Array;
+  finishedIds: Float64Array;
+  stopReasons: Int32Array;
+  finishedTokens: Int32Array;
+  prefillRows: number;
+  decodeRows: number;
+  logits?: Float32Array;
+}
+
+/** rs_engine_stats (kernels.h), camel-cased. */
+export interface NativeEngineStats {
+  version: number;
+  blocksTotal: number;
+  blocksUsed: number;
+  blocksCachedIdle: number;
+  blocksFree: number;
+  running: number;
+  waiting: number;
+  steps: number;
+  prefillRows: number;
+  decodeRows: number;
+  promptTokens: number;
+  prefixHitTokens: number;
+  sharedPromptTokens: number;
+  preemptions: number;
+  cowCopies: number;
+  tokensGenerated: number;
+}
+
+export interface NativeEngine {
+  add(prompt: Int32Array, seeds: BigUint64Array, params: NativeEngineParams): Float64Array;
+  step(returnLogits: boolean): Promise<NativeEngineStep>;
+  cancel(seqId: number): void;
+  setVersion(version: number, mode: 0 | 1): void;
+  stats(): NativeEngineStats;
   dispose(): void;
 }
 

@@ -7,6 +7,7 @@ import { isPolicyLoss, toNativeLossSpec, type LossSpec } from "./loss-spec.js";
 import { OptimizerSchema } from "./optimizer.js";
 import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeLossStats, type NativeModel } from "./native.js";
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
+import { type EngineOptions, InferenceEngine, toNativeEngineConfig } from "./engine.js";
 import { fromNativeGenerate, toNativeGenerate, type GenerateRequest, type GenerateResult } from "./generate-request.js";
 import { checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
 
@@ -242,6 +243,12 @@ export class PolicyModel {
         return fromNativeGenerate(out, req.prompts.length, args.config.maxNewTokens, this.config.vocabSize);
       };
     });
+  }
+
+  /** A continuous-batching engine over this model (kernels/engine.ts); its steps queue behind this model's calls. */
+  createEngine(opts: EngineOptions): InferenceEngine {
+    const native = this.idle("createEngine").createEngine(toNativeEngineConfig(opts));
+    return new InferenceEngine(native, this.config, (what, work) => this.run(what, () => work));
   }
 
   /** The params as safetensors bytes, by HF name (F32, or BF16 for a smaller inference copy). */

@@ -140,6 +140,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   auto* data = new AddonData();
   data->backend_ctor = Napi::Persistent(BackendWrap::Define(env));
   data->model_ctor = Napi::Persistent(define_model_class(env));
+  data->engine_ctor = Napi::Persistent(define_engine_class(env));
   env.SetInstanceData(data);
   exports.Set("openBackend", Napi::Function::New(env, OpenBackend));
   exports.Set("abiVersion", Napi::Number::New(env, RS_ABI_VERSION));

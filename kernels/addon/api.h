@@ -7,6 +7,7 @@
 struct AddonData {
   Napi::FunctionReference backend_ctor;
   Napi::FunctionReference model_ctor;
+  Napi::FunctionReference engine_ctor;
 };
 
 // Stand-alone layer kernels (kernels_api.cc), all synchronous except sgemmAsync. Names match the JS methods.
@@ -22,6 +23,17 @@ RS_KERNEL_METHODS(RS_DECLARE_KERNEL)
 // model_api.cc: the JS class wrapping rs_model*, and its factory.
 Napi::Function define_model_class(Napi::Env env);
 Napi::Value create_model(Backend* be, const Napi::CallbackInfo& info);
+
+// engine_api.cc: the JS class wrapping rs_engine*, created by the model it runs (model.createEngine).
+struct EngineInit {
+  Backend* be;
+  rs_model* const* model;  // the model wrapper's pointer: NULL once the model is disposed
+  bool* model_busy;        // the model wrapper's one-call-at-a-time flag, held during a step
+  int max_seqs;
+  int vocab;
+};
+Napi::Function define_engine_class(Napi::Env env);
+Napi::Value create_engine(const EngineInit& init, Napi::Object model, const Napi::CallbackInfo& info);
 
 // Reads the C loss spec from a JS object {kind, maskLow, maskHigh, clipEps, clipEpsHigh, klCoef, normalizer}.
 class Args;

@@ -58,6 +58,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("setStepCount", &ModelWrap::SetStepCount), InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
                         InstanceMethod("forward", &ModelWrap::Forward), InstanceMethod("trainMicro", &ModelWrap::TrainMicro),
                         InstanceMethod("step", &ModelWrap::Step), InstanceMethod("generate", &ModelWrap::Generate),
+                        InstanceMethod("createEngine", &ModelWrap::CreateEngine),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
 
@@ -358,6 +359,16 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
           if (!out->logits.empty()) r.Set("stepLogits", make_array(env, out->logits));
           return r;
         });
+  }
+
+  // createEngine(config) -> KernelsEngine over this model (engine_api.cc)
+  Napi::Value CreateEngine(const Napi::CallbackInfo& info) {
+    Args a(info, "createEngine");
+    rs_model* m = live(a);
+    rs_tensor_info t0{};
+    rs_error e0{};
+    be_->rs_model_tensor_info(m, 0, &t0, &e0);
+    return create_engine(EngineInit{be_, &m_, &busy_, 0, (int)t0.shape[0]}, info.This().As<Napi::Object>(), info);
   }
 
   Backend* be_ = nullptr;

@@ -1,199 +1,65 @@
-// KV-cache generation over a ragged batch: the prompts are prefilled as one packed row (segments keep them
-// apart), then decode steps run the still-active sequences together; finished ones drop out. Only
-// row-independent kernels run here (our packed sgemm, never BLAS: its rows do not depend on the other rows of
-// the product), so a sequence's tokens do not depend on which other prompts share its batch, nor on the
-// thread count.
+// rs_model_generate, the batch API, as a loop over the engine (kernels.h, rs_engine_*): every prompt is one
+// request with its own seed, the pool holds every sequence at its longest (what the contiguous per-sequence cache
+// used to hold), and steps run until every sequence has finished. So the batch API and the step API give the same
+// bits for the same seeds, and a sequence's output does not depend on the other prompts or the thread count.
 #include <algorithm>
-#include <memory>
+#include <vector>
 
 #include "../shared/generate_check.h"
 #include "../shared/generate_loop.h"
-#include "model.h"
-#include "sampling.h"
+#include "engine.h"
 
 namespace rs {
 
 namespace {
 
-struct Seq {
-  int index;      // prompt index (output slot)
-  int P;          // prompt length
-  int cap;        // KV-cache rows
-  int len;        // tokens so far (prompt + generated)
-  int n_new = 0;  // generated tokens
-  uint64_t key;   // RNG stream
-  int32_t last = 0;
-  FloatBuf k, v;  // [L][cap][KV*hd] each
-  bool done = false;
-};
+constexpr int kBlock = 16;
 
-struct PrefillSink : KvSink {
-  const Dims& d;
-  std::vector<Seq*> seqs;
-  std::vector<int> starts;
-  explicit PrefillSink(const Dims& dims) : d(dims) {}
-  void put(int l, const float* k, const float* v, int ld) override {
-    const int kvd = d.KV * d.hd;
-    for (size_t i = 0; i < seqs.size(); i++) {
-      Seq& s = *seqs[i];
-      float* kc = s.k.p + (size_t)l * s.cap * kvd;
-      float* vc = s.v.p + (size_t)l * s.cap * kvd;
-      for (int p = 0; p < s.P; p++) {
-        std::memcpy(kc + (size_t)p * kvd, k + (int64_t)(starts[i] + p) * ld, sizeof(float) * kvd);
-        std::memcpy(vc + (size_t)p * kvd, v + (int64_t)(starts[i] + p) * ld, sizeof(float) * kvd);
-      }
+rs_engine_request request_of(const rs_generate_config* c, const int32_t* prompt, int32_t n, const uint64_t* seed) {
+  rs_engine_request r{};
+  r.prompt = prompt;
+  r.n_prompt = n;
+  r.n_samples = 1;
+  r.seeds = seed;
+  r.max_new_tokens = c->max_new_tokens;
+  r.temperature = c->temperature;
+  r.top_p = c->top_p;
+  r.top_k = c->top_k;
+  r.vocab_limit = c->vocab_limit;
+  r.eos_ids = c->eos_ids;
+  r.n_eos = c->n_eos;
+  r.stop_flat = c->stop_flat;
+  r.stop_offsets = c->stop_offsets;
+  r.n_stop = c->n_stop;
+  return r;
+}
+
+// Steps the engine until all n sequences (ids 1..n) have finished, writing each token into its prompt's slot.
+int32_t drain(rs_shared::Engine& e, int32_t n, const rs_generate_config* c, const Dims& d, rs_generate_output& o, rs_error* err) {
+  std::vector<rs_engine_token> toks(n);
+  std::vector<rs_engine_finish> fin(n);
+  std::vector<float> logits(o.step_logits ? (size_t)n * d.V : 0);
+  rs_engine_step_output so{toks.data(), n, 0, fin.data(), n, 0, o.step_logits ? logits.data() : nullptr, 0, 0};
+  for (int32_t done = 0; done < n;) {
+    if (int32_t s = e.step(&so, err)) return s;
+    for (int32_t i = 0; i < so.n_tokens; i++) {
+      const rs_engine_token& t = toks[i];
+      const int64_t slot = (t.seq_id - 1) * c->max_new_tokens + t.index;
+      o.tokens[slot] = t.token;
+      if (o.logprobs) o.logprobs[slot] = t.logprob;
+      if (o.policy_logprobs) o.policy_logprobs[slot] = t.policy_logprob;
+      if (o.step_logits) std::copy(logits.data() + (size_t)i * d.V, logits.data() + (size_t)(i + 1) * d.V, o.step_logits + slot * d.V);
     }
-  }
-};
-
-class Generator {
- public:
-  Generator(rs_model* m, const rs_generate_config& c, rs_generate_output& o) : m_(m), d_(m->d), c_(c), o_(o) {
-    sp_ = SampleParams{c.temperature, c.top_p, c.top_k};
-  }
-
-  // Samples one token for each of the given sequences from their logits rows [n, V] and applies stop rules.
-  void sample(const std::vector<Seq*>& seqs, const float* logits) {
-    const int n = (int)seqs.size(), V = d_.V;
-    // Ids past vocab_limit are not candidates at all (not merely unlikely): the distribution, its
-    // normaliser and both logprobs cover [0, limit) only.
-    const int limit = c_.vocab_limit > 0 ? c_.vocab_limit : V;
-#pragma omp parallel num_threads(m_->threads)
-    {
-      SampleScratch scratch;
-#pragma omp for schedule(dynamic, 1)
-      for (int i = 0; i < n; i++) {
-        Seq& s = *seqs[i];
-        const float* z = logits + (int64_t)i * V;
-        float slp, plp;
-        const int32_t tok = sample_token(z, limit, sp_, uniform01(s.key, (uint64_t)s.n_new), &slp, &plp, scratch);
-        const int64_t slot = (int64_t)s.index * c_.max_new_tokens + s.n_new;
-        o_.tokens[slot] = tok;
-        if (o_.logprobs) o_.logprobs[slot] = slp;
-        if (o_.policy_logprobs) o_.policy_logprobs[slot] = plp;
-        if (o_.step_logits) std::memcpy(o_.step_logits + slot * V, z, sizeof(float) * V);
-        s.n_new++;
-        s.len++;
-        s.last = tok;
-        int reason = -1;
-        if (std::find(c_.eos_ids, c_.eos_ids + c_.n_eos, tok) != c_.eos_ids + c_.n_eos) reason = RS_STOP_EOS;
-        else if (ends_with_stop(s)) reason = RS_STOP_SEQUENCE;
-        else if (s.n_new >= c_.max_new_tokens) reason = RS_STOP_LENGTH;
-        else if (s.len >= d_.maxPos) reason = RS_STOP_CONTEXT;
-        if (reason >= 0) finish(s, reason);
-      }
+    for (int32_t i = 0; i < so.n_finished; i++) {
+      o.lengths[fin[i].seq_id - 1] = fin[i].n_tokens;
+      o.stop_reasons[fin[i].seq_id - 1] = fin[i].stop_reason;
     }
+    done += so.n_finished;
+    if (so.n_tokens == 0 && so.n_finished == 0 && so.prefill_rows == 0)
+      return fail(err, RS_ERR_INTERNAL, "generate: the engine made no progress with %d sequences unfinished", n - done);
   }
-
-  void finish(Seq& s, int reason) {
-    s.done = true;
-    o_.lengths[s.index] = s.n_new;
-    o_.stop_reasons[s.index] = reason;
-  }
-
-  void prefill(std::vector<Seq*>& pack, const int32_t* flat, const int64_t* offsets) {
-    int T = 0;
-    std::vector<int32_t> tokens, segs;
-    PrefillSink sink(d_);
-    for (Seq* s : pack) {
-      segs.push_back(T);
-      sink.seqs.push_back(s);
-      sink.starts.push_back(T);
-      tokens.insert(tokens.end(), flat + offsets[s->index], flat + offsets[s->index + 1]);
-      T += s->P;
-    }
-    if (!m_->acts.ensure(d_, T)) throw std::bad_alloc();
-    prepare_positions(m_, segs.data(), (int)segs.size(), T);
-    forward_layers(m_, GemmImpl::Own, tokens.data(), T, &sink);
-    const int n = (int)pack.size();
-    std::vector<float> X((size_t)n * d_.D), logits((size_t)n * d_.V);
-    for (int i = 0; i < n; i++)
-      std::memcpy(X.data() + (size_t)i * d_.D, m_->acts.lnf + (int64_t)(sink.starts[i] + pack[i]->P - 1) * d_.D, sizeof(float) * d_.D);
-    linear_fwd(GemmImpl::Own, X.data(), n, d_.D, m_->params.p + m_->off_head, d_.V, nullptr, logits.data(), m_->threads);
-    sample(pack, logits.data());
-  }
-
-  // One decode step for every active sequence: feed its last token at position len - 1.
-  void decode(std::vector<Seq*>& act) {
-    const int B = (int)act.size(), D = d_.D, A = d_.H * d_.hd, KVD = d_.KV * d_.hd, QKV = d_.QKV, I = d_.I, nt = m_->threads;
-    const float* P = m_->params.p;
-    X_.resize((size_t)B * D);
-    Xmid_.resize((size_t)B * D);
-    h_.resize((size_t)B * D);
-    tmp_.resize((size_t)B * D);
-    rstd_.resize(B);
-    qkv_.resize((size_t)B * QKV);
-    att_.resize((size_t)B * A);
-    gu_.resize((size_t)B * 2 * I);
-    hm_.resize((size_t)B * I);
-    logits_.resize((size_t)B * d_.V);
-    pos_.resize(B);
-    std::vector<int32_t> toks(B);
-    int max_len = 1;
-    for (int b = 0; b < B; b++) {
-      toks[b] = act[b]->last;
-      pos_[b] = act[b]->len - 1;
-      max_len = std::max(max_len, act[b]->len);
-    }
-    embedding_fwd(P + m_->off_embed, D, toks.data(), B, X_.data(), nt);
-    rmsnorm_fwd(X_.data(), P + m_->lo[0].ln1, B, D, d_.eps, h_.data(), rstd_.data(), nt);
-    const int group = d_.H / d_.KV;
-    const float scale = 1.0f / std::sqrt((float)d_.hd);
-    for (int l = 0; l < d_.L; l++) {
-      const LayerOffsets& o = m_->lo[l];
-      linear_fwd(GemmImpl::Own, h_.data(), B, D, P + o.wqkv, QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, qkv_.data(), nt);
-      rope_apply(qkv_.data(), B, QKV, d_.H, d_.hd, pos_.data(), m_->rope, false, nt);
-      rope_apply(qkv_.data() + A, B, QKV, d_.KV, d_.hd, pos_.data(), m_->rope, false, nt);
-      for (int b = 0; b < B; b++) {
-        Seq& s = *act[b];
-        std::memcpy(s.k.p + ((size_t)l * s.cap + pos_[b]) * KVD, qkv_.data() + (size_t)b * QKV + A, sizeof(float) * KVD);
-        std::memcpy(s.v.p + ((size_t)l * s.cap + pos_[b]) * KVD, qkv_.data() + (size_t)b * QKV + A + KVD, sizeof(float) * KVD);
-      }
-#pragma omp parallel num_threads(nt)
-      {
-        std::vector<float> scores(max_len);
-#pragma omp for schedule(dynamic, 1)
-        for (int bh = 0; bh < B * d_.H; bh++) {
-          const int b = bh / d_.H, h = bh % d_.H, kvh = h / group;
-          Seq& s = *act[b];
-          const float* kc = s.k.p + (size_t)l * s.cap * KVD + kvh * d_.hd;
-          const float* vc = s.v.p + (size_t)l * s.cap * KVD + kvh * d_.hd;
-          attend_row(qkv_.data() + (size_t)b * QKV + h * d_.hd, kc, KVD, vc, KVD, pos_[b] + 1, d_.hd, scale, scores.data(),
-                     att_.data() + (size_t)b * A + h * d_.hd);
-        }
-      }
-      linear_fwd(GemmImpl::Own, att_.data(), B, A, P + o.wo, D, nullptr, tmp_.data(), nt);
-      residual_rmsnorm_fwd(X_.data(), tmp_.data(), P + o.ln2, B, D, d_.eps, Xmid_.data(), h_.data(), rstd_.data(), nt);
-      linear_fwd(GemmImpl::Own, h_.data(), B, D, P + o.wgu, 2 * I, nullptr, gu_.data(), nt);
-      swiglu_fwd_rows(gu_.data(), B, I, hm_.data(), nt);
-      linear_fwd(GemmImpl::Own, hm_.data(), B, I, P + o.wdown, D, nullptr, tmp_.data(), nt);
-      const bool last = l + 1 == d_.L;
-      residual_rmsnorm_fwd(Xmid_.data(), tmp_.data(), P + (last ? m_->off_norm : m_->lo[l + 1].ln1), B, D, d_.eps, X_.data(), h_.data(),
-                           rstd_.data(), nt);
-    }
-    linear_fwd(GemmImpl::Own, h_.data(), B, D, P + m_->off_head, d_.V, nullptr, logits_.data(), nt);
-    sample(act, logits_.data());
-  }
-
- private:
-  bool ends_with_stop(const Seq& s) const {
-    const int32_t* gen = o_.tokens + (int64_t)s.index * c_.max_new_tokens;
-    for (int j = 0; j < c_.n_stop; j++) {
-      const int32_t* st = c_.stop_flat + c_.stop_offsets[j];
-      const int n = c_.stop_offsets[j + 1] - c_.stop_offsets[j];
-      if (n <= s.n_new && std::equal(st, st + n, gen + s.n_new - n)) return true;
-    }
-    return false;
-  }
-
-  rs_model* m_;
-  const Dims& d_;
-  const rs_generate_config& c_;
-  rs_generate_output& o_;
-  SampleParams sp_;
-  std::vector<float> X_, Xmid_, h_, tmp_, rstd_, qkv_, att_, gu_, hm_, logits_;
-  std::vector<int32_t> pos_;
-};
+  return ok(err);
+}
 
 }  // namespace
 
@@ -210,39 +76,23 @@ int32_t rs_model_generate(rs_model* m, const int32_t* flat, const int64_t* off, 
   rs_generate_output out = *o;
   if (!c->return_logits) out.step_logits = nullptr;
   const Dims& d = m->d;
+  int64_t blocks = 0;
+  for (int32_t i = 0; i < n; i++) blocks += (std::min<int64_t>(off[i + 1] - off[i] + c->max_new_tokens, d.maxPos) + kBlock - 1) / kBlock;
+  if (blocks > (1 << 24)) return fail(err, RS_ERR_OUT_OF_MEMORY, "generate: %lld KV blocks are too many for one call", (long long)blocks);
   try {
-    Generator gen(m, *c, out);
-    std::vector<std::unique_ptr<Seq>> seqs;
-    std::vector<Seq*> todo;
+    const rs_shared::EngineParams p{kBlock, (int)blocks, n, rs_shared::kPrefillPack, false};
+    rs_shared::Engine e(d, p, make_cpu_runner(m, p.n_blocks, p.block_size));
     for (int32_t i = 0; i < n; i++) {
-      auto s = std::make_unique<Seq>();
-      s->index = i;
-      s->P = (int)(off[i + 1] - off[i]);
-      s->len = s->P;
-      s->key = seeds ? seeds[i] : mix64(c->seed, (uint64_t)i);
       out.lengths[i] = 0;
-      if (c->max_new_tokens == 0) gen.finish(*s, RS_STOP_LENGTH);
-      else if (s->P >= d.maxPos) gen.finish(*s, RS_STOP_CONTEXT);
-      else {
-        s->cap = std::min(s->P + c->max_new_tokens, d.maxPos);
-        const size_t kv = (size_t)d.L * s->cap * d.KV * d.hd;
-        if (!s->k.resize(kv) || !s->v.resize(kv)) return fail(err, RS_ERR_OUT_OF_MEMORY, "generate: out of memory for the KV cache");
-        todo.push_back(s.get());
-      }
-      seqs.push_back(std::move(s));
+      const uint64_t seed = seeds ? seeds[i] : rs_shared::mix64(c->seed, (uint64_t)i);
+      const rs_engine_request r = request_of(c, flat + off[i], (int32_t)(off[i + 1] - off[i]), &seed);
+      int64_t id;
+      if (int32_t s = e.add(&r, &id, err)) return s;
     }
-    if (todo.empty()) return ok(err);
-    m->rope.ensure(std::min(d.maxPos, std::max(64, [&] {
-                     int mx = 0;
-                     for (Seq* s : todo) mx = std::max(mx, s->cap);
-                     return mx;
-                   }())),
-                   d.hd, d.theta);
-    rs_shared::prefill_then_decode(gen, todo, flat, off);
+    return drain(e, n, c, d, out, err);
   } catch (const std::bad_alloc&) {
-    return fail(err, RS_ERR_OUT_OF_MEMORY, "generate: out of memory");
+    return fail(err, RS_ERR_OUT_OF_MEMORY, "generate: out of memory for %lld KV blocks", (long long)blocks);
   }
-  return ok(err);
 }
 
 }  // extern "C"

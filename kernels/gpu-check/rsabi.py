@@ -74,6 +74,41 @@ class GenerateOutput(C.Structure):
                 ("step_logits", F32P)]
 
 
+ENGINE = C.c_void_p
+
+
+class EngineConfig(C.Structure):
+    _fields_ = [(n, C.c_int32) for n in ("block_size", "n_blocks", "max_seqs", "max_prefill_tokens", "cache_across_versions")]
+
+
+class EngineRequest(C.Structure):
+    _fields_ = [("prompt", I32P), ("n_prompt", C.c_int32), ("n_samples", C.c_int32), ("seeds", U64P), ("max_new_tokens", C.c_int32),
+                ("temperature", C.c_float), ("top_p", C.c_float), ("top_k", C.c_int32), ("vocab_limit", C.c_int32), ("eos_ids", I32P),
+                ("n_eos", C.c_int32), ("stop_flat", I32P), ("stop_offsets", I32P), ("n_stop", C.c_int32), ("cache_salt", C.c_uint64)]
+
+
+class EngineToken(C.Structure):
+    _fields_ = [("seq_id", C.c_int64), ("index", C.c_int32), ("token", C.c_int32), ("logprob", C.c_float), ("policy_logprob", C.c_float),
+                ("version", C.c_int64)]
+
+
+class EngineFinish(C.Structure):
+    _fields_ = [("seq_id", C.c_int64), ("stop_reason", C.c_int32), ("n_tokens", C.c_int32)]
+
+
+class EngineStepOutput(C.Structure):
+    _fields_ = [("tokens", C.POINTER(EngineToken)), ("tokens_cap", C.c_int32), ("n_tokens", C.c_int32), ("finished", C.POINTER(EngineFinish)),
+                ("finished_cap", C.c_int32), ("n_finished", C.c_int32), ("logits", F32P), ("prefill_rows", C.c_int32),
+                ("decode_rows", C.c_int32)]
+
+
+class EngineStats(C.Structure):
+    _fields_ = ([("version", C.c_int64)] + [(n, C.c_int32) for n in ("blocks_total", "blocks_used", "blocks_cached_idle", "blocks_free",
+                                                                      "running", "waiting")] +
+                [(n, C.c_int64) for n in ("steps", "prefill_rows", "decode_rows", "prompt_tokens", "prefix_hit_tokens",
+                                          "shared_prompt_tokens", "preemptions", "cow_copies", "tokens_generated")])
+
+
 # name -> (restype, argtypes), in kernels.h order.
 SIGNATURES = {
     "rs_abi_version": (C.c_int32, []),
@@ -124,11 +159,21 @@ SIGNATURES = {
     "rs_model_step": (C.c_int32, [MODEL, C.POINTER(OptimConfig), C.POINTER(StepResult), ERRP]),
     "rs_model_zero_grad": (None, [MODEL]),
     "rs_model_generate": (C.c_int32, [MODEL, I32P, I64P, C.c_int32, U64P, C.POINTER(GenerateConfig), C.POINTER(GenerateOutput), ERRP]),
+    "rs_engine_create": (ENGINE, [MODEL, C.POINTER(EngineConfig), ERRP]),
+    "rs_engine_free": (None, [ENGINE]),
+    "rs_engine_add": (C.c_int32, [ENGINE, C.POINTER(EngineRequest), I64P, ERRP]),
+    "rs_engine_cancel": (C.c_int32, [ENGINE, C.c_int64, ERRP]),
+    "rs_engine_set_version": (C.c_int32, [ENGINE, C.c_int64, C.c_int32, ERRP]),
+    "rs_engine_step": (C.c_int32, [ENGINE, C.POINTER(EngineStepOutput), ERRP]),
+    "rs_engine_get_stats": (C.c_int32, [ENGINE, C.POINTER(EngineStats), ERRP]),
 }
 
 STRUCTS = {"rs_error": Error, "rs_settings": Settings, "rs_test_hooks": TestHooks, "rs_loss_spec": LossSpec, "rs_loss_stats": LossStats, "rs_model_config": ModelConfig,
            "rs_tensor_info": TensorInfo, "rs_optim_config": OptimConfig, "rs_step_result": StepResult,
-           "rs_generate_config": GenerateConfig, "rs_generate_output": GenerateOutput}
+           "rs_generate_config": GenerateConfig, "rs_generate_output": GenerateOutput, "rs_engine_config": EngineConfig,
+           "rs_engine_request": EngineRequest, "rs_engine_token": EngineToken, "rs_engine_finish": EngineFinish,
+           "rs_engine_step_output": EngineStepOutput, "rs_engine_stats": EngineStats}
+ENGINE_UPDATE_KEEP, ENGINE_UPDATE_RECOMPUTE = 0, 1
 
 BLAS_AUTO, BLAS_OFF, BLAS_ON = 0, 1, 2
 MATMUL = {None: 0, "fp32": 1, "tf32": 2, "bf16": 3}  # rs_cuda_matmul; None = the default
@@ -333,6 +378,60 @@ class Model:
         if return_logits:
             res["step_logits"] = [logits[i, :lens[i]] for i in range(n)]
         return res
+
+
+class Engine:
+    """An rs_engine over a Model: add requests, step, read tokens per sequence (kernels.h, rs_engine_*)."""
+
+    def __init__(self, model, n_blocks, block_size=16, max_seqs=64, max_prefill_tokens=0, cache_across_versions=0):
+        self.lib, self.model, self.max_seqs = model.lib, model, max_seqs
+        c = EngineConfig(block_size, n_blocks, max_seqs, max_prefill_tokens, cache_across_versions)
+        err = Error()
+        self.h = self.lib.rs_engine_create(model.h, C.byref(c), C.byref(err))
+        if not self.h:
+            raise KernelError("rs_engine_create", err.code, err.message.decode(errors="replace"))
+        self.toks = (EngineToken * max_seqs)()
+        self.fin = (EngineFinish * max_seqs)()
+        self.seqs = {}  # id -> {"tokens", "logprobs", "policy_logprobs", "stop_reason"}
+
+    def free(self):
+        if self.h:
+            self.lib.rs_engine_free(self.h)
+            self.h = None
+
+    def add(self, prompt, seeds, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0):
+        p = i32(prompt)
+        sd = np.ascontiguousarray(seeds, dtype=np.uint64)
+        r = EngineRequest(ptr(p, I32P), len(p), len(sd), ptr(sd, U64P), max_new_tokens, temperature, top_p, top_k, 0, None, 0, None, None,
+                          0, 0)
+        ids = np.zeros(len(sd), dtype=np.int64)
+        call("rs_engine_add", self.lib.rs_engine_add, self.h, C.byref(r), ptr(ids, I64P))
+        for i in ids.tolist():
+            self.seqs[i] = {"tokens": [], "logprobs": [], "policy_logprobs": [], "stop_reason": None}
+        return ids.tolist()
+
+    def step(self):
+        out = EngineStepOutput(self.toks, self.max_seqs, 0, self.fin, self.max_seqs, 0, None, 0, 0)
+        call("rs_engine_step", self.lib.rs_engine_step, self.h, C.byref(out))
+        for t in self.toks[:out.n_tokens]:
+            q = self.seqs[t.seq_id]
+            q["tokens"].append(t.token)
+            q["logprobs"].append(t.logprob)
+            q["policy_logprobs"].append(t.policy_logprob)
+        for f in self.fin[:out.n_finished]:
+            self.seqs[f.seq_id]["stop_reason"] = f.stop_reason
+        return out.n_tokens + out.n_finished + out.prefill_rows
+
+    def stats(self):
+        st = EngineStats()
+        call("rs_engine_get_stats", self.lib.rs_engine_get_stats, self.h, C.byref(st))
+        return {f: getattr(st, f) for f, _ in EngineStats._fields_}
+
+    def drain(self):
+        while any(q["stop_reason"] is None for q in self.seqs.values()):
+            if not self.step():
+                raise RuntimeError("the engine made no progress")
+        return self.seqs
 
 
 def loss_spec(kind, normalizer, mask_low=0.0, mask_high=float("inf"), clip_eps=0.2, clip_eps_high=0.2, kl_coef=0.0):

@@ -39,7 +39,7 @@ def ctype_of(decl_type):
     assert stars == 1, f"pointer to pointer in {decl_type!r}"
     if base == "char":
         return C.c_char_p
-    if base == "rs_model":
+    if base in ("rs_model", "rs_engine"):  # opaque handles
         return C.c_void_p
     if base in rsabi.STRUCTS:
         return C.POINTER(rsabi.STRUCTS[base])
@@ -164,7 +164,8 @@ def main():
               "RS_BLAS_AUTO": rsabi.BLAS_AUTO, "RS_BLAS_OFF": rsabi.BLAS_OFF, "RS_BLAS_ON": rsabi.BLAS_ON,
               "RS_MATMUL_DEFAULT": rsabi.MATMUL[None], "RS_MATMUL_FP32": rsabi.MATMUL["fp32"], "RS_MATMUL_TF32": rsabi.MATMUL["tf32"],
               "RS_MATMUL_BF16": rsabi.MATMUL["bf16"], "RS_STOP_EOS": rsabi.STOP_EOS, "RS_STOP_SEQUENCE": rsabi.STOP_SEQUENCE,
-              "RS_STOP_LENGTH": rsabi.STOP_LENGTH, "RS_STOP_CONTEXT": rsabi.STOP_CONTEXT}
+              "RS_STOP_LENGTH": rsabi.STOP_LENGTH, "RS_STOP_CONTEXT": rsabi.STOP_CONTEXT,
+              "RS_ENGINE_UPDATE_KEEP": rsabi.ENGINE_UPDATE_KEEP, "RS_ENGINE_UPDATE_RECOMPUTE": rsabi.ENGINE_UPDATE_RECOMPUTE}
     for k, v in expect.items():
         checks += 1
         if enums.get(k) != v:

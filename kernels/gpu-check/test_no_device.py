@@ -105,6 +105,10 @@ def cuda_without_device(path):
     st, msg = err_call(lib.rs_set_test_hooks, C.byref(rsabi.TestHooks(slowdown_own=3)))
     expect(st == 0, f"the CUDA backend accepts (and ignores) the test hooks: {msg!r}")
     expect(not lib.rs_model_params(None) and lib.rs_model_num_params(None) == 0, "null-model getters return NULL / 0")
+    ee = rsabi.Error()
+    eng = lib.rs_engine_create(None, C.byref(rsabi.EngineConfig(16, 8, 4, 0, 0)), C.byref(ee))
+    expect(eng is None and ee.code == RS_ERR_INVALID_ARGUMENT and b"null model" in ee.message, f"rs_engine_create(NULL) refused: {ee.message!r}")
+    lib.rs_engine_free(None)
     lib.rs_model_free(None)
     lib.rs_model_zero_grad(None)
 

@@ -24,3 +24,11 @@ test("the CUDA library loads without a GPU and every entry point refuses cleanly
   const r = spawnSync("python3", [join(root, "kernels", "gpu-check", "test_no_device.py")], { cwd: root, encoding: "utf8", timeout: 120_000 });
   assert.equal(r.status, 0, r.stdout + r.stderr);
 });
+
+test("the engine check script (run on a GPU by the device session) passes on the CPU library", {
+  skip: haveNumpy ? false : "python3 with numpy not found",
+}, () => {
+  const cpuLib = join(root, "kernels", "build", "Release", "librollstream_cpu.so");
+  const r = spawnSync("python3", [join(root, "kernels", "gpu-check", "engine_check.py"), cpuLib], { cwd: root, encoding: "utf8", timeout: 120_000 });
+  assert.equal(r.status, 0, r.stdout + r.stderr);
+});
