@@ -13,10 +13,11 @@ import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { failpoint } from "../runtime/failpoints.js";
-import { createTokenizer, rolloutLimitsOf } from "../runtime/model-factory.js";
+import { createTokenizer, rolloutLimitsOf, taskLimitsOf } from "../runtime/model-factory.js";
 import {
   checkAdvantage,
   checkRolloutLimits,
+  checkTask,
   checkTurnText,
   PoisonMessageError,
   RolloutRejectedError,
@@ -26,6 +27,7 @@ import {
   type GroupOutcome,
   type RawRolloutChannel,
   type RawRolloutGroup,
+  type TaskLimits,
   type RolloutLimits,
   type RunState,
   type ScoredChannel,
@@ -40,6 +42,7 @@ import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../../rl/leng
 export class RewardActor implements Actor {
   private envs!: Map<string, LoadedEnvironment>;
   private tokenizer!: TokenizerLike;
+  private taskLimits!: TaskLimits;
   private overlong!: Counter;
   private filtered!: Counter;
   private capHits!: Counter;
@@ -58,6 +61,7 @@ export class RewardActor implements Actor {
     const { ctx } = this;
     this.envs = await loadRunEnvironments(ctx.config);
     this.tokenizer = createTokenizer(ctx.config);
+    this.taskLimits = taskLimitsOf(ctx.config, this.envs);
     this.overlong = ctx.metrics.counter("rollouts_overlong_total", "rollouts longer than the context, left out of training");
     this.filtered = ctx.metrics.counter("groups_filtered_total", "zero-variance groups left out of training (rl.filter), by environment", ["env"]);
     this.capHits = ctx.metrics.counter("groups_refill_cap_total", "zero-variance groups trained on (zero advantage) past rl.filter.maxRefillRounds", ["env"]);
@@ -110,6 +114,9 @@ export class RewardActor implements Actor {
   private checkGroup(group: RawRolloutGroup): LoadedEnvironment {
     const { config } = this.ctx;
     const task = group.task;
+    // The task a group answers is checked as inference checks it: a group that skipped inference (forged, or
+    // from a producer with another config) must not be scored for a task this run would never have sent.
+    checkTask(task, this.taskLimits);
     if (task.run !== config.run) throw new PoisonMessageError(`group belongs to run ${task.run}, not ${config.run}`);
     const loaded = this.envs.get(task.envKey);
     if (!loaded) throw new PoisonMessageError(`group names environment key ${task.envKey}, which this run's config does not have`);
