@@ -6,8 +6,7 @@ import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
-import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
-import { createPolicyModel, createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
+import { createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import {
   checkTask,
@@ -21,10 +20,11 @@ import {
   type WeightsChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
+import { type InferenceBackend, openBackend } from "./backend.js";
 
 @injectable()
 export class InferenceActor implements Actor {
-  private engine!: PolicyEngine;
+  private engine!: InferenceBackend;
   private envs!: Map<string, LoadedEnvironment>;
   private limits!: TaskLimits;
 
@@ -43,7 +43,6 @@ export class InferenceActor implements Actor {
     this.envs = await loadRunEnvironments(config);
     this.limits = taskLimitsOf(config, this.envs);
     const tokenizer = createTokenizer(config);
-    const model = createPolicyModel(config, { threads: config.actors.inference.threads, log: ctx.log });
 
     // Wait for the first policy (after SFT, or the learner's initial weights).
     let version = -1;
@@ -54,11 +53,9 @@ export class InferenceActor implements Actor {
     }
     firstPolicy.end();
     if (ctx.signal.aborted) return;
-    model.loadSafetensors(await ctx.health.wait("weights", () => this.weights.fetch(version), { detail: `v${version}` }));
-    this.engine = new PolicyEngine(model, tokenizer, version, {
-      seed: config.rl.seed,
-      generateDeadlineMs: config.actors.inference.generateDeadlineMs,
-      onWedged: (e) => exitWedged(ctx, e),
+    const bytes = await ctx.health.wait("weights", () => this.weights.fetch(version), { detail: `v${version}` });
+    this.engine = await ctx.health.wait("weights", () => openBackend(ctx, tokenizer, version, bytes), {
+      detail: `${config.actors.inference.backend} backend at v${version}`,
     });
     log.info({ version }, "policy loaded");
 
@@ -110,7 +107,7 @@ export class InferenceActor implements Actor {
       if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
       try {
         const bytes = await ctx.health.wait("weights", () => this.weights.fetch(v, ctx.config.actors.inference.weightsDeadlineMs), { detail: `v${v}` });
-        this.engine.swapWeights(v, bytes, rollback);
+        await this.engine.swapWeights(v, bytes, rollback);
         versionGauge.set(v);
         log.debug({ version: v }, "weights swapped");
         backoffMs = 500;
@@ -156,9 +153,8 @@ export class InferenceActor implements Actor {
     const started = Date.now();
     const tokensBefore = this.engine.generatedTokens;
     const row = loaded.env.dataset("train").row(task.exampleIndex);
-    const model = this.engine.client(task.seed);
     const rollouts = await Promise.all(
-      Array.from({ length: task.groupSize }, () => loaded.env.rollout({ model, sandbox: this.sandbox, sampling: task.sampling, signal: ctx.signal }, row)),
+      this.engine.rolloutClients(task).map((model) => loaded.env.rollout({ model, sandbox: this.sandbox, sampling: task.sampling, signal: ctx.signal }, row)),
     );
     const raw = rollouts.map(toRawRollout);
     const tokens = raw.reduce((s, r) => s + r.completionIds.length, 0);
