@@ -188,6 +188,29 @@ test("an update between turns of a rollout: each turn carries the version that s
   }
 });
 
+test("while its server updates, a rollout moves to a server already on the new weights rather than wait", async () => {
+  const servers = [await TestEngineServer.sglang(), await TestEngineServer.sglang()];
+  const r = await rig(
+    servers,
+    servers.map((s) => new SglangServer(s.url)),
+  );
+  try {
+    const clients = r.fleet.rolloutClients(task("t8", 2));
+    await Promise.all(clients.map((c) => c.generate(tok.encode("a"), sampling)));
+    const onSecond = clients.findIndex((_, i) => [...serverOfRequests(servers)].some(([rid, s]) => rid.startsWith(`r.t8.${i}.`) && s === 1));
+    assert.ok(onSecond >= 0);
+    servers[1]!.engine.loadDelayMs = 1_000; // servers update in order: the first is on v1 while the second loads
+    const swap = r.fleet.swapWeights(1, WEIGHTS, false);
+    while (r.fleet.describe()[1]!.state !== "updating") await new Promise((res) => setTimeout(res, 5));
+    const g = await clients[onSecond]!.generate(tok.encode("ab"), sampling);
+    assert.equal(r.fleet.describe()[1]!.state, "updating", "answered before the second server's update ended");
+    assert.equal(g.policyVersion, 1);
+    await swap;
+  } finally {
+    await r.close();
+  }
+});
+
 test("a server killed mid-run: its requests finish on the other, nothing is lost; it rejoins after a health check and an update", async () => {
   const servers = [await TestEngineServer.sglang(), await TestEngineServer.sglang()];
   for (const s of servers) s.engine.stepDelayMs = 20;

@@ -115,7 +115,11 @@ export class EngineDouble {
     while (this.inFlight.size > 0) await new Promise((r) => setTimeout(r, 5));
   }
 
-  load(dir: string, label: string | null): void {
+  /** How long a weight load takes. */
+  loadDelayMs = 0;
+
+  async load(dir: string, label: string | null): Promise<void> {
+    if (this.loadDelayMs) await new Promise((r) => setTimeout(r, this.loadDelayMs));
     if (this.failUpdates) throw new Error("this server is set to fail its weight updates");
     this.source.load(dir);
     if (label !== null) this.label = label;

@@ -91,7 +91,7 @@ export function sglangApp(engine: EngineDouble, opts: SglangServerOptions = {}):
     if (!b.abort_all_requests) await engine.drain();
     engine.hold();
     try {
-      engine.load(b.model_path, b.weight_version ?? null);
+      await engine.load(b.model_path, b.weight_version ?? null);
       const message = `Succeeded to update model weights.${b.weight_version ? ` Weight version updated to ${b.weight_version}.` : ""}`;
       return { success: true, message, num_paused_requests: paused };
     } catch (e) {

@@ -104,7 +104,7 @@ export function vllmApp(engine: EngineDouble, opts: VllmServerOptions = {}): Fas
     const b = z.strictObject({ weight_dir: z.string() }).safeParse(req.body);
     if (!b.success) return reply.code(400).send({ error: b.error.message });
     try {
-      engine.load(b.data.weight_dir, null);
+      await engine.load(b.data.weight_dir, null);
       return { status: "ok" };
     } catch (e) {
       return reply.code(500).send({ error: (e as Error).message });

@@ -183,7 +183,8 @@ export class Fleet implements InferenceBackend {
         slot.inFlight++;
         return slot;
       }
-      if (Date.now() > deadline) {
+      // An update can take longer than a request (its own deadline bounds it): wait it out.
+      if (Date.now() > deadline && !this.slots.some((s) => s.state === "updating")) {
         const states = this.slots.map((s) => `${s.server.url} ${s.state}`).join(", ");
         throw new Error(`no inference server could take a request for ${this.o.settings.requestDeadlineMs} ms (${states})`);
       }
@@ -194,9 +195,12 @@ export class Fleet implements InferenceBackend {
   private pick(rc: RolloutClient): Slot | null {
     const cap = this.o.settings.maxInFlightPerServer;
     const sticky = rc.slot;
-    // Wait for its own server while it updates or is full: the rollout's prefix is cached there.
-    if (sticky && sticky.state !== "out") return sticky.state === "in" && sticky.inFlight < cap ? sticky : null;
-    const ready = this.slots.filter((s) => s.state === "in" && s.inFlight < cap);
+    // Its own server while it can take the request, or while it is full: the rollout's prefix is cached there.
+    if (sticky?.state === "in") return sticky.inFlight < cap ? sticky : null;
+    let ready = this.slots.filter((s) => s.state === "in" && s.inFlight < cap);
+    // While its server updates, a server already on newer weights loses nothing (the version-salted cache is
+    // cold after the update anyway); one on older weights would only add staleness: wait for the update then.
+    if (sticky?.state === "updating") ready = ready.filter((s) => s.version > sticky.version);
     if (ready.length === 0) return null;
     // Newest weights first (during an update some servers have them already), then the least busy.
     const newest = Math.max(...ready.map((s) => s.version));
@@ -234,7 +238,8 @@ export class Fleet implements InferenceBackend {
   /** An out-of-rotation server that answers its health check loads the current version and rejoins. */
   private async rejoin(slot: Slot): Promise<void> {
     if (slot.state !== "out" || this.o.signal.aborted) return;
-    if (!(await slot.server.healthy({ deadlineMs: this.o.settings.updateDeadlineMs }))) return;
+    // Short: a hung server's health check holds up the weight updates queued behind it.
+    if (!(await slot.server.healthy({ deadlineMs: Math.min(10_000, this.o.settings.updateDeadlineMs) }))) return;
     await this.update(slot, this.version, this.o.exporter.folderOf(this.version));
   }
 
