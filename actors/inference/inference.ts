@@ -8,6 +8,7 @@ import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
+import { policyVersionsOf } from "../runtime/run-state-errors.js";
 import {
   checkTask,
   StateKeys,
@@ -16,6 +17,7 @@ import {
   type RunState,
   type Task,
   type TaskChannel,
+  type PolicyVersions,
   type TaskLimits,
   type WeightsChannel,
 } from "../../streams/index.js";
@@ -27,6 +29,7 @@ export class InferenceActor implements Actor {
   private engine!: InferenceBackend;
   private envs!: Map<string, LoadedEnvironment>;
   private limits!: TaskLimits;
+  private versions!: PolicyVersions;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -43,12 +46,14 @@ export class InferenceActor implements Actor {
     this.envs = await loadRunEnvironments(config);
     this.limits = taskLimitsOf(config, this.envs);
     const tokenizer = createTokenizer(config);
+    this.versions = policyVersionsOf(ctx, state, this.weights);
 
-    // Wait for the first policy (after SFT, or the learner's initial weights).
+    // Wait for the first policy (after SFT, or the learner's initial weights). A bad KV value is reported and the
+    // newest announced version used instead (PolicyVersions); with neither, this keeps waiting.
     let version = -1;
     const firstPolicy = ctx.health.waiting("policy", { detail: "first version", idle: true });
     while (version < 0 && !ctx.signal.aborted) {
-      version = await state.policyVersion();
+      version = (await this.versions.newest()) ?? -1;
       if (version < 0) await new Promise((r) => setTimeout(r, 250));
     }
     firstPolicy.end();
@@ -70,21 +75,31 @@ export class InferenceActor implements Actor {
    * Keeps the engine on the newest policy version in KV. One loop fetches the latest wanted version at a
    * time; a fetch that fails or passes its deadline is retried with backoff, not dropped: when the learner
    * is starved no new version comes to trigger a retry, and rollouts from ever older weights would all be
-   * dropped as stale (the run stalls).
+   * dropped as stale (the run stalls). A KV value that is not JSON or beyond rl.steps is never wanted: it is
+   * reported as a fault of the run's state and the newest announced version is wanted instead (PolicyVersions).
    */
   private async followPolicy(versionGauge: { set(v: number): void }): Promise<void> {
     const { ctx, state } = this;
     const { log } = ctx;
     let wanted = this.engine.version;
     let wake: (() => void) | null = null;
+    const reread = () =>
+      this.versions
+        .newest()
+        .then((v) => {
+          if (v !== null && v >= 0) wanted = v;
+          wake?.();
+        })
+        .catch(() => undefined);
     await state.watch(
       StateKeys.policyVersion,
       (v) => {
+        if (!this.versions.plausible(v)) return void reread();
         wanted = v;
         wake?.();
       },
       ctx.signal,
-      (e) => log.warn({ err: e.message }, "invalid policy.version ignored"),
+      () => void reread(),
     );
     const failures = ctx.metrics.counter("weights_fetch_failures_total", "weight fetches that failed or passed their deadline");
     const sleep = (ms: number) =>
@@ -99,7 +114,8 @@ export class InferenceActor implements Actor {
       if (v === this.engine.version) {
         await sleep(5_000);
         // Belt and braces next to the watch: read the current version now and then.
-        wanted = await state.policyVersion().catch(() => wanted);
+        const newest = await this.versions.newest().catch(() => null);
+        if (newest !== null && newest >= 0) wanted = newest;
         continue;
       }
       // A lower version means the learner was restored from a checkpoint: follow it back.
@@ -133,7 +149,8 @@ export class InferenceActor implements Actor {
       "weights",
       async () => {
         while (this.engine.version < version && !ctx.signal.aborted && Date.now() < deadline) {
-          if ((await this.state.policyVersion()) < version) return;
+          const newest = await this.versions.newest().catch(() => null);
+          if (newest !== null && newest < version) return;
           await new Promise((r) => setTimeout(r, 50));
         }
       },
