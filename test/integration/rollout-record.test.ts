@@ -44,6 +44,9 @@ test("the reward actor scores the tool env's rollouts exactly as eval does, and 
     const config = parseRunConfig(
       tinyConfig(run, mkdtempSync(join(tmpdir(), "rs-record-")), {
         environments: [{ id: "tool@^1" }],
+        // Groups of two (the careful and the guessing policy), and room for their 200-token turns: reward checks
+        // the task it scores against these limits.
+        rl: { steps: 3, batchSize: 8, groupSize: 2, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 200 } },
         // Room for the tool instructions and four turns: a longer rollout would be left out of training.
         model: {
           vocabSize: 288,
