@@ -6,7 +6,8 @@ import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
-import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
+import { engineOptionsOf, exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
+import { reportEngineFigures } from "../runtime/engine-meter.js";
 import { createPolicyModel, createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import {
@@ -55,18 +56,28 @@ export class InferenceActor implements Actor {
     firstPolicy.end();
     if (ctx.signal.aborted) return;
     model.loadSafetensors(await ctx.health.wait("weights", () => this.weights.fetch(version), { detail: `v${version}` }));
-    this.engine = new PolicyEngine(model, tokenizer, version, {
-      seed: config.rl.seed,
-      generateDeadlineMs: config.actors.inference.generateDeadlineMs,
-      onWedged: (e) => exitWedged(ctx, e),
-    });
-    log.info({ version }, "policy loaded");
-
     const versionGauge = ctx.metrics.gauge("policy_version", "policy version in use");
     versionGauge.set(version);
-    const follower = this.followPolicy(versionGauge);
-    await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
-    await follower;
+    this.engine = new PolicyEngine(model, tokenizer, version, {
+      ...engineOptionsOf(config),
+      seed: config.rl.seed,
+      onWedged: (e) => exitWedged(ctx, e),
+      onWeightsApplied: (w) => {
+        versionGauge.set(w.version);
+        log.debug(w, "weights swapped");
+      },
+      onWeightsError: (e, v) => log.error({ version: v, err: e.message }, "new weights could not be loaded; keeping the current ones"),
+    });
+    log.info({ version, weightUpdate: config.actors.inference.weightUpdate }, "policy loaded");
+
+    const stopFigures = reportEngineFigures(ctx, () => this.engine.figures());
+    const follower = this.followPolicy();
+    try {
+      await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
+      await follower;
+    } finally {
+      stopFigures();
+    }
   }
 
   /**
@@ -75,10 +86,10 @@ export class InferenceActor implements Actor {
    * is starved no new version comes to trigger a retry, and rollouts from ever older weights would all be
    * dropped as stale (the run stalls).
    */
-  private async followPolicy(versionGauge: { set(v: number): void }): Promise<void> {
+  private async followPolicy(): Promise<void> {
     const { ctx, state } = this;
     const { log } = ctx;
-    let wanted = this.engine.version;
+    let wanted = this.engine.latestVersion;
     let wake: (() => void) | null = null;
     await state.watch(
       StateKeys.policyVersion,
@@ -99,20 +110,19 @@ export class InferenceActor implements Actor {
     let backoffMs = 500;
     while (!ctx.signal.aborted) {
       const v = wanted;
-      if (v === this.engine.version) {
+      // latestVersion: weights handed over and waiting for a step boundary are not fetched again.
+      if (v === this.engine.latestVersion) {
         await sleep(5_000);
         // Belt and braces next to the watch: read the current version now and then.
         wanted = await state.policyVersion().catch(() => wanted);
         continue;
       }
       // A lower version means the learner was restored from a checkpoint: follow it back.
-      const rollback = v < this.engine.version;
-      if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
+      const rollback = v < this.engine.latestVersion;
+      if (rollback) log.warn({ from: this.engine.latestVersion, to: v }, "policy rolled back by a restored learner");
       try {
         const bytes = await ctx.health.wait("weights", () => this.weights.fetch(v, ctx.config.actors.inference.weightsDeadlineMs), { detail: `v${v}` });
         this.engine.swapWeights(v, bytes, rollback);
-        versionGauge.set(v);
-        log.debug({ version: v }, "weights swapped");
         backoffMs = 500;
       } catch (e) {
         failures.inc();
