@@ -78,6 +78,7 @@ export class PolicyEngine {
   private live = new Map<number, Request>();
   /** Aborted while in the engine: cancelled at the next step boundary. */
   private toCancel: number[] = [];
+  private watched = new Map<AbortSignal, { requests: Set<Request>; onAbort: () => void }>();
   private engine: InferenceEngine | null = null;
   private looping = false;
   private stepping = false;
@@ -162,14 +163,35 @@ export class PolicyEngine {
         logprobs: [],
         versions: [],
       };
-      if (signal) {
-        const onAbort = () => this.abort(r);
-        signal.addEventListener("abort", onAbort, { once: true });
-        r.detach = () => signal.removeEventListener("abort", onAbort);
-      }
+      if (signal) r.detach = this.watch(signal, r);
       this.arrived.push(r);
       this.kick();
     });
+  }
+
+  /**
+   * One abort listener per signal, however many requests share it (every request of an actor carries the actor's
+   * signal: a listener each would pile up); returns what forgets the request.
+   */
+  private watch(signal: AbortSignal, r: Request): () => void {
+    let set = this.watched.get(signal);
+    if (!set) {
+      const requests = new Set<Request>();
+      const onAbort = () => {
+        this.watched.delete(signal);
+        for (const x of requests) this.abort(x);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.watched.set(signal, (set = { requests, onAbort }));
+    }
+    set.requests.add(r);
+    const entry = set;
+    return () => {
+      entry.requests.delete(r);
+      if (entry.requests.size > 0 || this.watched.get(signal) !== entry) return;
+      signal.removeEventListener("abort", entry.onAbort);
+      this.watched.delete(signal);
+    };
   }
 
   private abort(r: Request): void {

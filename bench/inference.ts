@@ -1,0 +1,257 @@
+// `rollstream bench inference`: the inference actor's engine (actors/runtime/policy-engine.ts: continuous batching
+// over the kernels' step engine) against the static batching it replaced (bench/static-batcher.ts: model.generate
+// over a batch), same model, same process, same requests, on two shapes: the demo's (examples/demo.yaml, with a
+// 1024-token context for the workload) and a ~21 M-parameter one.
+// - mixed: a workload shaped like the tool and multi-turn environments: groups of 8 rollouts of one prompt, prompts
+//   of 24-160 tokens, 1-4 model turns per rollout with 8-40 environment tokens between them, per-task token budgets
+//   of 16-64, 8 tasks in flight (the demo's maxInFlight). Both engines give every request the same tokens (same
+//   seeds; checked), so the work is identical: tokens/s continuous vs static.
+// - prefill: single-turn groups of 8: prompt tokens prefilled with shared prefixes vs what the engine would prefill
+//   without them (every completion its whole prompt, as the static path does).
+// - multi-turn: one conversation of 6 turns: prompt rows prefilled per turn with KV reuse vs the whole conversation.
+// - weights: new weights mid-generation of 32 sequences: how long until they are in use, in ms and engine steps,
+//   for keep, recompute and barrier.
+// Last line: one JSON object.
+import { availableParallelism } from "node:os";
+import { resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { PolicyModel } from "../kernels/index.js";
+import type { ModelConfig } from "../kernels/model-config.js";
+import { ByteTokenizer } from "../kernels/tokenizer.js";
+import { PolicyEngine, type WeightUpdate } from "../actors/runtime/policy-engine.js";
+import type { ModelClient, SamplingArgs } from "../environments/api/index.js";
+import { DEMO_CONFIG } from "./kernels.js";
+import { StaticBatcher } from "./static-batcher.js";
+
+const tok = new ByteTokenizer();
+const GROUP = 8;
+const IN_FLIGHT = 8;
+
+/** ~21 M parameters with the byte tokenizer's vocabulary. */
+const M21: ModelConfig = {
+  vocabSize: 288,
+  hiddenSize: 512,
+  intermediateSize: 1792,
+  numLayers: 6,
+  numHeads: 8,
+  numKvHeads: 4,
+  maxPositionEmbeddings: 1024,
+  rmsNormEps: 1e-5,
+  ropeTheta: 10000,
+  tieWordEmbeddings: true,
+  attentionBias: false,
+};
+
+function rng(seed: number): () => number {
+  let s = seed >>> 0;
+  return () => {
+    s = (s + 0x6d2b79f5) >>> 0;
+    let t = s;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const bytes = (r: () => number, n: number) => Array.from({ length: n }, () => 32 + Math.floor(r() * 95));
+
+interface TaskSpec {
+  index: number;
+  prompt: number[];
+  args: SamplingArgs;
+  /** Per rollout: the environment's reply after each model turn but the last (its length is the turn count - 1). */
+  replies: number[][][];
+}
+
+function mixedTasks(n: number, seed: number): TaskSpec[] {
+  const r = rng(seed);
+  return Array.from({ length: n }, (_, index) => ({
+    index,
+    prompt: tok.applyChatTemplate([{ role: "user", content: String.fromCharCode(...bytes(r, 24 + Math.floor(r() * 136))) }], { addGenerationPrompt: true }),
+    args: { temperature: 1, topP: 1, topK: 0, maxTokens: [16, 32, 48, 64][Math.floor(r() * 4)]! },
+    replies: Array.from({ length: GROUP }, () =>
+      Array.from({ length: Math.floor(r() * 4) }, () => [
+        tok.endId,
+        ...tok.applyChatTemplate([{ role: "tool", content: String.fromCharCode(...bytes(r, 8 + Math.floor(r() * 32))) }]).slice(1),
+        tok.specialTokenId("assistant"),
+      ]),
+    ),
+  }));
+}
+
+/** Runs every task's group of rollouts, IN_FLIGHT tasks at a time; each rollout's seeds are its own. */
+async function runTasks(tasks: TaskSpec[], clientOf: (seedBase: number) => ModelClient): Promise<{ seconds: number; generated: number; outputs: string[] }> {
+  const outputs: string[] = new Array(tasks.length * GROUP);
+  let generated = 0;
+  let next = 0;
+  const rollout = async (t: TaskSpec, g: number) => {
+    const client = clientOf(t.index * 1000 + g * 16);
+    let convo = t.prompt;
+    const parts: number[] = [];
+    for (let turn = 0; ; turn++) {
+      const out = await client.generate(convo, t.args);
+      generated += out.tokenIds.length;
+      parts.push(...out.tokenIds, -1);
+      const reply = t.replies[g]![turn];
+      if (!reply) break;
+      convo = [...convo, ...out.tokenIds, ...reply];
+    }
+    outputs[t.index * GROUP + g] = parts.join(",");
+  };
+  const worker = async () => {
+    while (next < tasks.length) {
+      const t = tasks[next++]!;
+      await Promise.all(Array.from({ length: GROUP }, (_, g) => rollout(t, g)));
+    }
+  };
+  const t0 = performance.now();
+  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+  return { seconds: (performance.now() - t0) / 1000, generated, outputs };
+}
+
+/**
+ * Static and continuous in alternating order, `rounds` times each (this machine is shared and its speed drifts: the
+ * best time of each is compared). Every run gives every rollout the same tokens (checked).
+ */
+async function mixed(model: PolicyModel, tasks: TaskSpec[], rounds: number) {
+  const times = { static: [] as number[], continuous: [] as number[] };
+  let generated = 0;
+  let staticPrefill = 0;
+  let stats = null as ReturnType<PolicyEngine["engineStats"]>;
+  let reference: string[] | null = null;
+  for (let r = 0; r < rounds; r++) {
+    for (const kind of r % 2 === 0 ? (["static", "continuous"] as const) : (["continuous", "static"] as const)) {
+      const batcher = new StaticBatcher(model, tok);
+      const engine = new PolicyEngine(model, tok, 0);
+      const out = await runTasks(tasks, (b) => (kind === "static" ? batcher.client(b) : engine.client(b)));
+      reference ??= out.outputs;
+      if (out.outputs.some((o, i) => o !== reference![i])) throw new Error(`the ${kind} engine's tokens differ from the first run's for the same seeds`);
+      times[kind].push(out.seconds);
+      generated = out.generated;
+      if (kind === "static") staticPrefill = batcher.promptTokens;
+      else stats = engine.engineStats();
+      engine.dispose();
+    }
+  }
+  const s = Math.min(...times.static);
+  const c = Math.min(...times.continuous);
+  return {
+    generated,
+    staticTokensPerSec: generated / s,
+    continuousTokensPerSec: generated / c,
+    times,
+    staticPrefill,
+    continuousPrefill: stats!.prefillRows,
+    preemptions: stats!.preemptions,
+  };
+}
+
+async function groupPrefill(model: PolicyModel, n: number) {
+  const tasks = mixedTasks(n, 77).map((t) => ({ ...t, replies: t.replies.map(() => []) }));
+  const engine = new PolicyEngine(model, tok, 0);
+  await runTasks(tasks, (b) => engine.client(b));
+  const st = engine.engineStats()!;
+  engine.dispose();
+  return { promptTokens: st.promptTokens, prefillRows: st.prefillRows };
+}
+
+async function multiTurn(model: PolicyModel) {
+  const engine = new PolicyEngine(model, tok, 0);
+  const client = engine.client(5);
+  const r = rng(9);
+  const args = { temperature: 1, topP: 1, topK: 0, maxTokens: 32 };
+  let convo = tok.applyChatTemplate([{ role: "user", content: String.fromCharCode(...bytes(r, 120)) }], { addGenerationPrompt: true });
+  const turns: Array<{ prompt: number; prefilled: number }> = [];
+  for (let turn = 0; turn < 6; turn++) {
+    const before = engine.engineStats()?.prefillRows ?? 0;
+    const out = await client.generate(convo, args);
+    turns.push({ prompt: convo.length, prefilled: engine.engineStats()!.prefillRows - before });
+    const reply = tok.applyChatTemplate([{ role: "tool", content: String.fromCharCode(...bytes(r, 20)) }]).slice(1);
+    convo = [...convo, ...out.tokenIds, tok.endId, ...reply, tok.specialTokenId("assistant")];
+  }
+  engine.dispose();
+  return turns;
+}
+
+async function weightWait(model: PolicyModel, mode: WeightUpdate) {
+  const weights = model.toSafetensors();
+  let applied: { waitedMs: number; steps: number } | null = null;
+  const engine = new PolicyEngine(model, tok, 0, { weightUpdate: mode, onWeightsApplied: (w) => (applied = w) });
+  const tasks = mixedTasks(4, 31).map((t) => ({ ...t, args: { ...t.args, maxTokens: 64 }, replies: t.replies.map(() => []) }));
+  const t0 = performance.now();
+  let finished = false;
+  const run = runTasks(tasks, (b) => engine.client(b)).finally(() => (finished = true));
+  // Mid-generation: once the 32 sequences have sampled about 16 tokens each.
+  while (engine.generatedTokens < 32 * 16 && !finished) await new Promise((r) => setImmediate(r));
+  const steps0 = engine.engineStats()!.steps;
+  engine.swapWeights(1, weights);
+  await run;
+  const st = engine.engineStats()!;
+  const stepMs = (performance.now() - t0) / st.steps;
+  engine.dispose();
+  const a = applied as { waitedMs: number; steps: number } | null;
+  if (!a) throw new Error(`weights (${mode}) were never applied`);
+  return { waitedMs: a.waitedMs, steps: a.steps, stepMs, stepsAfter: st.steps - steps0 };
+}
+
+async function benchShape(name: string, cfg: ModelConfig, tasks: number, rounds: number, threads: number, log: (s: string) => void) {
+  const model = PolicyModel.create(cfg, { seed: 1, threads });
+  try {
+    log(`\n== ${name}: ${(model.numParams / 1e6).toFixed(1)} M parameters (hidden ${cfg.hiddenSize}, ${cfg.numLayers} layers), ${threads} threads`);
+    await model.generate({ prompts: [Int32Array.from([1, 2, 3])], maxNewTokens: 4 }); // warm-up
+    const m = await mixed(model, mixedTasks(tasks, 1), rounds);
+    const speedup = m.continuousTokensPerSec / m.staticTokensPerSec;
+    const secs = (t: number[]) => t.map((x) => x.toFixed(2)).join(", ");
+    log(`mixed (${tasks} tasks x ${GROUP}, ${m.generated} tokens, identical outputs; best of ${rounds}):`);
+    log(`  static     ${m.staticTokensPerSec.toFixed(0).padStart(7)} tok/s  (${secs(m.times.static)} s)  prefill ${m.staticPrefill} tokens`);
+    log(
+      `  continuous ${m.continuousTokensPerSec.toFixed(0).padStart(7)} tok/s  (${secs(m.times.continuous)} s)  prefill ${m.continuousPrefill} rows  (${m.preemptions} preemptions)`,
+    );
+    log(`  speedup ${speedup.toFixed(2)}x; prefill ${(m.staticPrefill / m.continuousPrefill).toFixed(2)}x fewer`);
+    const g = await groupPrefill(model, Math.min(tasks, 8));
+    const groupRatio = g.promptTokens / g.prefillRows;
+    log(`groups of ${GROUP}, single turn: ${g.prefillRows} prompt rows prefilled vs ${g.promptTokens} without sharing (${groupRatio.toFixed(2)}x fewer)`);
+    const turns = await multiTurn(model);
+    const later = turns.slice(1);
+    const turnRatio = later.reduce((s, t) => s + t.prompt, 0) / later.reduce((s, t) => s + t.prefilled, 0);
+    log(
+      `multi-turn, 6 turns: prefilled / prompt per turn ${turns.map((t) => `${t.prefilled}/${t.prompt}`).join("  ")}; turns 2-6: ${turnRatio.toFixed(2)}x fewer`,
+    );
+    const waits: Record<string, number> = {};
+    for (const mode of ["keep", "recompute", "barrier"] as const) {
+      const w = await weightWait(model, mode);
+      log(`weights mid-generation, ${mode.padEnd(9)}: in use after ${w.waitedMs.toFixed(1)} ms = ${w.steps} step(s) (a step: ${w.stepMs.toFixed(1)} ms)`);
+      waits[`${name}_wait_${mode}_ms`] = +w.waitedMs.toFixed(2);
+      waits[`${name}_wait_${mode}_steps`] = w.steps;
+      waits[`${name}_step_ms_${mode}`] = +w.stepMs.toFixed(2);
+    }
+    return {
+      [`${name}_params_m`]: +(model.numParams / 1e6).toFixed(2),
+      [`${name}_static_tok_s`]: +m.staticTokensPerSec.toFixed(1),
+      [`${name}_continuous_tok_s`]: +m.continuousTokensPerSec.toFixed(1),
+      [`${name}_speedup`]: +speedup.toFixed(3),
+      [`${name}_mixed_prefill_ratio`]: +(m.staticPrefill / m.continuousPrefill).toFixed(3),
+      [`${name}_group8_prefill_ratio`]: +groupRatio.toFixed(3),
+      [`${name}_multiturn_prefill_ratio`]: +turnRatio.toFixed(3),
+      ...waits,
+    };
+  } finally {
+    model.dispose();
+  }
+}
+
+export async function runInferenceBench(opts: { threads?: number; quick?: boolean } = {}): Promise<Record<string, number>> {
+  const threads = opts.threads ?? availableParallelism();
+  const log = (s: string) => console.log(s);
+  const rounds = opts.quick ? 1 : 3;
+  const demo = await benchShape("demo", { ...DEMO_CONFIG, maxPositionEmbeddings: 1024 }, opts.quick ? 4 : 16, rounds, threads, log);
+  const m21 = await benchShape("m21", M21, opts.quick ? 1 : 2, rounds, threads, log);
+  const figures = { threads, ...demo, ...m21 };
+  console.log(JSON.stringify(figures));
+  return figures;
+}
+
+if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  await runInferenceBench({ quick: process.argv.includes("--quick") });
+  process.exit(0);
+}
