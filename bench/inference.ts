@@ -2,10 +2,11 @@
 // over the kernels' step engine) against the static batching it replaced (bench/static-batcher.ts: model.generate
 // over a batch), same model, same process, same requests, on two shapes: the demo's (examples/demo.yaml, with a
 // 1024-token context for the workload) and a ~21 M-parameter one.
-// - mixed: a workload shaped like the tool and multi-turn environments: groups of 8 rollouts of one prompt, prompts
-//   of 24-160 tokens, 1-4 model turns per rollout with 8-40 environment tokens between them, per-task token budgets
-//   of 16-64, 8 tasks in flight (the demo's maxInFlight). Both engines give every request the same tokens (same
-//   seeds; checked), so the work is identical: tokens/s continuous vs static.
+// - mixed: a workload shaped like the tool and multi-turn environments (mixedTasks): groups of 8 rollouts of one
+//   prompt, half with the tool environment's instructions before the question, 1-4 model turns per rollout with
+//   environment replies between them, per-task token budgets of 16-64, 8 tasks in flight (the demo's maxInFlight).
+//   Both engines give every request the same tokens (same seeds; checked), so the work is identical: tokens/s
+//   continuous vs static.
 // - prefill: single-turn groups of 8: prompt tokens prefilled with shared prefixes vs what the engine would prefill
 //   without them (every completion its whole prompt, as the static path does).
 // - multi-turn: one conversation of 6 turns: prompt rows prefilled per turn with KV reuse vs the whole conversation.
@@ -63,19 +64,54 @@ interface TaskSpec {
   replies: number[][][];
 }
 
+/** What the tool environment puts before every question (environments/api/tool-protocol.ts), in its shape and size. */
+const TOOL_INSTRUCTIONS = [
+  "You can call tools. To call one, write:",
+  '<tool>{"name": "<tool name>", "args": {<arguments as JSON>}}</tool>',
+  "Each result comes back in a tool message. When you have the answer, reply without a tool call.",
+  "Tools:",
+  '- lookup: Looks up a number for a city. Arguments: {"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}',
+  '- calc: Evaluates an arithmetic expression. Arguments: {"type":"object","properties":{"expr":{"type":"string"}},"required":["expr"]}',
+].join("\n");
+
+const text = (r: () => number, n: number) => String.fromCharCode(...bytes(r, n));
+
+/**
+ * Even tasks are shaped like the tool environment (its instructions, a question, 1-4 model turns with a tool
+ * result of 20-60 bytes between them), odd ones like a multi-turn chat (a prompt of 24-160 bytes, 1-3 turns with
+ * user replies of 8-40 bytes); token budgets 16-64 per turn. Each rollout of a group has its own turn count.
+ */
 function mixedTasks(n: number, seed: number): TaskSpec[] {
+  const r = rng(seed);
+  const reply = (role: "tool" | "user", len: number) => [
+    tok.endId,
+    ...tok.applyChatTemplate([{ role, content: text(r, len) }]).slice(1),
+    tok.specialTokenId("assistant"),
+  ];
+  return Array.from({ length: n }, (_, index) => {
+    const tool = index % 2 === 0;
+    const question = tool ? `${TOOL_INSTRUCTIONS}\n\n${text(r, 60 + Math.floor(r() * 80))}` : text(r, 24 + Math.floor(r() * 136));
+    return {
+      index,
+      prompt: tok.applyChatTemplate([{ role: "user", content: question }], { addGenerationPrompt: true }),
+      args: { temperature: 1, topP: 1, topK: 0, maxTokens: [16, 32, 48, 64][Math.floor(r() * 4)]! },
+      replies: Array.from({ length: GROUP }, () =>
+        Array.from({ length: Math.floor(r() * (tool ? 4 : 3)) }, () =>
+          tool ? reply("tool", 20 + Math.floor(r() * 40)) : reply("user", 8 + Math.floor(r() * 32)),
+        ),
+      ),
+    };
+  });
+}
+
+/** Single-turn groups on distinct prompts of 100-400 bytes: what sharing within a group saves, alone. */
+function groupTasks(n: number, seed: number): TaskSpec[] {
   const r = rng(seed);
   return Array.from({ length: n }, (_, index) => ({
     index,
-    prompt: tok.applyChatTemplate([{ role: "user", content: String.fromCharCode(...bytes(r, 24 + Math.floor(r() * 136))) }], { addGenerationPrompt: true }),
-    args: { temperature: 1, topP: 1, topK: 0, maxTokens: [16, 32, 48, 64][Math.floor(r() * 4)]! },
-    replies: Array.from({ length: GROUP }, () =>
-      Array.from({ length: Math.floor(r() * 4) }, () => [
-        tok.endId,
-        ...tok.applyChatTemplate([{ role: "tool", content: String.fromCharCode(...bytes(r, 8 + Math.floor(r() * 32))) }]).slice(1),
-        tok.specialTokenId("assistant"),
-      ]),
-    ),
+    prompt: tok.applyChatTemplate([{ role: "user", content: text(r, 100 + Math.floor(r() * 300)) }], { addGenerationPrompt: true }),
+    args: { temperature: 1, topP: 1, topK: 0, maxTokens: 32 },
+    replies: Array.from({ length: GROUP }, () => []),
   }));
 }
 
@@ -147,7 +183,7 @@ async function mixed(model: PolicyModel, tasks: TaskSpec[], rounds: number) {
 }
 
 async function groupPrefill(model: PolicyModel, n: number) {
-  const tasks = mixedTasks(n, 77).map((t) => ({ ...t, replies: t.replies.map(() => []) }));
+  const tasks = groupTasks(n, 77);
   const engine = new PolicyEngine(model, tok, 0);
   await runTasks(tasks, (b) => engine.client(b));
   const st = engine.engineStats()!;
@@ -175,9 +211,9 @@ async function multiTurn(model: PolicyModel) {
 
 async function weightWait(model: PolicyModel, mode: WeightUpdate) {
   const weights = model.toSafetensors();
-  let applied: { waitedMs: number; steps: number } | null = null;
+  let applied: { waitedMs: number; loadMs: number; steps: number } | null = null;
   const engine = new PolicyEngine(model, tok, 0, { weightUpdate: mode, onWeightsApplied: (w) => (applied = w) });
-  const tasks = mixedTasks(4, 31).map((t) => ({ ...t, args: { ...t.args, maxTokens: 64 }, replies: t.replies.map(() => []) }));
+  const tasks = groupTasks(4, 31).map((t) => ({ ...t, args: { ...t.args, maxTokens: 64 } }));
   const t0 = performance.now();
   let finished = false;
   const run = runTasks(tasks, (b) => engine.client(b)).finally(() => (finished = true));
@@ -189,9 +225,9 @@ async function weightWait(model: PolicyModel, mode: WeightUpdate) {
   const st = engine.engineStats()!;
   const stepMs = (performance.now() - t0) / st.steps;
   engine.dispose();
-  const a = applied as { waitedMs: number; steps: number } | null;
+  const a = applied as { waitedMs: number; loadMs: number; steps: number } | null;
   if (!a) throw new Error(`weights (${mode}) were never applied`);
-  return { waitedMs: a.waitedMs, steps: a.steps, stepMs, stepsAfter: st.steps - steps0 };
+  return { waitedMs: a.waitedMs, loadMs: a.loadMs, steps: a.steps, stepMs, stepsAfter: st.steps - steps0 };
 }
 
 async function benchShape(name: string, cfg: ModelConfig, tasks: number, rounds: number, threads: number, log: (s: string) => void) {
@@ -220,8 +256,11 @@ async function benchShape(name: string, cfg: ModelConfig, tasks: number, rounds:
     const waits: Record<string, number> = {};
     for (const mode of ["keep", "recompute", "barrier"] as const) {
       const w = await weightWait(model, mode);
-      log(`weights mid-generation, ${mode.padEnd(9)}: in use after ${w.waitedMs.toFixed(1)} ms = ${w.steps} step(s) (a step: ${w.stepMs.toFixed(1)} ms)`);
+      log(
+        `weights mid-generation, ${mode.padEnd(9)}: in use after ${w.waitedMs.toFixed(1)} ms (${w.loadMs.toFixed(1)} ms of it loading them) = ${w.steps} step boundary(ies) later (a step: ${w.stepMs.toFixed(1)} ms)`,
+      );
       waits[`${name}_wait_${mode}_ms`] = +w.waitedMs.toFixed(2);
+      waits[`${name}_load_${mode}_ms`] = +w.loadMs.toFixed(2);
       waits[`${name}_wait_${mode}_steps`] = w.steps;
       waits[`${name}_step_ms_${mode}`] = +w.stepMs.toFixed(2);
     }
@@ -243,9 +282,9 @@ async function benchShape(name: string, cfg: ModelConfig, tasks: number, rounds:
 export async function runInferenceBench(opts: { threads?: number; quick?: boolean } = {}): Promise<Record<string, number>> {
   const threads = opts.threads ?? availableParallelism();
   const log = (s: string) => console.log(s);
-  const rounds = opts.quick ? 1 : 3;
-  const demo = await benchShape("demo", { ...DEMO_CONFIG, maxPositionEmbeddings: 1024 }, opts.quick ? 4 : 16, rounds, threads, log);
-  const m21 = await benchShape("m21", M21, opts.quick ? 1 : 2, rounds, threads, log);
+  // The 21 M shape's static runs take most of the time: one task, two rounds.
+  const demo = await benchShape("demo", { ...DEMO_CONFIG, maxPositionEmbeddings: 1024 }, opts.quick ? 4 : 12, opts.quick ? 1 : 3, threads, log);
+  const m21 = await benchShape("m21", M21, 1, opts.quick ? 1 : 2, threads, log);
   const figures = { threads, ...demo, ...m21 };
   console.log(JSON.stringify(figures));
   return figures;

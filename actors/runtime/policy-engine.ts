@@ -43,8 +43,8 @@ export interface PolicyEngineOptions {
    */
   generateDeadlineMs?: number;
   onWedged?: (e: DeadlineError) => void;
-  /** New weights are in use: how long after swapWeights, and how many steps ran meanwhile. */
-  onWeightsApplied?: (w: { version: number; waitedMs: number; steps: number }) => void;
+  /** New weights are in use: how long after swapWeights (loadMs of it writing them into the model), and how many steps ran meanwhile. */
+  onWeightsApplied?: (w: { version: number; waitedMs: number; loadMs: number; steps: number }) => void;
   /** Weights that could not be loaded between steps (the old ones stay). */
   onWeightsError?: (e: Error, version: number) => void;
 }
@@ -243,6 +243,7 @@ export class PolicyEngine {
   private applyPendingWeights(throwErrors: boolean): void {
     const w = this.pendingWeights!;
     this.pendingWeights = null;
+    const t0 = performance.now();
     try {
       this.model.loadSafetensors(w.bytes);
     } catch (e) {
@@ -252,7 +253,8 @@ export class PolicyEngine {
     }
     this.version = w.version;
     this.engine?.setVersion(w.version, this.opts.weightUpdate === "recompute" ? "recompute" : "keep");
-    this.opts.onWeightsApplied?.({ version: w.version, waitedMs: performance.now() - w.since, steps: this.steps - w.stepsAtRequest });
+    const now = performance.now();
+    this.opts.onWeightsApplied?.({ version: w.version, waitedMs: now - w.since, loadMs: now - t0, steps: this.steps - w.stepsAtRequest });
   }
 
   /** Hands arrived requests to the engine, those with the same prompt and arguments as one group. */
