@@ -166,7 +166,7 @@ async function mixed(model: PolicyModel, tasks: TaskSpec[], rounds: number) {
       generated = out.generated;
       if (kind === "static") staticPrefill = batcher.promptTokens;
       else stats = engine.engineStats();
-      engine.dispose();
+      await engine.dispose();
     }
   }
   const s = Math.min(...times.static);
@@ -187,7 +187,7 @@ async function groupPrefill(model: PolicyModel, n: number) {
   const engine = new PolicyEngine(model, tok, 0);
   await runTasks(tasks, (b) => engine.client(b));
   const st = engine.engineStats()!;
-  engine.dispose();
+  await engine.dispose();
   return { promptTokens: st.promptTokens, prefillRows: st.prefillRows };
 }
 
@@ -205,7 +205,7 @@ async function multiTurn(model: PolicyModel) {
     const reply = tok.applyChatTemplate([{ role: "tool", content: String.fromCharCode(...bytes(r, 20)) }]).slice(1);
     convo = [...convo, ...out.tokenIds, tok.endId, ...reply, tok.specialTokenId("assistant")];
   }
-  engine.dispose();
+  await engine.dispose();
   return turns;
 }
 
@@ -224,7 +224,7 @@ async function weightWait(model: PolicyModel, mode: WeightUpdate) {
   await run;
   const st = engine.engineStats()!;
   const stepMs = (performance.now() - t0) / st.steps;
-  engine.dispose();
+  await engine.dispose();
   const a = applied as { waitedMs: number; loadMs: number; steps: number } | null;
   if (!a) throw new Error(`weights (${mode}) were never applied`);
   return { waitedMs: a.waitedMs, loadMs: a.loadMs, steps: a.steps, stepMs, stepsAfter: st.steps - steps0 };

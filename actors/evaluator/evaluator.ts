@@ -100,7 +100,7 @@ export class EvaluatorActor implements Actor {
       }
     } finally {
       stopFigures();
-      ev.engine.dispose();
+      await ev.engine.dispose();
       ev.model.dispose();
     }
   }

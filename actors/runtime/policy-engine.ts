@@ -137,11 +137,22 @@ export class PolicyEngine {
     return this.meter.stats;
   }
 
-  /** Frees the engine's KV pool once nothing runs; a later request creates it again. */
-  dispose(): void {
-    if (this.looping || !this.engine) return;
-    this.engine.dispose();
+  /**
+   * Frees the engine's KV pool: requests not finished fail, the step in flight (if any) ends first. Await it before
+   * disposing the model. A later request creates the engine again.
+   */
+  async dispose(): Promise<void> {
+    const gone = new Error("the policy engine was disposed");
+    for (const r of this.arrived.splice(0)) this.fail(r, gone);
+    for (const [id, r] of this.live) {
+      this.fail(r, gone);
+      this.toCancel.push(id);
+    }
+    while (this.looping) await new Promise<void>((r) => setImmediate(r));
+    const engine = this.engine;
     this.engine = null;
+    // A wedged engine's step never ended: its native engine stays with the process.
+    if (engine && !this.wedged) engine.dispose();
   }
 
   private enqueue(promptIds: number[], args: SamplingArgs, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {

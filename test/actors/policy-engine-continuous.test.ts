@@ -100,7 +100,7 @@ test("every request gets the tokens and logprobs of generating it alone, groups 
     const computed = jobs[0]!.prompt.length + first.tokenIds.length - 1;
     assert.equal(reused, Math.floor(computed / 16) * 16, "every full block of the first turn is found");
     assert.equal(after.prefillRows - before.prefillRows, convo.length - reused);
-    engine.dispose();
+    await engine.dispose();
   } finally {
     m.dispose();
   }
@@ -122,7 +122,7 @@ test("a task's group is prefilled once; the same prompt from two tasks arriving 
     const t = engine.engineStats()!;
     assert.equal(t.prefixHitTokens - s.prefixHitTokens, Math.floor((prompt.length - 1) / 16) * 16);
     assert.equal(t.prefillRows - s.prefillRows, prompt.length - Math.floor((prompt.length - 1) / 16) * 16);
-    engine.dispose();
+    await engine.dispose();
   } finally {
     m.dispose();
   }
@@ -142,7 +142,7 @@ async function midGeneration(opts: PolicyEngineOptions, swapAfterTokens: number)
   engine.swapWeights(1, next);
   const later = engine.client(12).generate(prompt, args);
   const [g, l] = await Promise.all([running, later]);
-  engine.dispose();
+  await engine.dispose();
   m.dispose();
   return { g, l, ref, atSwap, applied };
 }
@@ -193,7 +193,7 @@ test("an aborted request leaves the batch at the next step; the others are uncha
     assert.equal(s.blocksUsed, 0, "the aborted sequence's blocks are free");
     assert.ok(s.tokensGenerated < 80 + (await kept).tokenIds.length, "the aborted sequence stopped early");
     await assert.rejects(engine.client(3).generate(prompt, args, stop.signal), /generation aborted/);
-    engine.dispose();
+    await engine.dispose();
   } finally {
     m.dispose();
   }
@@ -227,8 +227,19 @@ test("a burst of long requests stays inside the configured KV blocks: requests w
     for (let i = 0; i < prompts.length; i++) same(gens[i]!, await alone(m, prompts[i]!, args, i), `request ${i}`);
     // A request that could not fit in the pool alone is refused, naming the pool.
     await assert.rejects(engine.client(1).generate(prompts[0]!, { ...args, maxTokens: 250 }), /KV blocks of 16, the pool has 14/);
-    engine.dispose();
+    await engine.dispose();
   } finally {
     m.dispose();
   }
+});
+
+test("dispose mid-generation: unfinished requests fail, the step in flight ends first, then the model can go", async () => {
+  const m = model();
+  const engine = new PolicyEngine(m, tok, 0, { seed: 1 });
+  const pending = Array.from({ length: 4 }, (_, i) => engine.client(i).generate(promptOf(`${i}`), { ...sampling, maxTokens: 200 }));
+  const settled = Promise.allSettled(pending);
+  await until("decoding", () => engine.generatedTokens >= 8);
+  await engine.dispose();
+  for (const r of await settled) assert.match(String(r.status === "rejected" ? r.reason : "fulfilled"), /the policy engine was disposed/);
+  m.dispose();
 });
