@@ -10,6 +10,7 @@
 // - prefill: single-turn groups of 8: prompt tokens prefilled with shared prefixes vs what the engine would prefill
 //   without them (every completion its whole prompt, as the static path does).
 // - multi-turn: one conversation of 6 turns: prompt rows prefilled per turn with KV reuse vs the whole conversation.
+// - the demo's own rollouts (2-digit additions, 24 tokens, its 64-token context): what its RL loop asks of inference.
 // - weights: new weights mid-generation of 32 sequences: how long until they are in use, in ms and engine steps,
 //   for keep, recompute and barrier.
 // Last line: one JSON object.
@@ -102,6 +103,18 @@ function mixedTasks(n: number, seed: number): TaskSpec[] {
       ),
     };
   });
+}
+
+/** The demo's own rollouts (examples/demo.yaml): 2-digit additions, single turn, 24 tokens, groups of 8. */
+function demoTasks(n: number, seed: number): TaskSpec[] {
+  const r = rng(seed);
+  const num = () => 10 + Math.floor(r() * 90);
+  return Array.from({ length: n }, (_, index) => ({
+    index,
+    prompt: tok.applyChatTemplate([{ role: "user", content: `${num()}+${num()}` }], { addGenerationPrompt: true }),
+    args: { temperature: 1, topP: 1, topK: 0, maxTokens: 24 },
+    replies: Array.from({ length: GROUP }, () => []),
+  }));
 }
 
 /** Single-turn groups on distinct prompts of 100-400 bytes: what sharing within a group saves, alone. */
@@ -279,13 +292,36 @@ async function benchShape(name: string, cfg: ModelConfig, tasks: number, rounds:
   }
 }
 
+/** The demo's rollouts on the demo's model and context: what its RL loop asks of inference. */
+export async function demoRollouts(threads: number, tasks: number, rounds: number, log: (s: string) => void) {
+  const model = PolicyModel.create(DEMO_CONFIG, { seed: 1, threads });
+  try {
+    const m = await mixed(model, demoTasks(tasks, 5), rounds);
+    const speedup = m.continuousTokensPerSec / m.staticTokensPerSec;
+    const secs = (t: number[]) => t.map((x) => x.toFixed(2)).join(", ");
+    log(
+      `\n== the demo's rollouts (its model, ${DEMO_CONFIG.maxPositionEmbeddings}-token context; ${tasks} tasks x ${GROUP} additions, 24 tokens; best of ${rounds}):`,
+    );
+    log(`  static     ${m.staticTokensPerSec.toFixed(0).padStart(7)} tok/s  (${secs(m.times.static)} s)`);
+    log(`  continuous ${m.continuousTokensPerSec.toFixed(0).padStart(7)} tok/s  (${secs(m.times.continuous)} s)  speedup ${speedup.toFixed(2)}x`);
+    return {
+      demo_rollouts_static_tok_s: +m.staticTokensPerSec.toFixed(1),
+      demo_rollouts_continuous_tok_s: +m.continuousTokensPerSec.toFixed(1),
+      demo_rollouts_speedup: +speedup.toFixed(3),
+    };
+  } finally {
+    model.dispose();
+  }
+}
+
 export async function runInferenceBench(opts: { threads?: number; quick?: boolean } = {}): Promise<Record<string, number>> {
   const threads = opts.threads ?? availableParallelism();
   const log = (s: string) => console.log(s);
   // The 21 M shape's static runs take most of the time: one task, two rounds.
   const demo = await benchShape("demo", { ...DEMO_CONFIG, maxPositionEmbeddings: 1024 }, opts.quick ? 4 : 12, opts.quick ? 1 : 3, threads, log);
   const m21 = await benchShape("m21", M21, 1, opts.quick ? 1 : 2, threads, log);
-  const figures = { threads, ...demo, ...m21 };
+  const rollouts = await demoRollouts(threads, opts.quick ? 16 : 48, opts.quick ? 1 : 3, log);
+  const figures = { threads, ...demo, ...rollouts, ...m21 };
   console.log(JSON.stringify(figures));
   return figures;
 }
