@@ -54,8 +54,9 @@ export type { RolloutRow } from "./rollout-schema.js";
 export { decodeRolloutBatch } from "./arrow-codec.js";
 
 // Run state (KV)
-export { RunState } from "./run-state.js";
-export { StateKeys, StateKeySchemas, type HeldOutResult, type Lease, type LeaseRole } from "./state-keys.js";
+export { RunState, StateValueError, type StateRead } from "./run-state.js";
+export { PolicyVersions, type RunStateProblem } from "./policy-versions.js";
+export { StateKeys, StateKeySchemas, type HeldOutResult, type Lease, type LeaseRole, type StateKey } from "./state-keys.js";
 
 // Run ownership: one holder per role (train, each singleton actor), by compare-and-set on a KV key
 export {

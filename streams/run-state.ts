@@ -1,25 +1,54 @@
 // Typed access to the run's KV bucket: every key has a schema (state-keys.ts), values are validated on
 // put and on get, so a foreign or corrupt value is an error that names the key instead of a bad cast.
-import type { KV } from "@nats-io/kv";
+// Such an error is about the run's state, not about any message or the server: StateValueError says which
+// bucket and key hold what, so a reader can report it as such and fall back on what the streams say.
+import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
+import type { KV, KvEntry } from "@nats-io/kv";
 import { formatIssues } from "./msgpack-codec.js";
 import { retryInfrastructure } from "./infrastructure-error.js";
 import { StateKeys, StateKeySchemas, type StateKey, type StateValue } from "./state-keys.js";
 
+/** A KV value that is not JSON or does not match its key's schema (written by hand, or by a foreign writer). */
 export class StateValueError extends Error {
   override readonly name = "StateValueError";
+  constructor(
+    message: string,
+    readonly key: StateKey,
+    /** The value as stored, as text (cut to 80 characters); "" for a refused put. */
+    readonly raw: string,
+    /** The entry's revision in the bucket (0 for a refused put): a reader reports one bad value once. */
+    readonly revision = 0,
+    /** What is wrong with it, in a few words ("not valid JSON"). */
+    readonly reason = "",
+  ) {
+    super(message);
+  }
 }
 
-function parseValue<K extends StateKey>(key: K, bytes: Uint8Array): StateValue<K> {
-  let raw: unknown;
+/** Text of a stored value for a message: quoted, cut to 80 characters. */
+export function shownValue(bytes: Uint8Array): string {
+  const text = new TextDecoder().decode(bytes);
+  return JSON.stringify(text.length > 80 ? `${text.slice(0, 79)}…` : text);
+}
+
+function parseValue<K extends StateKey>(key: K, bytes: Uint8Array, where: { bucket: string; revision: number }): StateValue<K> {
+  const raw = shownValue(bytes);
+  let parsed: unknown;
   try {
-    raw = JSON.parse(new TextDecoder().decode(bytes));
+    parsed = JSON.parse(new TextDecoder().decode(bytes));
   } catch {
-    throw new StateValueError(`KV key ${key} does not hold JSON`);
+    throw new StateValueError(`run state: KV ${where.bucket} ${key} is not valid JSON (${raw})`, key, raw, where.revision, "not valid JSON");
   }
-  const r = StateKeySchemas[key].safeParse(raw);
-  if (!r.success) throw new StateValueError(`KV key ${key}: ${formatIssues(r.error)}`);
+  const r = StateKeySchemas[key].safeParse(parsed);
+  if (!r.success) {
+    const reason = `does not match its schema (${formatIssues(r.error)})`;
+    throw new StateValueError(`run state: KV ${where.bucket} ${key} = ${raw} ${reason}`, key, raw, where.revision, reason);
+  }
   return r.data as StateValue<K>;
 }
+
+/** One key as stored: its valid value, or why it is not one; with the entry's revision (for compare-and-set). */
+export type StateRead<K extends StateKey> = { bucket: string; revision: number } & ({ value: StateValue<K> } | { error: StateValueError });
 
 export class RunState {
   /**
@@ -35,14 +64,46 @@ export class RunState {
   async get<K extends StateKey>(key: K): Promise<StateValue<K> | undefined> {
     const e = await retryInfrastructure(() => this.kv.get(key), this.retryDelaysMs);
     if (e?.operation !== "PUT" || e.value.length === 0) return undefined;
-    return parseValue(key, e.value);
+    return parseValue(key, e.value, e);
+  }
+
+  /** The key as stored, without throwing on a bad value; undefined when it is absent (never written, or deleted). */
+  async read<K extends StateKey>(key: K): Promise<StateRead<K> | undefined> {
+    const e = await retryInfrastructure(() => this.kv.get(key), this.retryDelaysMs);
+    if (e?.operation !== "PUT" || e.value.length === 0) return undefined;
+    try {
+      return { bucket: e.bucket, revision: e.revision, value: parseValue(key, e.value, e) };
+    } catch (err) {
+      if (err instanceof StateValueError) return { bucket: e.bucket, revision: e.revision, error: err };
+      throw err;
+    }
   }
 
   async put<K extends StateKey>(key: K, value: StateValue<K>): Promise<void> {
-    const r = StateKeySchemas[key].safeParse(value);
-    if (!r.success) throw new StateValueError(`refusing to write KV key ${key}: ${formatIssues(r.error)}`);
+    const data = this.encode(key, value);
     // Putting one value twice is harmless; an actor dying of a leader election is not.
-    await retryInfrastructure(() => this.kv.put(key, JSON.stringify(r.data)), this.retryDelaysMs);
+    await retryInfrastructure(() => this.kv.put(key, data), this.retryDelaysMs);
+  }
+
+  /**
+   * Replaces the value stored at `revision` (compare-and-set): false when the key changed since — its owner wrote
+   * it meanwhile, and its value wins. `value` undefined deletes the key (absent is a valid state for most keys).
+   */
+  async replace<K extends StateKey>(key: K, revision: number, value: StateValue<K> | undefined): Promise<boolean> {
+    try {
+      if (value === undefined) await this.kv.delete(key, { previousSeq: revision });
+      else await this.kv.update(key, this.encode(key, value), revision);
+      return true;
+    } catch (e) {
+      if (e instanceof JetStreamApiError && e.code === JetStreamApiCodes.StreamWrongLastSequence) return false;
+      throw e;
+    }
+  }
+
+  private encode<K extends StateKey>(key: K, value: StateValue<K>): string {
+    const r = StateKeySchemas[key].safeParse(value);
+    if (!r.success) throw new StateValueError(`refusing to write KV key ${key}: ${formatIssues(r.error)}`, key, "");
+    return JSON.stringify(r.data);
   }
 
   policyVersion(): Promise<number> {
@@ -67,11 +128,11 @@ export class RunState {
     checkMs = 5_000,
   ): Promise<void> {
     let lastRevision = 0;
-    const deliver = (revision: number, bytes: Uint8Array) => {
-      if (revision <= lastRevision) return;
-      lastRevision = revision;
+    const deliver = (e: KvEntry) => {
+      if (e.revision <= lastRevision) return;
+      lastRevision = e.revision;
       try {
-        fn(parseValue(key, bytes));
+        fn(parseValue(key, e.value, e));
       } catch (err) {
         onInvalid?.(err as Error); // a foreign writer: reported, skipped
       }
@@ -82,7 +143,7 @@ export class RunState {
         .get(key)
         .then((e) => {
           if (e?.operation !== "PUT" || e.revision <= lastRevision) return;
-          deliver(e.revision, e.value);
+          deliver(e);
           it.stop(); // it missed a change: replace it
         })
         .catch(() => undefined);
@@ -99,7 +160,7 @@ export class RunState {
     (async () => {
       while (!signal?.aborted) {
         try {
-          for await (const e of it) if (e.operation === "PUT") deliver(e.revision, e.value);
+          for await (const e of it) if (e.operation === "PUT") deliver(e);
         } catch {
           // the watch's consumer failed: start another below
         }

@@ -14,26 +14,39 @@ import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js"
 import { engineOptionsOf, exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
 import { reportEngineFigures } from "../runtime/engine-meter.js";
 import { evalSchedule } from "../../rl/eval-schedule.js";
-import { StateKeys, type EvalChannel, type RunState, type WeightsChannel } from "../../streams/index.js";
+import { StateKeys, type EvalChannel, type HeldOutResult, type PolicyVersions, type RunState, type WeightsChannel } from "../../streams/index.js";
+import { policyVersionsOf, reportStateValueError } from "../runtime/run-state-errors.js";
 import { evaluateVersion } from "./held-out.js";
 
-/** The newest policy version, kept by a watch on KV, and a pause that a new version or the actor's stop ends early. */
+/**
+ * The newest policy version to evaluate up to, kept by a watch on KV and read through PolicyVersions: a value that
+ * is not JSON or beyond rl.steps is reported as a fault of the run's state and the newest announced version stands
+ * in for it. A pause that a change of the key or the actor's stop ends early.
+ */
 class PolicyWatch {
   newest = -1;
   private wake: (() => void) | null = null;
 
-  static async open(state: RunState, signal: AbortSignal): Promise<PolicyWatch> {
-    const w = new PolicyWatch();
+  private constructor(readonly versions: PolicyVersions) {}
+
+  static async open(state: RunState, versions: PolicyVersions, signal: AbortSignal): Promise<PolicyWatch> {
+    const w = new PolicyWatch(versions);
+    // Any change, valid or not, is read again through refresh(): the watch only ends the pause.
     await state.watch(
       StateKeys.policyVersion,
-      (v) => {
-        w.newest = v;
-        w.wake?.();
-      },
+      () => w.wake?.(),
       signal,
+      () => w.wake?.(),
     );
     signal.addEventListener("abort", () => w.wake?.(), { once: true });
+    await w.refresh();
     return w;
+  }
+
+  /** Reads the newest trustworthy version; keeps the one it had when nothing can be trusted or the read fails. */
+  async refresh(): Promise<void> {
+    const v = await this.versions.newest().catch(() => null);
+    if (v !== null) this.newest = v;
   }
 
   pause(ms: number): Promise<void> {
@@ -56,6 +69,9 @@ interface Evaluation {
 
 @injectable()
 export class EvaluatorActor implements Actor {
+  /** Bad values of the run's state already reported (key -> revision). */
+  private readonly reported = new Map<string, number>();
+
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
     @inject(Tokens.RunState) private readonly state: RunState,
@@ -70,21 +86,22 @@ export class EvaluatorActor implements Actor {
     const schedule = evalSchedule(config);
     const ev = await this.prepare();
     const stopFigures = reportEngineFigures(ctx, () => ev.engine.figures());
-    const policy = await PolicyWatch.open(state, ctx.signal);
+    const policy = await PolicyWatch.open(state, policyVersionsOf(ctx, state, this.weights), ctx.signal);
     log.info({ schedule }, "evaluating these policy versions");
     let backoffMs = 500;
     try {
       while (!ctx.signal.aborted) {
-        const done = (await state.get(StateKeys.evalResults)) ?? {};
+        const done = await this.results(policy);
+        if (done === null) continue;
         const next = schedule.find((v) => done[String(v)] === undefined);
         if (next === undefined) {
           log.info("every scheduled version evaluated");
           return;
         }
+        await policy.refresh();
         if (next > policy.newest) {
           // Waiting for the learner is this actor's idle time, not a stall.
           await ctx.health.wait("policy", () => policy.pause(2_000), { detail: `v${next}`, idle: true });
-          policy.newest = Math.max(policy.newest, await state.policyVersion().catch(() => policy.newest));
           continue;
         }
         try {
@@ -92,7 +109,7 @@ export class EvaluatorActor implements Actor {
           backoffMs = 500;
         } catch (e) {
           if (ctx.signal.aborted) return;
-          if (await this.skipIfGone(next, policy.newest, e)) continue;
+          if (await this.passOver(next, policy, e)) continue;
           log.warn({ version: next, err: (e as Error).message, retryInMs: backoffMs }, "evaluation failed; retrying");
           await policy.pause(backoffMs);
           backoffMs = Math.min(10_000, backoffMs * 2);
@@ -103,6 +120,25 @@ export class EvaluatorActor implements Actor {
       await ev.engine.dispose();
       ev.model.dispose();
     }
+  }
+
+  /**
+   * eval.results, or null after a pause when it holds a bad value: reported as a fault of the run's state, and never
+   * written over — the evaluations it records would be lost — until it is repaired (`rollstream doctor --repair`
+   * rebuilds it from rs.<run>.eval).
+   */
+  private async results(policy: PolicyWatch): Promise<Record<string, HeldOutResult> | null> {
+    const read = await this.state.read(StateKeys.evalResults);
+    if (read === undefined) return {};
+    if ("value" in read) return read.value;
+    reportStateValueError(
+      this.ctx,
+      read.error,
+      this.reported,
+      "the evaluator waits until it is repaired (rollstream doctor --repair rebuilds it from the eval stream)",
+    );
+    await this.ctx.health.wait("run state", () => policy.pause(5_000), { detail: StateKeys.evalResults });
+    return null;
   }
 
   private async prepare(): Promise<Evaluation> {
@@ -145,18 +181,31 @@ export class EvaluatorActor implements Actor {
   }
 
   /**
-   * A version whose weights are gone for good (a run from before the evaluator protected its versions, or
-   * weights deleted by hand) is recorded as skipped, said, and passed over; true when that is what `e` was.
-   * Gone for good: the policy moved past it, or it is the final version and the learner published it — no
-   * later version comes to move past it, and waiting would hold `train` for its whole deadline in silence.
+   * What to make of a version whose weights are not in the object store; true when it is passed over for now.
+   * Gone for good — recorded as skipped, said, and passed over — only on the weights stream's word, never on KV's: a
+   * later version was announced (the learner moved past it), or it is the final version and was announced (no later
+   * one comes to move past it, and waiting would hold `train` for its whole deadline in silence). A version KV calls
+   * current that no announcement backs is a fault of the run's state (`nats kv put` by hand): reported, and the
+   * evaluator waits on the announced versions until the key changes. Nothing is recorded for it.
    */
-  private async skipIfGone(version: number, newest: number, e: unknown): Promise<boolean> {
+  private async passOver(version: number, policy: PolicyWatch, e: unknown): Promise<boolean> {
     const why = (e as Error).message;
-    const publishedFinal = version === this.ctx.config.rl.steps && newest >= version;
-    if (!/not in the object store/.test(why) || (version >= newest && !publishedFinal)) return false;
-    const skipped = { version, n: 0, passAt1: 0, passAtK: {}, rewardMean: 0, byEnv: {}, seconds: 0, skipped: `weights gone: ${why}` };
+    if (!/not in the object store/.test(why)) return false;
+    const announced = await policy.versions.lastAnnounced();
+    const publishedFinal = version === this.ctx.config.rl.steps && announced !== null && announced >= version;
+    if (announced !== null && (announced > version || publishedFinal)) {
+      await this.recordSkipped(version, `weights gone: ${why}`);
+      return true;
+    }
+    const newest = announced === null ? "no weights version is announced" : `the newest weights announced are v${announced}`;
+    policy.versions.distrustLastRead(`but ${newest} (none for v${version}): not trusted; the evaluator waits for v${version} to be announced`);
+    await policy.pause(2_000);
+    return true;
+  }
+
+  private async recordSkipped(version: number, why: string): Promise<void> {
+    const skipped = { version, n: 0, passAt1: 0, passAtK: {}, rewardMean: 0, byEnv: {}, seconds: 0, skipped: why };
     await this.state.put(StateKeys.evalResults, { ...((await this.state.get(StateKeys.evalResults)) ?? {}), [String(version)]: skipped });
     this.ctx.log.error({ version, err: why }, "version skipped: its weights are gone");
-    return true;
   }
 }

@@ -6,10 +6,9 @@ import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
-import { engineOptionsOf, exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
-import { reportEngineFigures } from "../runtime/engine-meter.js";
-import { createPolicyModel, createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
+import { createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
+import { policyVersionsOf } from "../runtime/run-state-errors.js";
 import {
   checkTask,
   StateKeys,
@@ -18,16 +17,20 @@ import {
   type RunState,
   type Task,
   type TaskChannel,
+  type PolicyVersions,
   type TaskLimits,
   type WeightsChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
+import { reportEngineFigures } from "../runtime/engine-meter.js";
+import { type InferenceBackend, openBackend } from "./backend.js";
 
 @injectable()
 export class InferenceActor implements Actor {
-  private engine!: PolicyEngine;
+  private engine!: InferenceBackend;
   private envs!: Map<string, LoadedEnvironment>;
   private limits!: TaskLimits;
+  private versions!: PolicyVersions;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -44,34 +47,29 @@ export class InferenceActor implements Actor {
     this.envs = await loadRunEnvironments(config);
     this.limits = taskLimitsOf(config, this.envs);
     const tokenizer = createTokenizer(config);
-    const model = createPolicyModel(config, { threads: config.actors.inference.threads, log: ctx.log });
+    this.versions = policyVersionsOf(ctx, state, this.weights);
 
-    // Wait for the first policy (after SFT, or the learner's initial weights).
+    // Wait for the first policy (after SFT, or the learner's initial weights). A bad KV value is reported and the
+    // newest announced version used instead (PolicyVersions); with neither, this keeps waiting.
     let version = -1;
     const firstPolicy = ctx.health.waiting("policy", { detail: "first version", idle: true });
     while (version < 0 && !ctx.signal.aborted) {
-      version = await state.policyVersion();
+      version = (await this.versions.newest()) ?? -1;
       if (version < 0) await new Promise((r) => setTimeout(r, 250));
     }
     firstPolicy.end();
     if (ctx.signal.aborted) return;
-    model.loadSafetensors(await ctx.health.wait("weights", () => this.weights.fetch(version), { detail: `v${version}` }));
+    const bytes = await ctx.health.wait("weights", () => this.weights.fetch(version), { detail: `v${version}` });
+    this.engine = await ctx.health.wait("weights", () => openBackend(ctx, tokenizer, version, bytes), {
+      detail: `${config.actors.inference.backend} backend at v${version}`,
+    });
+    log.info({ version }, "policy loaded");
+
     const versionGauge = ctx.metrics.gauge("policy_version", "policy version in use");
     versionGauge.set(version);
-    this.engine = new PolicyEngine(model, tokenizer, version, {
-      ...engineOptionsOf(config),
-      seed: config.rl.seed,
-      onWedged: (e) => exitWedged(ctx, e),
-      onWeightsApplied: (w) => {
-        versionGauge.set(w.version);
-        log.debug(w, "weights swapped");
-      },
-      onWeightsError: (e, v) => log.error({ version: v, err: e.message }, "new weights could not be loaded; keeping the current ones"),
-    });
-    log.info({ version, weightUpdate: config.actors.inference.weightUpdate }, "policy loaded");
-
-    const stopFigures = reportEngineFigures(ctx, () => this.engine.figures());
-    const follower = this.followPolicy();
+    const engine = this.engine;
+    const stopFigures = engine.figures ? reportEngineFigures(ctx, () => engine.figures!()) : () => undefined;
+    const follower = this.followPolicy(versionGauge);
     try {
       await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
       await follower;
@@ -80,25 +78,40 @@ export class InferenceActor implements Actor {
     }
   }
 
+  /** The newest version handed to the engine: in use, or (local engine) to be applied at its next step boundary. */
+  private get latestVersion(): number {
+    return this.engine.latestVersion ?? this.engine.version;
+  }
+
   /**
    * Keeps the engine on the newest policy version in KV. One loop fetches the latest wanted version at a
    * time; a fetch that fails or passes its deadline is retried with backoff, not dropped: when the learner
    * is starved no new version comes to trigger a retry, and rollouts from ever older weights would all be
-   * dropped as stale (the run stalls).
+   * dropped as stale (the run stalls). A KV value that is not JSON or beyond rl.steps is never wanted: it is
+   * reported as a fault of the run's state and the newest announced version is wanted instead (PolicyVersions).
    */
-  private async followPolicy(): Promise<void> {
+  private async followPolicy(versionGauge: { set(v: number): void }): Promise<void> {
     const { ctx, state } = this;
     const { log } = ctx;
-    let wanted = this.engine.latestVersion;
+    let wanted = this.latestVersion;
     let wake: (() => void) | null = null;
+    const reread = () =>
+      this.versions
+        .newest()
+        .then((v) => {
+          if (v !== null && v >= 0) wanted = v;
+          wake?.();
+        })
+        .catch(() => undefined);
     await state.watch(
       StateKeys.policyVersion,
       (v) => {
+        if (!this.versions.plausible(v)) return void reread();
         wanted = v;
         wake?.();
       },
       ctx.signal,
-      (e) => log.warn({ err: e.message }, "invalid policy.version ignored"),
+      () => void reread(),
     );
     const failures = ctx.metrics.counter("weights_fetch_failures_total", "weight fetches that failed or passed their deadline");
     const sleep = (ms: number) =>
@@ -111,18 +124,21 @@ export class InferenceActor implements Actor {
     while (!ctx.signal.aborted) {
       const v = wanted;
       // latestVersion: weights handed over and waiting for a step boundary are not fetched again.
-      if (v === this.engine.latestVersion) {
+      if (v === this.latestVersion) {
         await sleep(5_000);
         // Belt and braces next to the watch: read the current version now and then.
-        wanted = await state.policyVersion().catch(() => wanted);
+        const newest = await this.versions.newest().catch(() => null);
+        if (newest !== null && newest >= 0) wanted = newest;
         continue;
       }
       // A lower version means the learner was restored from a checkpoint: follow it back.
-      const rollback = v < this.engine.latestVersion;
-      if (rollback) log.warn({ from: this.engine.latestVersion, to: v }, "policy rolled back by a restored learner");
+      const rollback = v < this.latestVersion;
+      if (rollback) log.warn({ from: this.latestVersion, to: v }, "policy rolled back by a restored learner");
       try {
         const bytes = await ctx.health.wait("weights", () => this.weights.fetch(v, ctx.config.actors.inference.weightsDeadlineMs), { detail: `v${v}` });
-        this.engine.swapWeights(v, bytes, rollback);
+        await this.engine.swapWeights(v, bytes, rollback);
+        versionGauge.set(v);
+        log.debug({ version: v }, "weights swapped");
         backoffMs = 500;
       } catch (e) {
         failures.inc();
@@ -146,7 +162,8 @@ export class InferenceActor implements Actor {
       "weights",
       async () => {
         while (this.engine.version < version && !ctx.signal.aborted && Date.now() < deadline) {
-          if ((await this.state.policyVersion()) < version) return;
+          const newest = await this.versions.newest().catch(() => null);
+          if (newest !== null && newest < version) return;
           await new Promise((r) => setTimeout(r, 50));
         }
       },
@@ -166,9 +183,8 @@ export class InferenceActor implements Actor {
     const started = Date.now();
     const tokensBefore = this.engine.generatedTokens;
     const row = loaded.env.dataset("train").row(task.exampleIndex);
-    const model = this.engine.client(task.seed);
     const rollouts = await Promise.all(
-      Array.from({ length: task.groupSize }, () => loaded.env.rollout({ model, sandbox: this.sandbox, sampling: task.sampling, signal: ctx.signal }, row)),
+      this.engine.rolloutClients(task).map((model) => loaded.env.rollout({ model, sandbox: this.sandbox, sampling: task.sampling, signal: ctx.signal }, row)),
     );
     const raw = rollouts.map(toRawRollout);
     const tokens = raw.reduce((s, r) => s + r.completionIds.length, 0);

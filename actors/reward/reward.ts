@@ -13,10 +13,12 @@ import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { failpoint } from "../runtime/failpoints.js";
-import { createTokenizer, rolloutLimitsOf } from "../runtime/model-factory.js";
+import { createTokenizer, rolloutLimitsOf, taskLimitsOf } from "../runtime/model-factory.js";
+import { policyVersionsOf } from "../runtime/run-state-errors.js";
 import {
   checkAdvantage,
   checkRolloutLimits,
+  checkTask,
   checkTurnText,
   PoisonMessageError,
   RolloutRejectedError,
@@ -24,11 +26,14 @@ import {
   type DeadLetterChannel,
   type GroupChannel,
   type GroupOutcome,
+  type PolicyVersions,
   type RawRolloutChannel,
   type RawRolloutGroup,
+  type TaskLimits,
   type RolloutLimits,
   type RunState,
   type ScoredChannel,
+  type WeightsChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
 import { completionMessages, type ScoreResult, type TokenizerLike } from "../../environments/api/index.js";
@@ -40,9 +45,11 @@ import { LENGTH_PENALTY_METRIC, lengthPenalty, modelTokens } from "../../rl/leng
 export class RewardActor implements Actor {
   private envs!: Map<string, LoadedEnvironment>;
   private tokenizer!: TokenizerLike;
+  private taskLimits!: TaskLimits;
   private overlong!: Counter;
   private filtered!: Counter;
   private capHits!: Counter;
+  private versions!: PolicyVersions;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -52,12 +59,15 @@ export class RewardActor implements Actor {
     @inject(Tokens.DeadLetters) private readonly deadLetters: DeadLetterChannel,
     @inject(Tokens.Groups) private readonly groups: GroupChannel,
     @inject(Tokens.Sandbox) private readonly sandbox: CodeSandbox,
+    @inject(Tokens.Weights) private readonly weights: WeightsChannel,
   ) {}
 
   async run(): Promise<void> {
     const { ctx } = this;
     this.envs = await loadRunEnvironments(ctx.config);
     this.tokenizer = createTokenizer(ctx.config);
+    this.taskLimits = taskLimitsOf(ctx.config, this.envs);
+    this.versions = policyVersionsOf(ctx, this.state, this.weights);
     this.overlong = ctx.metrics.counter("rollouts_overlong_total", "rollouts longer than the context, left out of training");
     this.filtered = ctx.metrics.counter("groups_filtered_total", "zero-variance groups left out of training (rl.filter), by environment", ["env"]);
     this.capHits = ctx.metrics.counter("groups_refill_cap_total", "zero-variance groups trained on (zero advantage) past rl.filter.maxRefillRounds", ["env"]);
@@ -69,7 +79,7 @@ export class RewardActor implements Actor {
     const task = group.task;
     const loaded = this.checkGroup(group);
     // Semantic checks before any scoring: what the learner could not train on never reaches it.
-    const limits = rolloutLimitsOf(ctx.config, await this.state.policyVersion());
+    const limits = rolloutLimitsOf(ctx.config, await this.newestVersion(group));
     const overlong = this.overlongRollouts(group, limits);
     const row = loaded.env.dataset("train").row(task.exampleIndex);
     // The rubric scores the text, the learner trains the ids: a group whose text says other than its ids is
@@ -106,10 +116,33 @@ export class RewardActor implements Actor {
     await this.publishDisplay(group, scored, rows.length, overlong.size, scoreMs);
   }
 
+  /**
+   * The newest policy version a rollout may claim (the future_version check). KV policy.version is read through
+   * PolicyVersions: a value that is not JSON or beyond rl.steps is a fault of the run's state, reported, and the
+   * newest announced weights version stands in. A group claiming a later version than that is checked against the
+   * weights stream as well (a rollout from a version the learner announced is not from the future, whatever KV
+   * says). With nothing to trust at all the group is held (nak with delay), never dead-lettered for the KV's fault.
+   */
+  private async newestVersion(group: RawRolloutGroup): Promise<number> {
+    const newest = await this.versions.newest();
+    const claimed = Math.max(...group.rollouts.map((r) => r.policyVersionMax));
+    if (newest !== null && claimed <= newest) return newest;
+    const announced = await this.versions.lastAnnounced();
+    if (newest === null && announced === null) {
+      throw new Error(
+        `run state: no trustworthy policy version (KV policy.version is bad and no weights are announced): group ${group.task.taskId} held until there is one`,
+      );
+    }
+    return Math.max(newest ?? -1, announced ?? -1);
+  }
+
   /** The group belongs to this run and names an environment this actor resolved the same way. */
   private checkGroup(group: RawRolloutGroup): LoadedEnvironment {
     const { config } = this.ctx;
     const task = group.task;
+    // The task a group answers is checked as inference checks it: a group that skipped inference (forged, or
+    // from a producer with another config) must not be scored for a task this run would never have sent.
+    checkTask(task, this.taskLimits);
     if (task.run !== config.run) throw new PoisonMessageError(`group belongs to run ${task.run}, not ${config.run}`);
     const loaded = this.envs.get(task.envKey);
     if (!loaded) throw new PoisonMessageError(`group names environment key ${task.envKey}, which this run's config does not have`);

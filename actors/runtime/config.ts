@@ -156,10 +156,46 @@ export const NatsSchema = z.strictObject({
     .describe("a task (inference) or raw group (reward) held this long without a progress heartbeat is redelivered to another replica"),
 });
 
+/**
+ * How the inference actor reaches external servers (actors.inference.fleet). Only read when backend is not local.
+ * The defaults suit a few servers on one network; every HTTP call has a deadline.
+ */
+export const FleetSchema = z.strictObject({
+  requestDeadlineMs: pos()
+    .default(300_000)
+    .describe("one generate request that takes longer fails; its server leaves rotation and the request is retried on another"),
+  maxInFlightPerServer: pos().default(64).describe("generate requests outstanding on one server at most; more wait in the actor"),
+  updateDeadlineMs: pos().default(600_000).describe("one weight-update call (load, pause, resume) that takes longer fails"),
+  updateRetries: int().nonnegative().default(2).describe("a failed weight update of one server is retried this many times; then the server leaves rotation"),
+  healthCheckMs: pos().default(5_000).describe("a server out of rotation is health-checked this often; once healthy it gets the current weights and rejoins"),
+  vllmPauseMode: z
+    .enum(["abort", "wait", "keep"])
+    .default("abort")
+    .describe(
+      "vllm: POST /pause?mode= around a weight update; abort returns partial outputs that the actor resubmits under the new weights; keep needs a server that reports weight_versions spans",
+    ),
+  vllmWeightsRoute: z
+    .string()
+    .regex(/^\/[A-Za-z0-9_/.-]*$/, "a path such as /update_weights")
+    .default("/update_weights")
+    .describe("vllm: full-weight reload route, POST {weight_dir}: not in upstream vLLM; served by a worker extension (PRIME-RL's shape), see README"),
+});
+
 export const ActorsSchema = z.strictObject({
   inference: z
     .strictObject({
       replicas: pos().default(1),
+      backend: z
+        .enum(["local", "rollstream", "sglang", "vllm"])
+        .default("local")
+        .describe(
+          "local: the in-process engine; rollstream, sglang, vllm: a fleet of those servers at `servers` (token ids in and out, weights pushed from weights.exportDir)",
+        ),
+      servers: z
+        .array(z.url({ protocol: /^https?$/ }))
+        .default([])
+        .describe("base URLs of the inference servers (backend other than local), e.g. http://gpu-1:30000"),
+      fleet: FleetSchema.default(FleetSchema.parse({})),
       maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
       threads: pos().optional(),
       weightsDeadlineMs: pos().default(60_000).describe("a weights fetch that takes longer fails and is retried (a read can hang when a cluster member dies)"),
@@ -191,6 +227,9 @@ export const ActorsSchema = z.strictObject({
     })
     .default({
       replicas: 1,
+      backend: "local",
+      servers: [],
+      fleet: FleetSchema.parse({}),
       maxInFlight: 4,
       weightsDeadlineMs: 60_000,
       generateDeadlineMs: 600_000,
@@ -242,6 +281,17 @@ export const RunConfigSchema = z
     checkpoint: CheckpointSchema.default(CheckpointSchema.parse({})),
     nats: NatsSchema.default(NatsSchema.parse({})),
     actors: ActorsSchema.default(ActorsSchema.parse({})),
+    weights: z
+      .strictObject({
+        exportDir: z
+          .string()
+          .optional()
+          .describe(
+            "external inference servers load each policy version from <exportDir>/v<n> (config.json, model.safetensors, tokenizer files); a folder they can read; default <outDir>/<run>/hf-weights",
+          ),
+        keepVersions: pos().default(3).describe("newest exported versions kept in exportDir"),
+      })
+      .default({ keepVersions: 3 }),
     sandbox: z.record(z.string(), z.unknown()).default({}).describe("sandbox actor settings (see sandbox/README.md)"),
   })
   .superRefine((c, ctx) => {
@@ -310,6 +360,10 @@ export function crossFieldProblems(raw: unknown): z.core.$ZodIssueCustom[] {
   const lease = fieldOf(raw, "actors", "lease", ActorsSchema.shape.lease);
   if (lease !== INVALID && lease.renewMs * 2 > lease.ttlMs) {
     problem(["actors", "lease", "renewMs"], `must be at most half of actors.lease.ttlMs (${lease.ttlMs}): a holder renews at least twice per lease`);
+  }
+  const inference = fieldOf(raw, "actors", "inference", ActorsSchema.shape.inference);
+  if (inference !== INVALID && inference.backend !== "local" && inference.servers.length === 0) {
+    problem(["actors", "inference", "servers"], `backend ${inference.backend} needs at least one server URL`);
   }
   const kind = fieldOf(raw, "tokenizer", "kind", tokenizer.kind);
   const tokenizerPath = fieldOf(raw, "tokenizer", "path", tokenizer.path);

@@ -1,13 +1,17 @@
 // `rollstream doctor --run R`: is the run healthy, and if not, which actor is silent or stuck, on what,
-// since when, and what it last logged. Reads the run's health bucket (every actor's heartbeat) and its
-// durable work consumers (what is pending or unacked, and how old the oldest of it is). Exit 0 when
-// healthy, 1 when not (or the run cannot be read), 2 on a usage error.
+// since when, and what it last logged. Reads the run's health bucket (every actor's heartbeat), its
+// durable work consumers (what is pending or unacked, and how old the oldest of it is), and its state KV key by
+// key against the run's streams (cli/health/run-state.ts): a damaged key is a problem, and `--repair` rebuilds it
+// where the streams and checkpoints say enough. Exit 0 when healthy, 1 when not (or the run cannot be read), 2 on
+// a usage error.
 import type { Command } from "commander";
 import { UsageError } from "../errors.js";
 import { Kvm } from "@nats-io/kv";
+import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
-import { loadRunConfig } from "../../actors/runtime/config.js";
+import { loadRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import { loadRunEnvironments } from "../../actors/runtime/environments.js";
 import { natsForRun } from "../run-nats.js";
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import {
@@ -16,6 +20,7 @@ import {
   isInfrastructureError,
   retryInfrastructure,
   openWire,
+  RunChannels,
   runNames,
   RunState,
   StateKeys,
@@ -25,6 +30,7 @@ import {
   type EngineFigures,
 } from "../../streams/index.js";
 import { classifyRun, DEFAULT_THRESHOLDS, instanceLabel, type InstanceHealth, type RunHealth } from "../health/verdicts.js";
+import { checkRunState, type StateCheck } from "../health/run-state.js";
 
 interface DoctorOptions {
   run?: string;
@@ -34,6 +40,19 @@ interface DoctorOptions {
   staleMs?: string;
   stuckMs?: string;
   json?: boolean;
+  repair?: boolean;
+}
+
+/** What examine() needs besides the connection. */
+interface Examination {
+  run: string;
+  url: string;
+  thresholds: { staleMs: number; stuckMs: number };
+  json: boolean;
+  repair: boolean;
+  /** The run's config (--config, or the copy train keeps in the run folder): rl.steps and environments for the state check. */
+  config?: RunConfig;
+  runDir: string;
 }
 
 export function registerDoctorCommand(program: Command): void {
@@ -47,6 +66,7 @@ export function registerDoctorCommand(program: Command): void {
     .option("--stale-ms <ms>", "an actor with no heartbeat for longer than this is silent", String(DEFAULT_THRESHOLDS.staleMs))
     .option("--stuck-ms <ms>", "an actor working on one item, or waiting on one thing, for longer than this is stuck", String(DEFAULT_THRESHOLDS.stuckMs))
     .option("--json", "print one JSON object")
+    .option("--repair", "rebuild damaged run-state keys (KV) from the run's streams and checkpoints; name those that cannot be")
     // A usage error exits 2 like every other bad input to this command (commander would exit 1).
     .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : 2))
     .action(async (opts: DoctorOptions) => {
@@ -75,18 +95,16 @@ async function doctor(opts: DoctorOptions): Promise<number> {
     stuckMs: positiveMs("--stuck-ms", opts.stuckMs, DEFAULT_THRESHOLDS.stuckMs),
   };
   let run = opts.run;
-  let configUrl: string | undefined;
+  let config: RunConfig | undefined;
   let outDir = opts.outDir ?? "runs";
   if (opts.config) {
-    let c;
     try {
-      c = loadRunConfig(opts.config);
+      config = loadRunConfig(opts.config);
     } catch (e) {
       throw new UsageError((e as Error).message);
     }
-    run ??= c.run;
-    configUrl = c.nats.url;
-    outDir = c.outDir;
+    run ??= config.run;
+    outDir = config.outDir;
   }
   if (!run) throw new UsageError("doctor needs --run or --config");
   try {
@@ -94,11 +112,13 @@ async function doctor(opts: DoctorOptions): Promise<number> {
   } catch (e) {
     throw new UsageError((e as Error).message);
   }
-  const served = await natsForRun(join(outDir, run), configUrl, opts.nats);
+  const runDir = join(outDir, run);
+  config ??= keptConfig(runDir);
+  const served = await natsForRun(runDir, opts.config ? config?.nats.url : undefined, opts.nats);
   try {
     const nc = await connectNats(served.url, "rollstream-doctor");
     try {
-      return await examine(nc, run, served.url, thresholds, opts.json === true);
+      return await examine(nc, { run, url: served.url, thresholds, json: opts.json === true, repair: opts.repair === true, config, runDir });
     } finally {
       await nc.close();
     }
@@ -113,13 +133,19 @@ const DOCTOR_RETRY_DELAYS_MS = [250, 500, 1000, 2000, 3000, 4000];
 const DOCTOR_PATIENCE_S = Math.round(DOCTOR_RETRY_DELAYS_MS.reduce((a, b) => a + b, 0) / 1000);
 const ride = <T>(call: () => Promise<T>): Promise<T> => retryInfrastructure(call, DOCTOR_RETRY_DELAYS_MS);
 
-async function examine(
-  nc: Awaited<ReturnType<typeof connectNats>>,
-  run: string,
-  url: string,
-  thresholds: { staleMs: number; stuckMs: number },
-  json: boolean,
-): Promise<number> {
+/** The copy of the run's config train keeps in the run folder, when it is there and sound. */
+function keptConfig(runDir: string): RunConfig | undefined {
+  const path = join(runDir, "config.yaml");
+  if (!existsSync(path)) return undefined;
+  try {
+    return loadRunConfig(path);
+  } catch {
+    return undefined;
+  }
+}
+
+async function examine(nc: Awaited<ReturnType<typeof connectNats>>, o: Examination): Promise<number> {
+  const { run, url, thresholds, json } = o;
   const wire = openWire(nc, run);
   const jsm = await ride(() => wire.jsm());
   const stateStream = await ride(() => jsm.streams.info(`KV_${wire.names.kvBucket}`)).catch((e) => {
@@ -127,14 +153,18 @@ async function examine(
     throw isInfrastructureError(e) ? new Error(`JetStream at ${url} did not answer for ${DOCTOR_PATIENCE_S} s: ${(e as Error).message}`) : e;
   });
   if (!stateStream) throw new Error(`no run ${run} on ${url} (no state bucket ${wire.names.kvBucket})`);
-  const status = await ride(async () => new RunState(await new Kvm(nc).open(wire.names.kvBucket)).get(StateKeys.runStatus)).catch(() => undefined);
+  const state = new RunState(await ride(() => new Kvm(nc).open(wire.names.kvBucket)));
   const board = new HealthBoard(wire.health);
   const hasBucket = await ride(() => board.exists());
   const entries = hasBucket ? await ride(() => board.read()) : [];
   const consumers = await ride(() => consumerBacklogs(wire));
   const now = Date.now();
+  const alive = classifyRun(entries, undefined, now, thresholds).instances.filter((i) => i.verdict !== "silent" && i.verdict !== "exited").length;
+  const checked = await ride(() => examineState(new RunChannels(wire), state, o, alive));
+  const status = await ride(() => state.get(StateKeys.runStatus)).catch(() => undefined);
   const health: RunHealth = classifyRun(entries, status, now, thresholds);
   if (!hasBucket) health.problems.unshift(`run ${run} has no health bucket ${wire.names.healthBucket}: its actors predate heartbeats, or never started`);
+  health.problems.push(...checked.problems);
   health.healthy = health.problems.length === 0;
   const idle = summariseIdle(entries.flatMap((e) => (e.heartbeat ? [e.heartbeat] : [])));
   if (json) {
@@ -146,6 +176,7 @@ async function examine(
       checkedAt: new Date(now).toISOString(),
       ...thresholds,
       problems: health.problems,
+      repaired: checked.repaired,
       instances: health.instances,
       consumers,
       idle,
@@ -153,8 +184,17 @@ async function examine(
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
   } else {
     printReport(run, url, status, health, consumers, formatIdleRatios(idle));
+    if (checked.repaired.length) process.stdout.write(`repaired run state:\n${checked.repaired.map((l) => `  - ${l}\n`).join("")}`);
   }
   return health.healthy ? 0 : 1;
+}
+
+/** The run's state KV against its streams (and, with --repair, put right): rl.steps and environments from its config. */
+function examineState(channels: RunChannels, state: RunState, o: Examination, alive: number): Promise<StateCheck> {
+  const c = o.config;
+  const environments = async () => [...(await loadRunEnvironments(c!)).values()].map((e) => ({ key: e.key, id: e.id, weight: e.weight }));
+  const config = c && c.run === o.run ? { rlSteps: c.rl.steps, environments } : undefined;
+  return checkRunState({ channels, state, config, runDir: o.runDir, alive }, o.repair);
 }
 
 const secs = (ms: number | undefined) => (ms === undefined ? "" : `${(ms / 1000).toFixed(1)}s`);

@@ -18,6 +18,7 @@ import { EvalFeed } from "../train/evals.js";
 import { waitForRl, watchOutages } from "../train/follow.js";
 import { prepareRun } from "../train/prepare.js";
 import { claimRun } from "../train/owner.js";
+import { RunStateRepair } from "../train/run-state.js";
 import { findOrStartServer, superviseServer } from "../train/server.js";
 import { TrainSession } from "../train/session.js";
 import { endRun, reportFinishedRun } from "../train/summary.js";
@@ -77,6 +78,9 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   const owned = await claimRun(run, found, opts.fresh === true);
   if (typeof owned === "number") return owned;
   const session = await TrainSession.open(run, found, owned);
+  // A damaged key (written by hand, say) is rebuilt from the run's records before anything reads it.
+  const runState = new RunStateRepair(session);
+  if (!(await runState.atStart())) return session.cleanup().then(() => 1);
   if ((await session.state.get(StateKeys.runStatus)) === "done") return reportFinishedRun(session);
 
   const outage = watchOutages(session);
@@ -90,9 +94,9 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
   session.progress.start();
   process.stdout.write(`run ${run.config.run}: actors started, logs in ${join(run.runDir, "logs")}\n`);
 
-  const evals = opts.eval !== false ? new EvalFeed(session.state, run.runDir, (line) => session.say(line), session.disk) : null;
+  const evals = opts.eval !== false ? new EvalFeed(session.state, run.runDir, (line) => session.say(line), session.disk, runState) : null;
   try {
-    await waitForRl(session, outage, evals);
+    await waitForRl(session, outage, evals, runState);
     return await endRun(session, outage, evals);
   } catch (e) {
     session.say(`train failed: ${(e as Error).message}`);

@@ -1,5 +1,7 @@
 // How `train` says the evaluator's held-out results: a line per evaluated version as it arrives (kept in
-// runs/<run>/eval.json), and at the end the curve and the figures before and after RL.
+// runs/<run>/eval.json), and at the end the curve and the figures before and after RL. A version the evaluator
+// skipped (its weights gone) is said as "skipped (why)" wherever it appears, never as a figure: its record in KV
+// carries zeros only because the schema wants numbers, and eval.json leaves them out.
 import { renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import type { RunConfig } from "../../actors/runtime/config.js";
@@ -17,10 +19,12 @@ export class EvalFeed {
     private readonly runDir: string,
     private readonly say: (line: string) => void,
     private readonly disk?: DiskFullWatcher,
+    /** Repairs eval.results when it holds a bad value (run-state.ts), so the results read on; absent: the error is thrown. */
+    private readonly repair?: { handle(e: unknown): Promise<boolean> },
   ) {}
 
   async show(): Promise<Record<string, HeldOutResult>> {
-    const results = (await this.state.get(StateKeys.evalResults)) ?? {};
+    const results = await this.read();
     let fresh = false;
     for (const [v, r] of Object.entries(results).sort(([a], [b]) => Number(a) - Number(b))) {
       if (this.shown.has(v)) continue;
@@ -28,7 +32,7 @@ export class EvalFeed {
       fresh = true;
       this.say(
         r.skipped
-          ? `held-out evaluation of v${v} skipped: ${r.skipped}`
+          ? `held-out evaluation of v${v}: skipped (${r.skipped})`
           : `held-out pass@1 at v${v}: ${r.passAt1.toFixed(3)} on ${r.n} problems${passAtKText(r)}${splitsText(r)} (${r.seconds.toFixed(1)} s)`,
       );
     }
@@ -36,11 +40,20 @@ export class EvalFeed {
     return results;
   }
 
+  private async read(): Promise<Record<string, HeldOutResult>> {
+    try {
+      return (await this.state.get(StateKeys.evalResults)) ?? {};
+    } catch (e) {
+      if (!(await this.repair?.handle(e))) throw e;
+      return (await this.state.get(StateKeys.evalResults)) ?? {};
+    }
+  }
+
   /** Whole or not at all (a temp file renamed); a full disk is said once and the write tried again later. */
   private save(results: Record<string, HeldOutResult>): void {
     const path = join(this.runDir, "eval.json");
     try {
-      writeFileSync(`${path}.tmp`, JSON.stringify(results, null, 2) + "\n");
+      writeFileSync(`${path}.tmp`, JSON.stringify(withoutSkippedFigures(results), null, 2) + "\n");
       renameSync(`${path}.tmp`, path);
       if (this.unsaved) this.disk?.back(path, 0, 0);
       this.unsaved = false;
@@ -50,6 +63,16 @@ export class EvalFeed {
       this.unsaved = true;
     }
   }
+}
+
+/** The results as eval.json keeps them: a skipped version as its version and why, with no figures to misread. */
+export function withoutSkippedFigures(results: Record<string, HeldOutResult>): Record<string, HeldOutResult | { version: number; skipped: string }> {
+  return Object.fromEntries(Object.entries(results).map(([v, r]) => [v, r.skipped ? { version: r.version, skipped: r.skipped } : r]));
+}
+
+/** A skipped version in a short place (the curve): its reason up to the first colon. */
+function skippedShort(r: HeldOutResult): string {
+  return `skipped (${(r.skipped ?? "").split(":")[0]})`;
 }
 
 /** Held-out splits other than eval (arithmetic's hard), said beside the eval split's figure. */
@@ -70,11 +93,13 @@ export function printSummary(config: RunConfig, results: Record<string, HeldOutR
     .map(Number)
     .sort((a, b) => a - b);
   const lines = ["held-out evaluation (greedy pass@1 by policy version):"];
-  if (versions.length > 2) lines.push(`  curve     ${versions.map((v) => `v${v} ${results[String(v)]!.passAt1.toFixed(3)}`).join("  ")}`);
-  const line = (label: string, r?: HeldOutResult) =>
-    r && !r.skipped
-      ? `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}${passAtKText(r)}${splitsText(r)}  (n=${r.n}, policy v${r.version})`
-      : `  ${label.padEnd(10)} (not evaluated)`;
+  const point = (r: HeldOutResult) => (r.skipped ? skippedShort(r) : r.passAt1.toFixed(3));
+  if (versions.length > 2) lines.push(`  curve     ${versions.map((v) => `v${v} ${point(results[String(v)]!)}`).join("  ")}`);
+  const line = (label: string, r?: HeldOutResult) => {
+    if (!r) return `  ${label.padEnd(10)} (not evaluated)`;
+    if (r.skipped) return `  ${label.padEnd(10)} skipped (${r.skipped})  (policy v${r.version})`;
+    return `  ${label.padEnd(10)} pass@1 ${r.passAt1.toFixed(3)}  reward ${r.rewardMean.toFixed(3)}${passAtKText(r)}${splitsText(r)}  (n=${r.n}, policy v${r.version})`;
+  };
   const first = results["0"];
   const last = results[String(config.rl.steps)];
   lines.push(line(config.sft ? "after SFT" : "at start", first), line("after RL", last));

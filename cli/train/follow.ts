@@ -7,6 +7,7 @@ import type { NatsConnection } from "@nats-io/transport-node";
 import { withDeadline } from "../../streams/index.js";
 import { healthAlerts } from "../health/verdicts.js";
 import type { EvalFeed } from "./evals.js";
+import type { RunStateRepair } from "./run-state.js";
 import { OutageReport } from "./outage.js";
 import type { TrainSession } from "./session.js";
 
@@ -24,8 +25,12 @@ export function watchOutages(s: TrainSession): OutageReport {
   return outage;
 }
 
-/** Returns once the learner and the policy reached rl.steps, or on Ctrl-C or an actor's failure (see the session). */
-export async function waitForRl(s: TrainSession, outage: OutageReport, evals: EvalFeed | null): Promise<void> {
+/**
+ * Returns once the learner and the policy reached rl.steps, or on Ctrl-C or an actor's failure (see the session).
+ * A bad value in the run's state (not JSON, or a policy.version beyond rl.steps) is no outage: it is said as what it
+ * is and repaired from the run's records (run-state.ts), and the watch goes on.
+ */
+export async function waitForRl(s: TrainSession, outage: OutageReport, evals: EvalFeed | null, runState?: RunStateRepair): Promise<void> {
   const health = new HealthWatch(s.nc, s.config.run, (line) => s.say(line));
   const steps = s.config.rl.steps;
   while (!s.interrupted && !s.fatal) {
@@ -37,11 +42,18 @@ export async function waitForRl(s: TrainSession, outage: OutageReport, evals: Ev
       await health.check();
       outage.up();
     } catch (e) {
+      // A bad KV value is the run's state, not the server: repaired (when train can), never called an outage.
+      if (await runState?.handle(e).catch(() => false)) {
+        await sleep(1000);
+        continue;
+      }
       // The server is away (restarting, or being restarted by us): wait for it, never give up the run.
       outage.down(e);
       await sleep(1000);
       continue;
     }
+    // Beyond rl.steps is no version of this run's learner: read again once repaired.
+    if (version > steps && (await runState?.duringRun().catch(() => false))) continue;
     if (step >= steps && version >= steps) break;
     await sleep(1000);
   }

@@ -86,6 +86,16 @@ export class MsgpackChannel<S extends z.ZodType> {
     return new MsgpackReader(this, new StreamReader(this.wire.js, { stream: this.spec.stream, subject: this.spec.subject, fromSeq }), o.deadLetterAs);
   }
 
+  /**
+   * The newest message stored on the subject (one direct request, no consumer), or null when there is none. A newest
+   * message that does not decode is an error: a reader asked for the newest, not for some older one.
+   */
+  async last(): Promise<{ seq: number; value: z.output<S> } | null> {
+    const jsm = await this.wire.jsm();
+    const m = await retryInfrastructure(() => jsm.streams.getMessage(this.spec.stream, { last_by_subj: this.spec.subject }));
+    return m === null ? null : { seq: m.seq, value: await this.decodeMessage({ data: m.data, headers: m.header }) };
+  }
+
   /** Copies a message that does not decode to rs.<run>.dlq with the reason. */
   deadLetter(msg: JsMsg, reason: string, actor: string): Promise<void> {
     return deadLetter(this.wire.js, this.wire.names.subjects.dlq, msg, `${this.spec.what}: ${reason}`, actor);

@@ -42,6 +42,17 @@ export class WeightsChannel {
     );
   }
 
+  /** The version of the newest announcement on rs.<run>.weights (the learner's newest, or the one it was restored to); null before any. */
+  async lastAnnounced(): Promise<number | null> {
+    return (await this.announcements.last())?.value.version ?? null;
+  }
+
+  /** The versions whose weights are in the object store, ascending. */
+  async storedVersions(): Promise<number[]> {
+    const names = await objectNames(this.wire.names.objectBucket, await this.wire.jsm());
+    return names.flatMap((n) => (/^v\d+$/.test(n) ? [Number(n.slice(1))] : [])).sort((a, b) => a - b);
+  }
+
   /** Calls fn for every announcement published from now on (core subscription: pruning needs no history). */
   onAnnouncement(fn: (a: WeightsAnnouncement) => Promise<void>, signal: AbortSignal, onInvalid: (e: Error) => void): Promise<void> {
     const sub = this.wire.nc.subscribe(this.announcements.subject);

@@ -9,13 +9,25 @@ import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { startRun, waitUntil } from "../helpers/run-fixture.js";
-import { StateKeys } from "../../streams/index.js";
+import { RunChannels, StateKeys } from "../../streams/index.js";
 
 test("the final version's weights missing after the learner published it: skipped with the reason within seconds, not retried forever", async () => {
   const run = await startRun("evalgone", { eval: { interval: 0, n: 4 } }); // rl.steps 3: the schedule is v0, v3
   const v0 = { version: 0, n: 4, passAt1: 0.25, passAtK: {}, rewardMean: 0.25, byEnv: {}, seconds: 1 };
+  // What the learner announces with each version (the evaluator believes the weights stream, not KV, on what exists).
+  const announce = (version: number) =>
+    new RunChannels(run.topology.wire).weights.announcements.publish({
+      run: "evalgone",
+      version,
+      step: version,
+      phase: "rl",
+      object: `v${version}`,
+      bytes: 0,
+      sha256: "0".repeat(64),
+    });
   try {
     await run.state.put(StateKeys.evalResults, { "0": v0 });
+    await announce(2);
     await run.state.put(StateKeys.policyVersion, 2);
     await run.state.put(StateKeys.learnerStep, 2);
     run.launcher.start({ name: "evaluator", replica: 0 });
@@ -31,6 +43,7 @@ test("the final version's weights missing after the learner published it: skippe
     assert.equal((await run.state.get(StateKeys.evalResults))?.["3"], undefined, "v3 not published yet: nothing recorded for it");
 
     // The learner's last step: v3 published (and then its weights deleted — here never written at all).
+    await announce(3);
     await run.state.put(StateKeys.policyVersion, 3);
     await run.state.put(StateKeys.learnerStep, 3);
     const start = Date.now();

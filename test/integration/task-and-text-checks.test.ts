@@ -121,19 +121,27 @@ test("a raw group whose text contradicts its ids is dead-lettered by reward and 
     const consistent = arithmeticTask(run, 9, "consistent", 4);
     await channels.rawRollouts.publish({ task: contradicting, rollouts: [validRollout(), validRollout(), lying, validRollout()], producer: "test" });
     await channels.rawRollouts.publish({ task: consistent, rollouts: [validRollout(), validRollout(), wrong, validRollout()], producer: "test" });
+    // A group that never went through inference, for a task this run would not send (3 rollouts, the run's
+    // groupSize is 4): its size matches its own task, so only the task check catches it.
+    const forged = arithmeticTask(run, 9, "forged", 3);
+    await channels.rawRollouts.publish({ task: forged, rollouts: [validRollout(), validRollout(), validRollout()], producer: "test" });
 
     await waitUntil("the consistent group scored", async () => (await scoredTaskIds(r)).includes(consistent.taskId), 30_000, `${r.dir}/logs`);
-    await waitUntil("the contradicting group dead-lettered", async () => (await deadLetters(r)).length >= 1, 20_000, `${r.dir}/logs`);
-    const dead = await deadLetters(r);
-    assert.equal(dead.length, 1, dead.map((d) => d.reason).join("\n"));
+    await waitUntil("the bad groups dead-lettered", async () => (await deadLetters(r)).length >= 2, 20_000, `${r.dir}/logs`);
+    const dead = (await deadLetters(r)).sort((a, b) => a.reason.localeCompare(b.reason));
+    assert.equal(dead.length, 2, dead.map((d) => d.reason).join("\n"));
+    assert.match(dead[0]!.reason, /^task: task edges:9:forged has groupSize 3, but the run's rl\.groupSize is 4$/);
     assert.match(
-      dead[0]!.reason,
+      dead[1]!.reason,
       /^text: rollout 2 of task edges:9:contradicting turn 0 text does not decode from its ids \(at character 0: text "3" vs ids "4"\)$/,
     );
-    assert.equal(dead[0]!.actor, "reward");
-    assert.equal(dead[0]!.subject, r.topology.names.subjects.rolloutsRaw);
+    for (const d of dead) {
+      assert.equal(d.actor, "reward");
+      assert.equal(d.subject, r.topology.names.subjects.rolloutsRaw);
+    }
     const scored = await scoredTaskIds(r);
     assert.ok(!scored.includes(contradicting.taskId), "no row of the contradicting group reached rollouts.scored");
+    assert.ok(!scored.includes(forged.taskId), "no row of the forged group reached rollouts.scored");
     assert.equal(scored.filter((id) => id === consistent.taskId).length, 4, "every row of the consistent group was scored");
   } finally {
     await r.close();

@@ -103,9 +103,12 @@ test("every state key has a schema; bad values are refused on put and named on g
     await assert.rejects(state.put(StateKeys.runStatus, "finished" as never), /run.status/);
     // A foreign writer (the nats CLI, an old version) is reported with the key, never cast through.
     await topo.kv.put(StateKeys.policyVersion, '"seven"');
-    await assert.rejects(state.get(StateKeys.policyVersion), /KV key policy.version: .*number/);
+    await assert.rejects(
+      state.get(StateKeys.policyVersion),
+      /^StateValueError: run state: KV rs-chan3-state policy\.version = .* does not match its schema .*number/,
+    );
     await topo.kv.put(StateKeys.learnerStep, "{not json");
-    await assert.rejects(state.get(StateKeys.learnerStep), /KV key learner.step does not hold JSON/);
+    await assert.rejects(state.get(StateKeys.learnerStep), /^StateValueError: run state: KV rs-chan3-state learner\.step is not valid JSON \("\{not json"\)$/);
     await topo.kv.put(StateKeys.learnerStep, "3");
     assert.equal(await state.learnerStep(), 3);
   } finally {

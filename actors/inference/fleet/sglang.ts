@@ -1,0 +1,97 @@
+// SGLang's native HTTP API, as sgl-project/sglang serves it (python/sglang/srt/entrypoints/http_server.py,
+// managers/io_struct.py GenerateReqInput / UpdateWeightFromDiskReqInput, sampling/sampling_params.py,
+// utils/weight_versions.py): POST /generate with input_ids and return_logprob, POST /update_weights_from_disk,
+// GET /health. No plugin is needed on the server.
+import { z } from "zod";
+import { type EngineServer, type Segment, type SegmentRequest, spansOfLabels, versionOfLabel } from "./engine-server.js";
+import { callJson, ServerDown } from "./http.js";
+
+const int = z.number().int();
+
+/** meta_info.finish_reason: FINISH_MATCHED_TOKEN / _STR ({type: stop, matched}), FINISH_LENGTH, FINISH_ABORT. */
+const FinishReason = z.object({ type: z.enum(["stop", "length", "abort"]), matched: z.unknown().optional(), message: z.unknown().optional() }).nullable();
+
+export const SglangGenerateResponse = z.object({
+  meta_info: z.object({
+    id: z.string().optional(),
+    finish_reason: FinishReason,
+    prompt_tokens: int.optional(),
+    completion_tokens: int.optional(),
+    /** [logprob, token_id, text | null] per output token. */
+    output_token_logprobs: z.array(z.tuple([z.number(), int.nonnegative(), z.string().nullable()])),
+    weight_version: z.string().nullable().optional(),
+    weight_versions: z
+      .array(z.object({ version: z.string(), start: int, end: int }))
+      .nullable()
+      .optional(),
+  }),
+  output_ids: z.array(int).optional(),
+});
+
+const UpdateResponse = z.object({ success: z.boolean(), message: z.string().optional(), num_paused_requests: int.nullable().optional() });
+
+/** The /generate body for one segment (exported for the protocol tests). */
+export function sglangGenerateBody(req: SegmentRequest): Record<string, unknown> {
+  return {
+    rid: req.requestId,
+    input_ids: req.tokenIds,
+    sampling_params: {
+      max_new_tokens: req.maxTokens,
+      temperature: req.temperature,
+      top_p: req.topP,
+      // SGLang's "off" is -1 (0 is rejected).
+      top_k: req.topK > 0 ? req.topK : -1,
+      stop_token_ids: req.stopTokenIds,
+      sampling_seed: req.seed,
+    },
+    return_logprob: true,
+    // Only the output tokens' logprobs (the default, said so: a prompt's would cost a full forward).
+    logprob_start_len: -1,
+    stream: false,
+    extra_key: req.cacheKey,
+  };
+}
+
+export function segmentOfSglang(url: string, res: z.output<typeof SglangGenerateResponse>): Segment {
+  const m = res.meta_info;
+  const tokenIds = m.output_token_logprobs.map((x) => x[1]);
+  if (res.output_ids && (res.output_ids.length !== tokenIds.length || res.output_ids.some((t, i) => t !== tokenIds[i]))) {
+    throw new ServerDown(url, "output_ids and meta_info.output_token_logprobs disagree");
+  }
+  // A request aborted before its first step comes back without a finish reason's tokens: resubmit it.
+  const finish = m.finish_reason?.type ?? "abort";
+  const spans = spansOfLabels(m.weight_versions);
+  const single = versionOfLabel(m.weight_version);
+  const versionSpans = spans ?? (single !== null && tokenIds.length > 0 ? [{ version: single, start: 0, end: tokenIds.length }] : undefined);
+  return { tokenIds, logprobs: m.output_token_logprobs.map((x) => x[0]), finish, versionSpans };
+}
+
+export class SglangServer implements EngineServer {
+  constructor(readonly url: string) {}
+
+  async generate(req: SegmentRequest, opts: { deadlineMs: number; signal?: AbortSignal }): Promise<Segment> {
+    const res = await callJson(`${this.url}/generate`, sglangGenerateBody(req), SglangGenerateResponse, opts);
+    return segmentOfSglang(this.url, res);
+  }
+
+  /**
+   * abort_all_requests: requests in flight end at once with finish_reason abort and their partial output, which
+   * the fleet resubmits under the new weights (each part stamped with its version), rather than the update
+   * waiting for the longest generation to finish.
+   */
+  async loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void> {
+    const body = { model_path: dir, weight_version: String(version), abort_all_requests: true };
+    const res = await callJson(`${this.url}/update_weights_from_disk`, body, UpdateResponse, opts).catch((e: unknown) => {
+      // A failed load answers 400 with {success: false, message}: still the server's failure to serve the version.
+      throw e instanceof ServerDown ? e : new ServerDown(this.url, (e as Error).message);
+    });
+    if (!res.success) throw new ServerDown(this.url, `update_weights_from_disk failed: ${res.message ?? "(no message)"}`);
+  }
+
+  async healthy(opts: { deadlineMs: number }): Promise<boolean> {
+    return callJson(`${this.url}/health`, undefined, z.unknown(), opts).then(
+      () => true,
+      () => false,
+    );
+  }
+}

@@ -1,0 +1,114 @@
+// A test server that speaks SGLang's native HTTP API, only the routes rollstream uses, written from the
+// upstream sources (sgl-project/sglang python/sglang/srt/entrypoints/http_server.py @0025436/@9c0549b,
+// managers/io_struct.py GenerateReqInput / UpdateWeightFromDiskReqInput / PauseGenerationReqInput @001067f,
+// sampling/sampling_params.py @00c17ca, utils/weight_versions.py, schedule_batch.py FINISH_* to_json):
+// POST /generate, POST /update_weights_from_disk, POST /pause_generation, POST /continue_generation,
+// GET /health. Bodies are checked strictly against the upstream field names, so a misspelt field is a 400.
+import Fastify, { type FastifyInstance } from "fastify";
+import { z } from "zod";
+import type { EngineDouble } from "./engine-double.js";
+
+const int = z.number().int();
+
+/** The GenerateReqInput fields a token-in client sends (a subset of the upstream dataclass, same names). */
+export const GenerateReqInput = z.strictObject({
+  rid: z.string().optional(),
+  input_ids: z.array(int.nonnegative()).min(1),
+  sampling_params: z.strictObject({
+    max_new_tokens: int.nonnegative().optional(),
+    temperature: z.number().nonnegative().optional(),
+    top_p: z.number().gt(0).lte(1).optional(),
+    top_k: int.refine((k) => k === -1 || k >= 1, "top_k must be -1 (disable) or at least 1").optional(),
+    stop_token_ids: z.array(int).optional(),
+    sampling_seed: int.optional(),
+  }),
+  return_logprob: z.boolean().optional(),
+  logprob_start_len: int.optional(),
+  stream: z.literal(false).optional(),
+  extra_key: z.string().optional(),
+});
+
+export const UpdateWeightFromDiskReqInput = z.strictObject({
+  model_path: z.string(),
+  load_format: z.string().nullable().optional(),
+  abort_all_requests: z.boolean().optional(),
+  weight_version: z.string().nullable().optional(),
+  is_async: z.boolean().optional(),
+  torch_empty_cache: z.boolean().optional(),
+  keep_pause: z.boolean().optional(),
+  recapture_cuda_graph: z.boolean().optional(),
+  token_step: int.optional(),
+  flush_cache: z.boolean().optional(),
+});
+
+export interface SglangServerOptions {
+  /** Report meta_info.weight_version(s), as current SGLang does; off: an older server that reports neither. */
+  reportVersions?: boolean;
+}
+
+export function sglangApp(engine: EngineDouble, opts: SglangServerOptions = {}): FastifyInstance {
+  const app = Fastify({ forceCloseConnections: true });
+  app.get("/health", async (_req, reply) => reply.code(engine.unhealthy ? 503 : 200).send());
+  app.post("/generate", async (req, reply) => {
+    engine.received.push({ route: "/generate", body: req.body });
+    const parsed = GenerateReqInput.safeParse(req.body);
+    if (!parsed.success) return reply.code(400).send({ object: "error", message: parsed.error.message, code: 400 });
+    const b = parsed.data;
+    const sp = b.sampling_params;
+    const r = await engine.run(b.input_ids, sp.max_new_tokens ?? 128, sp.stop_token_ids ?? [], sp.sampling_seed ?? 0, {
+      temperature: sp.temperature ?? 1,
+      topP: sp.top_p ?? 1,
+      topK: sp.top_k === undefined || sp.top_k === -1 ? 0 : sp.top_k,
+    });
+    const finish_reason =
+      r.finish === "stop"
+        ? { type: "stop", matched: r.matched }
+        : r.finish === "length"
+          ? { type: "length", length: r.tokens.length }
+          : { type: "abort", message: "Abort in waiting queue" };
+    const versions = opts.reportVersions === false ? {} : { weight_version: engine.label, weight_versions: r.spans };
+    return {
+      text: "",
+      output_ids: r.tokens,
+      meta_info: {
+        id: b.rid ?? "rid",
+        finish_reason,
+        prompt_tokens: b.input_ids.length,
+        completion_tokens: r.tokens.length,
+        cached_tokens: 0,
+        output_token_logprobs: b.return_logprob ? r.tokens.map((t, i) => [r.logprobs[i], t, null]) : undefined,
+        ...versions,
+      },
+    };
+  });
+  app.post("/update_weights_from_disk", async (req, reply) => {
+    engine.received.push({ route: "/update_weights_from_disk", body: req.body });
+    const parsed = UpdateWeightFromDiskReqInput.safeParse(req.body);
+    if (!parsed.success) return reply.code(400).send({ object: "error", message: parsed.error.message, code: 400 });
+    const b = parsed.data;
+    // Requests in flight end now (abort_all_requests) or are waited for; new ones wait for the load.
+    const paused = b.abort_all_requests ? engine.abortAll() : 0;
+    if (!b.abort_all_requests) await engine.drain();
+    engine.hold();
+    try {
+      await engine.load(b.model_path, b.weight_version ?? null);
+      const message = `Succeeded to update model weights.${b.weight_version ? ` Weight version updated to ${b.weight_version}.` : ""}`;
+      return { success: true, message, num_paused_requests: paused };
+    } catch (e) {
+      return reply.code(400).send({ success: false, message: (e as Error).message, num_paused_requests: paused });
+    } finally {
+      engine.release();
+    }
+  });
+  app.post("/pause_generation", async (req) => {
+    const mode = (req.body as { mode?: string } | undefined)?.mode ?? "abort";
+    if (mode === "abort") engine.abortAll();
+    engine.hold();
+    return { message: "Generation paused successfully.", status: "ok" };
+  });
+  app.post("/continue_generation", async () => {
+    engine.release();
+    return { message: "Generation continued successfully.", status: "ok" };
+  });
+  return app;
+}
