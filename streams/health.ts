@@ -17,6 +17,25 @@ const ms = z.number().nonnegative();
 export const LogLineSchema = z.object({ level: z.enum(["warn", "error", "fatal"]), msg: z.string(), time: iso });
 export type LogLine = z.infer<typeof LogLineSchema>;
 
+/** An inference engine's scheduler as of its last step (inference and evaluator heartbeats; also in Prometheus). */
+export const EngineFiguresSchema = z.object({
+  /** Sequences admitted (a group's completions count one each) and sequences waiting for room or weights. */
+  running: z.number().int().nonnegative(),
+  waiting: z.number().int().nonnegative(),
+  /** KV blocks held by sequences, kept idle for prefix hits, and free; they add up to the pool. */
+  kvBlocksUsed: z.number().int().nonnegative(),
+  kvBlocksCached: z.number().int().nonnegative(),
+  kvBlocksFree: z.number().int().nonnegative(),
+  /** Tokens sampled per second over the last few seconds. */
+  decodeTokensPerSec: z.number().nonnegative(),
+  /** Share of admitted prompt tokens not prefilled: found in the prefix cache or shared within a group. */
+  prefixHitRate: z.number().min(0).max(1),
+  preemptions: z.number().int().nonnegative(),
+  /** The weights version tokens are sampled under. */
+  version: z.number().int(),
+});
+export type EngineFigures = z.infer<typeof EngineFiguresSchema>;
+
 export const HeartbeatSchema = z.object({
   actor: z.string().min(1),
   instance: z.string().min(1),
@@ -41,6 +60,8 @@ export const HeartbeatSchema = z.object({
   intervalMs: z.number().int().positive(),
   /** Why it cannot go on, while that lasts ("disk full: …"): a verdict of its own, whatever it does meanwhile. */
   blocked: z.string().optional(),
+  /** An actor that runs an inference engine: its scheduler's figures. */
+  engine: EngineFiguresSchema.optional(),
   /** Set only in `exited.*` records: when the process exited cleanly. */
   exitedAt: iso.optional(),
 });

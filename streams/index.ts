@@ -75,12 +75,14 @@ export {
 
 // Run health: heartbeats, idle ratios, and what the work consumers have not finished
 export {
+  EngineFiguresSchema,
   formatIdleRatios,
   HealthBoard,
   HeartbeatSchema,
   healthKey,
   readIdleRatios,
   summariseIdle,
+  type EngineFigures,
   type HealthEntry,
   type Heartbeat,
   type IdleSummary,

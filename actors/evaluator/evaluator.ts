@@ -7,12 +7,12 @@
 import type { Counter, Gauge } from "prom-client";
 import { inject, injectable } from "tsyringe";
 import type { PolicyModel } from "../../kernels/index.js";
-import type { Tokenizer } from "../../kernels/tokenizer.js";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
 import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
-import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
+import { engineOptionsOf, exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
+import { reportEngineFigures } from "../runtime/engine-meter.js";
 import { evalSchedule } from "../../rl/eval-schedule.js";
 import { StateKeys, type EvalChannel, type HeldOutResult, type PolicyVersions, type RunState, type WeightsChannel } from "../../streams/index.js";
 import { policyVersionsOf, reportStateValueError } from "../runtime/run-state-errors.js";
@@ -57,11 +57,12 @@ class PolicyWatch {
   }
 }
 
-/** What every evaluation uses: the environments, one model and tokenizer for the actor's life, its meters. */
+/** What every evaluation uses: the environments, one model and engine for the actor's life, its meters. */
 interface Evaluation {
   envs: LoadedEnvironment[];
   model: PolicyModel;
-  tokenizer: Tokenizer;
+  /** The inference actor's engine (continuous batching, shared prefixes), on the evaluator's own threads. */
+  engine: PolicyEngine;
   evaluated: Counter;
   passGauge: Gauge;
 }
@@ -84,6 +85,7 @@ export class EvaluatorActor implements Actor {
     const { config, log } = ctx;
     const schedule = evalSchedule(config);
     const ev = await this.prepare();
+    const stopFigures = reportEngineFigures(ctx, () => ev.engine.figures());
     const policy = await PolicyWatch.open(state, policyVersionsOf(ctx, state, this.weights), ctx.signal);
     log.info({ schedule }, "evaluating these policy versions");
     let backoffMs = 500;
@@ -114,6 +116,8 @@ export class EvaluatorActor implements Actor {
         }
       }
     } finally {
+      stopFigures();
+      await ev.engine.dispose();
       ev.model.dispose();
     }
   }
@@ -138,11 +142,13 @@ export class EvaluatorActor implements Actor {
   }
 
   private async prepare(): Promise<Evaluation> {
-    const { config, metrics } = this.ctx;
+    const { ctx } = this;
+    const { config, metrics } = ctx;
+    const model = createPolicyModel(config, { threads: config.actors.evaluator.threads, log: ctx.log });
     return {
       envs: [...(await loadRunEnvironments(config)).values()],
-      model: createPolicyModel(config, { threads: config.actors.evaluator.threads, log: this.ctx.log }),
-      tokenizer: createTokenizer(config),
+      model,
+      engine: new PolicyEngine(model, createTokenizer(config), 0, { ...engineOptionsOf(config), onWedged: (e) => exitWedged(ctx, e) }),
       evaluated: metrics.counter("evaluations_total", "policy versions evaluated"),
       passGauge: metrics.gauge("eval_pass_at_1", "greedy held-out pass@1 of the newest evaluated version"),
     };
@@ -153,13 +159,9 @@ export class EvaluatorActor implements Actor {
     const { ctx, state } = this;
     const { config, log } = ctx;
     const weights = () => this.weights.fetch(version, config.actors.inference.weightsDeadlineMs);
-    ev.model.loadSafetensors(await ctx.health.wait("weights", weights, { detail: `v${version}` }));
-    const engine = new PolicyEngine(ev.model, ev.tokenizer, version, {
-      maxBatch: 128,
-      generateDeadlineMs: config.actors.inference.generateDeadlineMs,
-      onWedged: (e) => exitWedged(ctx, e),
-    });
-    const { samples, results, summary } = await ctx.health.work(`evaluate v${version}`, () => evaluateVersion(engine, ev.envs, config, version, ctx.signal));
+    // Between evaluations nothing runs: the weights are in use at once (rollback: versions may come in any order).
+    ev.engine.swapWeights(version, await ctx.health.wait("weights", weights, { detail: `v${version}` }), true);
+    const { samples, results, summary } = await ctx.health.work(`evaluate v${version}`, () => evaluateVersion(ev.engine, ev.envs, config, version, ctx.signal));
     if (ctx.signal.aborted) return false;
     // Samples first, the version's summary in KV last: a restart before the KV write evaluates the
     // version again, and the msg-ids keep its messages from being stored twice.

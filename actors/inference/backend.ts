@@ -3,10 +3,10 @@
 // rollouts' clients, tells it about new policy versions, and reads which version it serves.
 import type { ModelClient } from "../../environments/api/model.js";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
-import type { Task } from "../../streams/index.js";
+import type { EngineFigures, Task } from "../../streams/index.js";
 import type { ActorContext } from "../runtime/actor.js";
 import { createPolicyModel, modelConfigOf } from "../runtime/model-factory.js";
-import { exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
+import { engineOptionsOf, exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
 import { Fleet } from "./fleet/fleet.js";
 import { HfExporter } from "./fleet/hf-export.js";
 import type { EngineServer } from "./fleet/engine-server.js";
@@ -16,6 +16,10 @@ import { RollstreamServer, VllmServer } from "./fleet/vllm.js";
 export interface InferenceBackend {
   /** The policy version served: once swapWeights resolved, every server in rotation has it. */
   readonly version: number;
+  /** The newest version handed over by swapWeights (the local engine applies it at its next step boundary); default version. */
+  readonly latestVersion?: number;
+  /** The local engine's scheduler figures (heartbeat, Prometheus). */
+  figures?(): EngineFigures;
   /** Tokens sampled so far (for throughput metrics). */
   readonly generatedTokens: number;
   /** Moves to `version` (a lower one when a restored learner rolled the run back). */
@@ -30,8 +34,14 @@ class LocalBackend implements InferenceBackend {
   get version(): number {
     return this.engine.version;
   }
+  get latestVersion(): number {
+    return this.engine.latestVersion;
+  }
   get generatedTokens(): number {
     return this.engine.generatedTokens;
+  }
+  figures(): EngineFigures {
+    return this.engine.figures();
   }
   swapWeights(version: number, safetensors: Uint8Array, rollback: boolean): void {
     this.engine.swapWeights(version, safetensors, rollback);
@@ -50,10 +60,13 @@ export async function openBackend(ctx: ActorContext, tokenizer: Tokenizer, versi
     const model = createPolicyModel(config, { threads: inf.threads, log: ctx.log });
     model.loadSafetensors(safetensors);
     const engine = new PolicyEngine(model, tokenizer, version, {
+      ...engineOptionsOf(config),
       seed: config.rl.seed,
-      generateDeadlineMs: inf.generateDeadlineMs,
       onWedged: (e) => exitWedged(ctx, e),
+      onWeightsApplied: (w) => ctx.log.debug(w, "weights in use"),
+      onWeightsError: (e, v) => ctx.log.error({ version: v, err: e.message }, "new weights could not be loaded; keeping the current ones"),
     });
+    ctx.log.info({ weightUpdate: inf.weightUpdate }, "local engine: continuous batching");
     return new LocalBackend(engine);
   }
   const kind = inf.backend;

@@ -22,6 +22,7 @@ import {
   type WeightsChannel,
 } from "../../streams/index.js";
 import type { CodeSandbox } from "../../environments/api/sandbox.js";
+import { reportEngineFigures } from "../runtime/engine-meter.js";
 import { type InferenceBackend, openBackend } from "./backend.js";
 
 @injectable()
@@ -66,9 +67,20 @@ export class InferenceActor implements Actor {
 
     const versionGauge = ctx.metrics.gauge("policy_version", "policy version in use");
     versionGauge.set(version);
+    const engine = this.engine;
+    const stopFigures = engine.figures ? reportEngineFigures(ctx, () => engine.figures!()) : () => undefined;
     const follower = this.followPolicy(versionGauge);
-    await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
-    await follower;
+    try {
+      await this.tasks.consume((task) => this.handleTask(task), consumeOptions(ctx, "task", config.actors.inference.maxInFlight));
+      await follower;
+    } finally {
+      stopFigures();
+    }
+  }
+
+  /** The newest version handed to the engine: in use, or (local engine) to be applied at its next step boundary. */
+  private get latestVersion(): number {
+    return this.engine.latestVersion ?? this.engine.version;
   }
 
   /**
@@ -81,7 +93,7 @@ export class InferenceActor implements Actor {
   private async followPolicy(versionGauge: { set(v: number): void }): Promise<void> {
     const { ctx, state } = this;
     const { log } = ctx;
-    let wanted = this.engine.version;
+    let wanted = this.latestVersion;
     let wake: (() => void) | null = null;
     const reread = () =>
       this.versions
@@ -111,7 +123,8 @@ export class InferenceActor implements Actor {
     let backoffMs = 500;
     while (!ctx.signal.aborted) {
       const v = wanted;
-      if (v === this.engine.version) {
+      // latestVersion: weights handed over and waiting for a step boundary are not fetched again.
+      if (v === this.latestVersion) {
         await sleep(5_000);
         // Belt and braces next to the watch: read the current version now and then.
         const newest = await this.versions.newest().catch(() => null);
@@ -119,8 +132,8 @@ export class InferenceActor implements Actor {
         continue;
       }
       // A lower version means the learner was restored from a checkpoint: follow it back.
-      const rollback = v < this.engine.version;
-      if (rollback) log.warn({ from: this.engine.version, to: v }, "policy rolled back by a restored learner");
+      const rollback = v < this.latestVersion;
+      if (rollback) log.warn({ from: this.latestVersion, to: v }, "policy rolled back by a restored learner");
       try {
         const bytes = await ctx.health.wait("weights", () => this.weights.fetch(v, ctx.config.actors.inference.weightsDeadlineMs), { detail: `v${v}` });
         await this.engine.swapWeights(v, bytes, rollback);

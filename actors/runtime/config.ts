@@ -201,7 +201,29 @@ export const ActorsSchema = z.strictObject({
       weightsDeadlineMs: pos().default(60_000).describe("a weights fetch that takes longer fails and is retried (a read can hang when a cluster member dies)"),
       generateDeadlineMs: pos()
         .default(600_000)
-        .describe("a generation batch that takes longer fails; the engine is then wedged and its actor exits to be restarted"),
+        .describe(
+          "an engine step (one forward over every running sequence) that takes longer fails; the engine is then wedged and its actor exits to be restarted",
+        ),
+      maxSeqs: pos()
+        .default(256)
+        .describe(
+          "sequences the engine decodes together (each completion of a group counts); more wait for a slot. The evaluator's engine uses the same engine settings",
+        ),
+      kvBlocks: pos()
+        .optional()
+        .describe(
+          "KV blocks in the engine's pool: it never holds more than kvBlocks x kvBlockSize tokens of KV, and a request that cannot get blocks waits (or preempts the newest, recomputed later); default: maxSeqs sequences of the full context, at most 1 GiB of fp32 KV, at least one full-context sequence",
+        ),
+      kvBlockSize: pos().max(1024).default(16).describe("tokens per KV block: the unit of prefix sharing (only full blocks are cached)"),
+      maxPrefillTokens: pos()
+        .default(2048)
+        .describe("prompt tokens computed per engine step over all sequences: a longer prompt is split over steps so decoding sequences keep going"),
+      weightUpdate: z
+        .enum(["keep", "recompute", "barrier"])
+        .default("keep")
+        .describe(
+          "new weights mid-generation: keep (applied at the next step; running sequences go on with the KV they have, later tokens under the new version), recompute (the same, but their KV is computed again under the new weights first), barrier (running sequences finish under the old weights; new requests wait for the swap). Each token records its version",
+        ),
     })
     .default({
       replicas: 1,
@@ -211,6 +233,10 @@ export const ActorsSchema = z.strictObject({
       maxInFlight: 4,
       weightsDeadlineMs: 60_000,
       generateDeadlineMs: 600_000,
+      maxSeqs: 256,
+      kvBlockSize: 16,
+      maxPrefillTokens: 2048,
+      weightUpdate: "keep",
     }),
   reward: z.strictObject({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
   evaluator: z

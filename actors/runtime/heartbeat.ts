@@ -10,7 +10,7 @@
 // activity is start-up, counted in neither.
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { Gauge } from "prom-client";
-import type { Heartbeat, HealthBoard, HealthEntry, LogLine } from "../../streams/index.js";
+import type { EngineFigures, Heartbeat, HealthBoard, HealthEntry, LogLine } from "../../streams/index.js";
 import type { ActorMetrics } from "./metrics.js";
 
 /** How often a heartbeat is written. A config knob to wire (e.g. actors.heartbeatMs); doctor's default staleness is 5 of these. */
@@ -66,6 +66,7 @@ export class Health {
   private readonly waitMs: Record<string, number> = {};
   private inFlightCount = 0;
   private blockedBy: string | null = null;
+  private engine: (() => EngineFigures) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private beating: Promise<void> | null = null;
   /** Stopped or exited: a signal that arrives later must not write the key again. */
@@ -118,6 +119,11 @@ export class Health {
     if (reason === this.blockedBy) return;
     this.blockedBy = reason;
     if (this.timer) this.beat();
+  }
+
+  /** An inference engine's scheduler figures, written in every heartbeat (null: no more). */
+  engineFigures(figures: (() => EngineFigures) | null): void {
+    this.engine = figures;
   }
 
   /** Messages being handled now (the consume loop keeps it). */
@@ -179,6 +185,7 @@ export class Health {
       time: new Date(now).toISOString(),
       intervalMs: this.intervalMs,
       ...(this.blockedBy ? { blocked: this.blockedBy } : {}),
+      ...(this.engine ? { engine: this.engine() } : {}),
     };
   }
 

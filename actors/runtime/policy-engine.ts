@@ -1,41 +1,95 @@
-// Serves generate() calls from environments by batching them into the kernels' ragged KV-cache
-// decoder. Environments run one rollout per call; batching across rollouts and tasks happens here.
-// New weights are swapped in between batches, so one generation never mixes two policies.
-import type { PolicyModel } from "../../kernels/index.js";
+// Serves generate() calls from environments by continuous batching over the kernels' step-level engine
+// (kernels/engine.ts): a request joins the running batch at the next step and leaves it when its sequence
+// finishes, so nobody waits for the longest sequence of a batch. Environments run one rollout per call;
+// batching across rollouts and tasks happens here.
+//
+// - Groups: calls that arrive together with the same prompt and sampling arguments (a task's groupSize rollouts
+//   start at once) become one engine request with one seed each, so the prompt is prefilled once and its KV
+//   blocks are shared copy-on-write. Each completion keeps its own seed, so its tokens are those it would get alone.
+// - Multi-turn: every request carries the same cache salt, so a continuation (the conversation so far plus a new
+//   turn) finds the blocks its earlier turns computed, as long as the pool still holds them.
+// - Weights: new weights are written between two steps. weightUpdate "keep" and "recompute" apply them at the next
+//   step boundary (at most one step late; running sequences go on with their KV, or prefill it again); "barrier"
+//   lets running sequences finish under the old weights and admits nothing new until the swap. Every token records
+//   the version it was sampled under, and a generation whose tokens span versions carries versionSpans.
+import { type EngineStats, type EngineStep, type InferenceEngine, type PolicyModel, versionSpans } from "../../kernels/index.js";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
 import type { Generation, ModelClient, SamplingArgs } from "../../environments/api/index.js";
 import { DeadlineError, withDeadline } from "../../streams/index.js";
+import type { EngineFigures } from "../../streams/index.js";
+import { EngineMeter } from "./engine-meter.js";
+import { engineSizing } from "./engine-sizing.js";
+import type { RunConfig } from "./config.js";
 
-interface Pending {
-  promptIds: number[];
+export type WeightUpdate = "keep" | "recompute" | "barrier";
+
+export interface PolicyEngineOptions {
+  /** Base seed; each request gets seed + a counter unless its client was given one. */
+  seed?: number;
+  /** KV blocks in the pool; default: see engine-sizing.ts. */
+  kvBlocks?: number;
+  kvBlockSize?: number;
+  /** Sequences decoded together (each completion of a group counts). */
+  maxSeqs?: number;
+  /** Prompt tokens computed per step over all sequences (a longer prompt is split over steps). */
+  maxPrefillTokens?: number;
+  weightUpdate?: WeightUpdate;
+  /** The prefix cache is shared only between requests with the same salt: one per run. */
+  cacheSalt?: number;
+  /**
+   * A step that takes longer fails every request in flight with a DeadlineError, and the engine refuses all later
+   * ones: the native call cannot be interrupted, so an engine past its deadline is wedged and its actor should exit
+   * (onWedged) for its launcher to start a fresh one.
+   */
+  generateDeadlineMs?: number;
+  onWedged?: (e: DeadlineError) => void;
+  /** New weights are in use: how long after swapWeights (loadMs of it writing them into the model), and how many steps ran meanwhile. */
+  onWeightsApplied?: (w: { version: number; waitedMs: number; loadMs: number; steps: number }) => void;
+  /** Weights that could not be loaded between steps (the old ones stay). */
+  onWeightsError?: (e: Error, version: number) => void;
+}
+
+interface Request {
+  prompt: Int32Array;
+  /** Requests with equal keys arriving together become one engine request. */
+  key: string;
   args: SamplingArgs;
   seed: number;
   resolve(g: Generation): void;
   reject(e: unknown): void;
+  detach(): void;
+  seqId: number;
+  tokens: number[];
+  logprobs: number[];
+  versions: number[];
 }
 
-export interface PolicyEngineOptions {
-  /** Largest number of sequences decoded together. */
-  maxBatch?: number;
-  /** Base seed; each request gets seed + a counter unless given one. */
-  seed?: number;
-  /**
-   * A batch that takes longer fails every request in it with a DeadlineError, and the engine refuses all
-   * later ones: the native call cannot be interrupted, so an engine past its deadline is wedged and its
-   * actor should exit (onWedged) for its launcher to start a fresh one.
-   */
-  generateDeadlineMs?: number;
-  onWedged?: (e: DeadlineError) => void;
+interface PendingWeights {
+  version: number;
+  bytes: Uint8Array;
+  since: number;
+  stepsAtRequest: number;
 }
 
 export class PolicyEngine {
-  private queue: Pending[] = [];
-  private running = false;
-  private pendingWeights: { version: number; bytes: Uint8Array } | null = null;
+  /** Arrived, not yet handed to the engine. */
+  private arrived: Request[] = [];
+  /** In the engine, by sequence id. */
+  private live = new Map<number, Request>();
+  /** Aborted while in the engine: cancelled at the next step boundary. */
+  private toCancel: number[] = [];
+  private watched = new Map<AbortSignal, { requests: Set<Request>; onAbort: () => void }>();
+  private engine: InferenceEngine | null = null;
+  private looping = false;
+  private stepping = false;
+  private pendingWeights: PendingWeights | null = null;
   private counter = 0;
+  private steps = 0;
+  private readonly meter = new EngineMeter();
+  /** The weights version in use: tokens sampled from now on carry it. */
   version: number;
   generatedTokens = 0;
-  /** Set once a batch passed its deadline: every later request fails with it. */
+  /** Set once a step passed its deadline: every later request fails with it. */
   wedged: DeadlineError | null = null;
 
   constructor(
@@ -47,15 +101,22 @@ export class PolicyEngine {
     this.version = version;
   }
 
+  /** The newest version swapWeights was given (in use, or to be applied at the next step boundary). */
+  get latestVersion(): number {
+    return this.pendingWeights?.version ?? this.version;
+  }
+
   /**
-   * Weights for `version` are applied before the next batch starts. Normally versions only go up; a
-   * learner restored from an older checkpoint rolls them back, and `rollback` follows it there.
+   * Weights for `version` are applied at the next step boundary (see weightUpdate). Normally versions only go up;
+   * a learner restored from an older checkpoint rolls them back, and `rollback` follows it there.
    */
   swapWeights(version: number, safetensors: Uint8Array, rollback = false): void {
-    if (!rollback && version <= this.version) return;
-    if (!rollback && this.pendingWeights && this.pendingWeights.version >= version) return;
-    this.pendingWeights = { version, bytes: safetensors };
-    if (!this.running) this.applyPendingWeights();
+    if (this.wedged) return;
+    if (!rollback && version <= this.latestVersion) return;
+    const since = this.pendingWeights?.since ?? performance.now();
+    const stepsAtRequest = this.pendingWeights?.stepsAtRequest ?? this.steps;
+    this.pendingWeights = { version, bytes: safetensors, since, stepsAtRequest };
+    if (!this.stepping && this.weightsDue()) this.applyPendingWeights(true);
   }
 
   client(seedBase?: number): ModelClient {
@@ -66,85 +127,290 @@ export class PolicyEngine {
     };
   }
 
+  /** The scheduler's figures as of the last step (running / waiting sequences, KV blocks, rates). */
+  figures(): EngineFigures {
+    return this.meter.figures(this.arrived.length);
+  }
+
+  /** The engine's counters as of its last step (prefill rows, prefix hits, ...); null before its first request. */
+  engineStats(): EngineStats | null {
+    return this.meter.stats;
+  }
+
+  /**
+   * Frees the engine's KV pool: requests not finished fail, the step in flight (if any) ends first. Await it before
+   * disposing the model. A later request creates the engine again.
+   */
+  async dispose(): Promise<void> {
+    const gone = new Error("the policy engine was disposed");
+    for (const r of this.arrived.splice(0)) this.fail(r, gone);
+    for (const [id, r] of this.live) {
+      this.fail(r, gone);
+      this.toCancel.push(id);
+    }
+    while (this.looping) await new Promise<void>((r) => setImmediate(r));
+    const engine = this.engine;
+    this.engine = null;
+    // A wedged engine's step never ended: its native engine stays with the process.
+    if (engine && !this.wedged) engine.dispose();
+  }
+
   private enqueue(promptIds: number[], args: SamplingArgs, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {
     if (signal?.aborted) return Promise.reject(new Error("generation aborted"));
     if (this.wedged) return Promise.reject(this.wedged);
+    const ctxLen = this.model.config.maxPositionEmbeddings;
+    const prompt = Int32Array.from(promptIds.length >= ctxLen ? promptIds.slice(-(ctxLen - 1)) : promptIds);
     return new Promise<Generation>((resolve, reject) => {
-      this.queue.push({ promptIds, args, seed: seed ?? ((this.opts.seed ?? 0) + this.counter++) >>> 0, resolve, reject });
-      // Let every rollout that is about to ask join this batch.
-      if (!this.running) setImmediate(() => void this.pump());
+      const r: Request = {
+        prompt,
+        key: `${argsKey(args)}#${prompt.join(",")}`,
+        args,
+        seed: seed ?? ((this.opts.seed ?? 0) + this.counter++) >>> 0,
+        resolve,
+        reject,
+        detach: () => undefined,
+        seqId: 0,
+        tokens: [],
+        logprobs: [],
+        versions: [],
+      };
+      if (signal) r.detach = this.watch(signal, r);
+      this.arrived.push(r);
+      this.kick();
     });
   }
 
-  private applyPendingWeights(): void {
-    if (!this.pendingWeights) return;
-    this.model.loadSafetensors(this.pendingWeights.bytes);
-    this.version = this.pendingWeights.version;
-    this.pendingWeights = null;
+  /**
+   * One abort listener per signal, however many requests share it (every request of an actor carries the actor's
+   * signal: a listener each would pile up); returns what forgets the request.
+   */
+  private watch(signal: AbortSignal, r: Request): () => void {
+    let set = this.watched.get(signal);
+    if (!set) {
+      const requests = new Set<Request>();
+      const onAbort = () => {
+        this.watched.delete(signal);
+        for (const x of requests) this.abort(x);
+      };
+      signal.addEventListener("abort", onAbort, { once: true });
+      this.watched.set(signal, (set = { requests, onAbort }));
+    }
+    set.requests.add(r);
+    const entry = set;
+    return () => {
+      entry.requests.delete(r);
+      if (entry.requests.size > 0 || this.watched.get(signal) !== entry) return;
+      signal.removeEventListener("abort", entry.onAbort);
+      this.watched.delete(signal);
+    };
   }
 
-  private async pump(): Promise<void> {
-    if (this.running) return;
-    this.running = true;
+  private abort(r: Request): void {
+    const i = this.arrived.indexOf(r);
+    if (i >= 0) this.arrived.splice(i, 1);
+    else if (this.live.get(r.seqId) === r) this.toCancel.push(r.seqId);
+    else return;
+    r.reject(new Error("generation aborted"));
+  }
+
+  private kick(): void {
+    if (this.looping || this.wedged) return;
+    this.looping = true;
+    // Let every rollout that is about to ask (a task's whole group) arrive before the first step.
+    setImmediate(() => void this.loop());
+  }
+
+  /** One engine step per iteration; requests join and leave between steps. */
+  private async loop(): Promise<void> {
     try {
-      while (this.queue.length > 0) {
-        this.applyPendingWeights();
-        const key = argsKey(this.queue[0]!.args);
-        const batch: Pending[] = [];
-        const rest: Pending[] = [];
-        for (const p of this.queue) {
-          if (batch.length < (this.opts.maxBatch ?? 64) && argsKey(p.args) === key) batch.push(p);
-          else rest.push(p);
-        }
-        this.queue = rest;
-        await this.runBatch(batch);
+      for (;;) {
+        this.betweenSteps();
+        if (this.live.size === 0 || this.wedged) return;
+        const out = await this.step(this.engine!);
+        if (!out) return;
+        this.deliver(out);
       }
     } finally {
-      this.running = false;
+      this.looping = false;
     }
   }
 
-  private async runBatch(batch: Pending[]): Promise<void> {
-    const args = batch[0]!.args;
-    const version = this.version;
-    const ctxLen = this.model.config.maxPositionEmbeddings;
-    const stopSequences = (args.stop ?? []).map((s) => Int32Array.from(this.tokenizer.encode(s)));
+  /** Cancellations, weights and admissions: everything that must not happen while a step runs. */
+  private betweenSteps(): void {
+    for (const id of this.toCancel.splice(0)) {
+      if (!this.live.delete(id)) continue;
+      this.engine!.cancel(id);
+    }
+    if (this.pendingWeights && this.weightsDue()) this.applyPendingWeights(false);
+    // Barrier: nothing new starts on weights about to be replaced.
+    if (this.pendingWeights && this.opts.weightUpdate === "barrier") return;
+    if (this.arrived.length > 0) this.admit(this.arrived.splice(0));
+  }
+
+  private weightsDue(): boolean {
+    return this.opts.weightUpdate !== "barrier" || this.live.size === 0;
+  }
+
+  private applyPendingWeights(throwErrors: boolean): void {
+    const w = this.pendingWeights!;
+    this.pendingWeights = null;
+    const t0 = performance.now();
     try {
-      const call = this.model.generate({
-        prompts: batch.map((p) => Int32Array.from(p.promptIds.length >= ctxLen ? p.promptIds.slice(-(ctxLen - 1)) : p.promptIds)),
-        maxNewTokens: args.maxTokens,
-        temperature: args.temperature,
-        topP: args.topP,
-        topK: args.topK,
-        seed: batch[0]!.seed,
-        seeds: batch.map((p) => p.seed),
-        eosTokenId: this.tokenizer.stopTokenIds(),
-        stopSequences: stopSequences.length ? stopSequences : undefined,
-        // A checkpoint's embedding may be padded past its tokenizer (Qwen's is): never draw an id it cannot decode.
-        vocabLimit: this.tokenizer.vocabSize < this.model.config.vocabSize ? this.tokenizer.vocabSize : undefined,
-      });
-      const deadline = this.opts.generateDeadlineMs;
-      const results = deadline ? await withDeadline(call, deadline, `generation of ${batch.length} sequences`) : await call;
-      results.forEach((r, i) => {
-        const tokenIds = Array.from(r.tokens);
-        this.generatedTokens += tokenIds.length;
-        batch[i]!.resolve({
-          tokenIds,
-          logprobs: Array.from(r.logprobs),
-          text: this.tokenizer.decode(tokenIds, { skipSpecial: true }),
-          stopReason: r.stopReason,
-          policyVersion: version,
-        });
-      });
+      this.model.loadSafetensors(w.bytes);
     } catch (e) {
-      if (e instanceof DeadlineError && !this.wedged) {
-        this.wedged = e;
-        for (const p of this.queue.splice(0)) p.reject(e);
-        this.opts.onWedged?.(e);
+      if (throwErrors) throw e;
+      this.opts.onWeightsError?.(e as Error, w.version);
+      return;
+    }
+    this.version = w.version;
+    this.engine?.setVersion(w.version, this.opts.weightUpdate === "recompute" ? "recompute" : "keep");
+    const now = performance.now();
+    this.opts.onWeightsApplied?.({ version: w.version, waitedMs: now - w.since, loadMs: now - t0, steps: this.steps - w.stepsAtRequest });
+  }
+
+  /** Hands arrived requests to the engine, those with the same prompt and arguments as one group. */
+  private admit(requests: Request[]): void {
+    let engine: InferenceEngine;
+    try {
+      engine = this.engine ?? this.createEngine();
+    } catch (e) {
+      for (const r of requests) this.fail(r, e);
+      return;
+    }
+    const groups = new Map<string, Request[]>();
+    for (const r of requests) {
+      const g = groups.get(r.key);
+      if (g) g.push(r);
+      else groups.set(r.key, [r]);
+    }
+    for (const group of groups.values()) {
+      try {
+        const ids = engine.add(this.engineRequest(group));
+        group.forEach((r, i) => {
+          r.seqId = ids[i]!;
+          this.live.set(r.seqId, r);
+        });
+      } catch (e) {
+        for (const r of group) this.fail(r, e);
       }
-      for (const p of batch) p.reject(e);
     }
   }
+
+  private engineRequest(group: Request[]) {
+    const { args, prompt } = group[0]!;
+    const stopSequences = (args.stop ?? []).map((s) => Int32Array.from(this.tokenizer.encode(s)));
+    return {
+      prompt,
+      seeds: group.map((r) => r.seed),
+      maxNewTokens: args.maxTokens,
+      temperature: args.temperature,
+      topP: args.topP,
+      topK: args.topK,
+      eosTokenId: this.tokenizer.stopTokenIds(),
+      stopSequences: stopSequences.length ? stopSequences : undefined,
+      // A checkpoint's embedding may be padded past its tokenizer (Qwen's is): never draw an id it cannot decode.
+      vocabLimit: this.tokenizer.vocabSize < this.model.config.vocabSize ? this.tokenizer.vocabSize : undefined,
+      cacheSalt: this.opts.cacheSalt ?? 0,
+    };
+  }
+
+  private createEngine(): InferenceEngine {
+    const s = engineSizing(this.model.config, this.opts);
+    const engine = this.model.createEngine({ nBlocks: s.kvBlocks, blockSize: s.kvBlockSize, maxSeqs: s.maxSeqs, maxPrefillTokens: s.maxPrefillTokens });
+    if (this.version !== 0) engine.setVersion(this.version, "keep");
+    this.engine = engine;
+    this.meter.observe(engine.stats());
+    return engine;
+  }
+
+  /** One step, under the deadline; null when the engine is wedged or the step failed (its requests are failed). */
+  private async step(engine: InferenceEngine): Promise<EngineStep | null> {
+    const deadline = this.opts.generateDeadlineMs;
+    this.stepping = true;
+    try {
+      const call = engine.step();
+      const out = deadline ? await withDeadline(call, deadline, `engine step over ${this.live.size} sequences`) : await call;
+      this.steps++;
+      this.meter.observe(engine.stats());
+      return out;
+    } catch (e) {
+      if (e instanceof DeadlineError) this.wedge(e);
+      else this.failLive(engine, e);
+      return null;
+    } finally {
+      this.stepping = false;
+    }
+  }
+
+  private deliver(out: EngineStep): void {
+    for (const t of out.tokens) {
+      const r = this.live.get(t.seqId);
+      if (!r) continue;
+      r.tokens.push(t.token);
+      r.logprobs.push(t.logprob);
+      r.versions.push(t.version);
+    }
+    this.generatedTokens += out.tokens.length;
+    for (const f of out.finished) {
+      const r = this.live.get(f.seqId);
+      if (!r) continue;
+      this.live.delete(f.seqId);
+      r.detach();
+      r.resolve(this.generation(r, f.stopReason));
+    }
+  }
+
+  private generation(r: Request, stopReason: Generation["stopReason"]): Generation {
+    const spans = versionSpans(r.versions);
+    const g: Generation = {
+      tokenIds: r.tokens,
+      logprobs: r.logprobs,
+      text: this.tokenizer.decode(r.tokens, { skipSpecial: true }),
+      stopReason,
+      policyVersion: spans[0]?.version ?? this.version,
+    };
+    if (spans.length > 1) g.versionSpans = spans;
+    return g;
+  }
+
+  private fail(r: Request, e: unknown): void {
+    r.detach();
+    r.reject(e);
+  }
+
+  /** A step that failed (not a deadline): its requests fail, the engine goes on without them. */
+  private failLive(engine: InferenceEngine, e: unknown): void {
+    for (const [id, r] of this.live) {
+      this.fail(r, e);
+      try {
+        engine.cancel(id);
+      } catch {
+        // Already gone from the engine (it finished or failed inside the step).
+      }
+    }
+    this.live.clear();
+  }
+
+  private wedge(e: DeadlineError): void {
+    if (this.wedged) return;
+    this.wedged = e;
+    for (const r of [...this.live.values(), ...this.arrived.splice(0)]) this.fail(r, e);
+    this.live.clear();
+    this.opts.onWedged?.(e);
+  }
+}
+
+/** The engine settings of a run's config (actors.inference: the evaluator's engine uses them too). */
+export function engineOptionsOf(config: RunConfig): PolicyEngineOptions {
+  const i = config.actors.inference;
+  return {
+    kvBlocks: i.kvBlocks,
+    kvBlockSize: i.kvBlockSize,
+    maxSeqs: i.maxSeqs,
+    maxPrefillTokens: i.maxPrefillTokens,
+    weightUpdate: i.weightUpdate,
+    generateDeadlineMs: i.generateDeadlineMs,
+  };
 }
 
 function argsKey(a: SamplingArgs): string {

@@ -25,6 +25,10 @@ const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = 
     what: "held-out pass@1 of the demo under each recipe (filters, losses, advantages) for the same RL wall time, 3 seeds, vs the default",
     load: async () => (await import("../../bench/algos.js")).runAlgosBench as unknown as BenchFn,
   },
+  inference: {
+    what: "the inference engine (continuous batching, shared prefixes, KV reuse) vs static batches on a tool/multi-turn-shaped workload; prefill saved; the wait for new weights mid-generation",
+    load: async () => (await import("../../bench/inference.js")).runInferenceBench as BenchFn,
+  },
   loop: {
     what: "seconds per RL step with maxAsyncLevel 2 vs 0 on the demo config",
     load: async () => (await import("../../bench/loop.js")).runLoopBench as BenchFn,

@@ -27,6 +27,7 @@ import {
   summariseIdle,
   formatIdleRatios,
   type ConsumerBacklog,
+  type EngineFigures,
 } from "../../streams/index.js";
 import { classifyRun, DEFAULT_THRESHOLDS, instanceLabel, type InstanceHealth, type RunHealth } from "../health/verdicts.js";
 import { checkRunState, type StateCheck } from "../health/run-state.js";
@@ -202,6 +203,14 @@ function cut(s: string, n: number): string {
   return s.length > n ? `${s.slice(0, n - 1)}…` : s;
 }
 
+function engineLine(e: EngineFigures): string {
+  const kv = e.kvBlocksUsed + e.kvBlocksCached + e.kvBlocksFree;
+  return (
+    `v${e.version}: ${e.running} running, ${e.waiting} waiting; KV blocks ${e.kvBlocksUsed} used, ${e.kvBlocksCached} cached, ${e.kvBlocksFree} free of ${kv}; ` +
+    `${e.decodeTokensPerSec.toFixed(0)} tokens/s; prefix-cache hit rate ${(100 * e.prefixHitRate).toFixed(0)}%; ${e.preemptions} preemptions`
+  );
+}
+
 function printReport(run: string, url: string, status: string | undefined, h: RunHealth, consumers: ConsumerBacklog[], idle: string[]): void {
   const lines: string[] = [];
   lines.push(`run ${run} (status ${status ?? "unknown"}) at ${url}: ${h.healthy ? "healthy" : `${h.problems.length} problem(s)`}`);
@@ -223,6 +232,11 @@ function printReport(run: string, url: string, status: string | undefined, h: Ru
       `  ${["INSTANCE".padEnd(16), "VERDICT".padEnd(9), "STATE".padEnd(9), "ON".padEnd(40), "FOR".padStart(8), "HEARTBEAT".padStart(11), "  LAST WARN/ERROR"].join(" ")}`,
     );
     for (const i of h.instances) lines.push(`  ${row(i)}`.trimEnd());
+  }
+  const engines = h.instances.filter((i) => i.engine && i.state !== "exited");
+  if (engines.length > 0) {
+    lines.push("inference engines:");
+    for (const i of engines) lines.push(`  ${instanceLabel(i.actor, i.instance).padEnd(16)} ${engineLine(i.engine!)}`);
   }
   if (consumers.length > 0) {
     lines.push("work consumers:");

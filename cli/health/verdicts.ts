@@ -4,7 +4,7 @@
 // wait for input (the next task) is idle, never stuck: its cause is upstream, and upstream has its own
 // heartbeat. `rollstream doctor` prints these verdicts; `train` names the unhealthy ones as it runs.
 import type { NatsConnection } from "@nats-io/transport-node";
-import { HealthBoard, openWire, type HealthEntry, type Heartbeat, type LogLine } from "../../streams/index.js";
+import { HealthBoard, openWire, type EngineFigures, type HealthEntry, type Heartbeat, type LogLine } from "../../streams/index.js";
 
 export interface HealthThresholds {
   /** No heartbeat for longer than this: silent. */
@@ -35,6 +35,8 @@ export interface InstanceHealth {
   pid?: number;
   inFlight?: number;
   idleRatio?: Record<string, number>;
+  /** An instance running an inference engine (inference, evaluator): its scheduler's figures. */
+  engine?: EngineFigures;
   lastLog: LogLine | null;
 }
 
@@ -81,6 +83,7 @@ export function classifyInstance(e: HealthEntry, now: number, t: HealthThreshold
     pid: hb.pid,
     inFlight: hb.inFlight,
     idleRatio: hb.idleRatio,
+    ...(hb.engine ? { engine: hb.engine } : {}),
     lastLog: hb.lastLog,
   };
   // Its last state and item were what it did before it exited: shown as such they read as live work.

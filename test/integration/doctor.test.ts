@@ -14,6 +14,7 @@ interface DoctorInstance {
   state?: string;
   what?: string;
   heartbeatAgeMs: number;
+  engine?: { kvBlocksUsed: number; kvBlocksCached: number; kvBlocksFree: number };
 }
 interface DoctorReport {
   status: string | null;
@@ -89,6 +90,9 @@ test("doctor: healthy run, each stopped actor named silent within seconds, healt
     assert.deepEqual(healthy.problems, []);
     assert.deepEqual(healthy.instances.map((i) => i.actor).sort(), [...ACTORS].sort());
     assert.deepEqual(healthy.consumers.map((c) => c.consumer).sort(), ["checkpoint", "inference", "reward"]);
+    // The inference engine's scheduler figures travel in its heartbeat.
+    const engine = healthy.instances.find((i) => i.actor === "inference")?.engine;
+    assert.ok(engine && engine.kvBlocksUsed + engine.kvBlocksCached + engine.kvBlocksFree > 0, JSON.stringify(engine));
 
     for (const name of ACTORS) {
       const pid = run.launcher.pid(name);

@@ -84,12 +84,14 @@ test("a generation past its deadline fails every waiting request and wedges the 
     const wedged: Error[] = [];
     const engine = new PolicyEngine(model, tok, 0, { seed: 3, generateDeadlineMs: 1, onWedged: (e) => wedged.push(e) });
     const client = engine.client(1);
-    const first = await Promise.allSettled(Array.from({ length: 8 }, () => client.generate(prompt, sampling)));
+    // Eight long distinct prompts: the first step prefills 2048 of their tokens, far longer than 1 ms on any machine.
+    const long = (i: number) => [...tok.encode("x".repeat(300 + i)), ...prompt];
+    const first = await Promise.allSettled(Array.from({ length: 8 }, (_, i) => client.generate(long(i), sampling)));
     assert.ok(
       first.every((r) => r.status === "rejected" && r.reason instanceof DeadlineError),
-      "every request of the batch fails with the deadline",
+      "every request of the step fails with the deadline",
     );
-    assert.match(String((first[0] as PromiseRejectedResult).reason.message), /^generation of 8 sequences: no answer within 1 ms/);
+    assert.match(String((first[0] as PromiseRejectedResult).reason.message), /^engine step over 8 sequences: no answer within 1 ms/);
     const later = await elapsed(client.generate(prompt, sampling));
     assert.ok(later.error instanceof DeadlineError, "a wedged engine refuses later requests at once");
     assert.equal(wedged.length, 1, "onWedged is called once");
