@@ -121,6 +121,8 @@ test("train resuming a run with garbage policy.version and run.status repairs th
   }
 });
 
+const STEPS = 48;
+
 test("a run stopped mid-way whose policy.version and run.status were then garbled resumes: train repairs them and finishes", async () => {
   const nats = await startTestNats();
   const nc = await connect({ servers: nats.url });
@@ -129,7 +131,9 @@ test("a run stopped mid-way whose policy.version and run.status were then garble
   delete env["NATS_URL"];
   try {
     const cfg = join(dir, "resumefix.yaml");
-    const rl = { ...(tinyConfig("resumefix", dir).rl as object), steps: 16 };
+    // Long enough that the Ctrl-C below lands mid-run: a drain lets the learner finish what it holds, and with
+    // 16 steps a fast engine had trained them all before the first train exited (the repair then said "done").
+    const rl = { ...(tinyConfig("resumefix", dir).rl as object), steps: STEPS };
     writeFileSync(cfg, stringify(tinyConfig("resumefix", dir, { rl, checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 } })));
     const args = [cliMain, "train", cfg, "--nats", nats.url, "--no-dashboard", "--no-eval"];
     let out = "";
@@ -155,8 +159,11 @@ test("a run stopped mid-way whose policy.version and run.status were then garble
     const said = second.stdout.split("\n").filter((l) => l.startsWith("run state"));
     assert.equal(said.length, 1, second.stdout);
     assert.match(said[0]!, /^run state repaired: policy\.version \(was "\{oops": not valid JSON\) = \d+ from the newest weights announcement; /);
-    assert.match(said[0]!, /run\.status \(was .*\) = "running" from the step records \(step \d+ of 16; no actor alive: train resumes it\)$/);
-    assert.match(second.stdout, /^RL finished: 16 steps$/m);
+    assert.match(
+      said[0]!,
+      new RegExp(`run\\.status \\(was .*\\) = "running" from the step records \\(step \\d+ of ${STEPS}; no actor alive: train resumes it\\)$`),
+    );
+    assert.match(second.stdout, new RegExp(`^RL finished: ${STEPS} steps$`, "m"));
     assert.doesNotMatch(second.stdout + second.stderr, /NATS unreachable/);
     assert.match(readFileSync(join(dir, "resumefix", "logs", "learner-0.log"), "utf8"), /restored from checkpoint/);
     assert.equal(await new RunState(topology.kv).get(StateKeys.runStatus), "done");
