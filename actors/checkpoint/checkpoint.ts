@@ -58,7 +58,8 @@ export class CheckpointActor implements Actor {
     const { ctx } = this;
     if (state === null) {
       // Already persisted and cleaned up by an earlier delivery, or superseded by a newer checkpoint.
-      if (this.dir.steps().includes(ann.step) || (this.dir.steps()[0] ?? -1) > ann.step) return;
+      const onDisk = this.dir.steps();
+      if (onDisk.includes(ann.step) || (onDisk[0] ?? -1) > ann.step) return;
       throw new Error(`state object ${ann.object} is not in the object store`);
     }
     const manifest = await ctx.health.work(`write checkpoint step ${ann.step}`, () => this.dir.write(ann.step, state));
