@@ -12,7 +12,8 @@ import { TestEngineServer } from "../helpers/test-engine-server.js";
 
 test("an RL run on two SGLang servers: one killed and restarted mid-run, every task scored once", async () => {
   const servers = [await TestEngineServer.sglang({ source: modelSource() }), await TestEngineServer.sglang({ source: modelSource() })];
-  const steps = 4;
+  // Enough steps that the run is still going when the restarted server's health check lets it rejoin.
+  const steps = 10;
   const run = await startRun("fleet", {
     rl: { steps, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
     actors: {
@@ -30,6 +31,7 @@ test("an RL run on two SGLang servers: one killed and restarted mid-run, every t
     await waitUntil("learner step 2", async () => (await run.state.learnerStep()) >= 2, 90_000, `${run.dir}/logs`);
     const loadsBeforeRestart = servers[1]!.engine.loads.length;
     await servers[1]!.restart();
+    await waitUntil("the restarted server rejoins on the current weights", () => servers[1]!.engine.loads.length > loadsBeforeRestart, 60_000, `${run.dir}/logs`);
     await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
 
     // Every task scored exactly once.
