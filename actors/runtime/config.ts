@@ -224,6 +224,12 @@ export const ActorsSchema = z.strictObject({
         .describe(
           "new weights mid-generation: keep (applied at the next step; running sequences go on with the KV they have, later tokens under the new version), recompute (the same, but their KV is computed again under the new weights first), barrier (running sequences finish under the old weights; new requests wait for the swap). Each token records its version",
         ),
+      admission: z
+        .enum(["fair", "fcfs"])
+        .default("fair")
+        .describe(
+          "which waiting request joins the batch when it is full: fair (the task with the fewest sequences in flight first, so one task's group and its later turns cannot lock the others out) or fcfs (arrival order)",
+        ),
     })
     .default({
       replicas: 1,
@@ -237,6 +243,7 @@ export const ActorsSchema = z.strictObject({
       kvBlockSize: 16,
       maxPrefillTokens: 2048,
       weightUpdate: "keep",
+      admission: "fair",
     }),
   reward: z.strictObject({ replicas: pos().default(1), maxInFlight: pos().default(8) }).default({ replicas: 1, maxInFlight: 8 }),
   evaluator: z

@@ -17,8 +17,9 @@ import type { Tokenizer } from "../../kernels/tokenizer.js";
 import type { Generation, ModelClient, SamplingArgs } from "../../environments/api/index.js";
 import { DeadlineError, withDeadline } from "../../streams/index.js";
 import type { EngineFigures } from "../../streams/index.js";
+import { type Admission, groupWaiting, nextGroup, type Standing } from "./engine-admission.js";
 import { EngineMeter } from "./engine-meter.js";
-import { engineSizing } from "./engine-sizing.js";
+import { type EngineSizing, engineSizing } from "./engine-sizing.js";
 import type { RunConfig } from "./config.js";
 
 export type WeightUpdate = "keep" | "recompute" | "barrier";
@@ -34,6 +35,8 @@ export interface PolicyEngineOptions {
   /** Prompt tokens computed per step over all sequences (a longer prompt is split over steps). */
   maxPrefillTokens?: number;
   weightUpdate?: WeightUpdate;
+  /** Which waiting request runs next when the batch is full: see engine-admission.ts (default fair). */
+  admission?: Admission;
   /** The prefix cache is shared only between requests with the same salt: one per run. */
   cacheSalt?: number;
   /**
@@ -53,6 +56,8 @@ interface Request {
   prompt: Int32Array;
   /** Requests with equal keys arriving together become one engine request. */
   key: string;
+  /** The client that asked (one per task): admission is fair between owners. */
+  owner: number;
   args: SamplingArgs;
   seed: number;
   resolve(g: Generation): void;
@@ -84,6 +89,11 @@ export class PolicyEngine {
   private stepping = false;
   private pendingWeights: PendingWeights | null = null;
   private counter = 0;
+  private owners = 0;
+  /** Owners with requests waiting or in the engine: their standing for fair admission, and requests waiting. */
+  private standings = new Map<number, Standing & { waiting: number }>();
+  private admissions = 0;
+  private readonly sizing: EngineSizing;
   private steps = 0;
   private readonly meter = new EngineMeter();
   /** The weights version in use: tokens sampled from now on carry it. */
@@ -99,6 +109,7 @@ export class PolicyEngine {
     private readonly opts: PolicyEngineOptions = {},
   ) {
     this.version = version;
+    this.sizing = engineSizing(model.config, opts);
   }
 
   /** The newest version swapWeights was given (in use, or to be applied at the next step boundary). */
@@ -119,11 +130,13 @@ export class PolicyEngine {
     if (!this.stepping && this.weightsDue()) this.applyPendingWeights(true);
   }
 
+  /** A client for one task (or one evaluated rollout): the engine's admission is fair between clients. */
   client(seedBase?: number): ModelClient {
     let local = 0;
+    const owner = this.owners++;
     return {
       tokenizer: this.tokenizer,
-      generate: (promptIds, args, signal) => this.enqueue(promptIds, args, seedBase === undefined ? undefined : (seedBase + local++) >>> 0, signal),
+      generate: (promptIds, args, signal) => this.enqueue(promptIds, args, owner, seedBase === undefined ? undefined : (seedBase + local++) >>> 0, signal),
     };
   }
 
@@ -149,13 +162,17 @@ export class PolicyEngine {
       this.toCancel.push(id);
     }
     while (this.looping) await new Promise<void>((r) => setImmediate(r));
+    // What the loop did not get to cancel goes with the engine.
+    this.live.clear();
+    this.standings.clear();
+    this.toCancel.length = 0;
     const engine = this.engine;
     this.engine = null;
     // A wedged engine's step never ended: its native engine stays with the process.
     if (engine && !this.wedged) engine.dispose();
   }
 
-  private enqueue(promptIds: number[], args: SamplingArgs, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {
+  private enqueue(promptIds: number[], args: SamplingArgs, owner: number, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {
     if (signal?.aborted) return Promise.reject(new Error("generation aborted"));
     if (this.wedged) return Promise.reject(this.wedged);
     const ctxLen = this.model.config.maxPositionEmbeddings;
@@ -164,6 +181,7 @@ export class PolicyEngine {
       const r: Request = {
         prompt,
         key: `${argsKey(args)}#${prompt.join(",")}`,
+        owner,
         args,
         seed: seed ?? ((this.opts.seed ?? 0) + this.counter++) >>> 0,
         resolve,
@@ -175,6 +193,7 @@ export class PolicyEngine {
         versions: [],
       };
       if (signal) r.detach = this.watch(signal, r);
+      this.standingOf(owner).waiting++;
       this.arrived.push(r);
       this.kick();
     });
@@ -207,8 +226,9 @@ export class PolicyEngine {
 
   private abort(r: Request): void {
     const i = this.arrived.indexOf(r);
-    if (i >= 0) this.arrived.splice(i, 1);
-    else if (this.live.get(r.seqId) === r) this.toCancel.push(r.seqId);
+    if (i >= 0) this.unqueue(this.arrived.splice(i, 1));
+    else if (this.live.get(r.seqId) === r)
+      this.toCancel.push(r.seqId); // leaves `live` at the step boundary
     else return;
     r.reject(new Error("generation aborted"));
   }
@@ -238,13 +258,15 @@ export class PolicyEngine {
   /** Cancellations, weights and admissions: everything that must not happen while a step runs. */
   private betweenSteps(): void {
     for (const id of this.toCancel.splice(0)) {
-      if (!this.live.delete(id)) continue;
+      const r = this.live.get(id);
+      if (!r) continue;
+      this.leave(r);
       this.engine!.cancel(id);
     }
     if (this.pendingWeights && this.weightsDue()) this.applyPendingWeights(false);
     // Barrier: nothing new starts on weights about to be replaced.
     if (this.pendingWeights && this.opts.weightUpdate === "barrier") return;
-    if (this.arrived.length > 0) this.admit(this.arrived.splice(0));
+    if (this.arrived.length > 0) this.admit();
   }
 
   private weightsDue(): boolean {
@@ -268,32 +290,78 @@ export class PolicyEngine {
     this.opts.onWeightsApplied?.({ version: w.version, waitedMs: now - w.since, loadMs: now - t0, steps: this.steps - w.stepsAtRequest });
   }
 
-  /** Hands arrived requests to the engine, those with the same prompt and arguments as one group. */
-  private admit(requests: Request[]): void {
+  /**
+   * Hands waiting requests to the engine while it has sequences to spare, in the admission policy's order; those
+   * with the same prompt and arguments go as one group. An idle engine always takes the next group.
+   */
+  private admit(): void {
     let engine: InferenceEngine;
     try {
       engine = this.engine ?? this.createEngine();
     } catch (e) {
-      for (const r of requests) this.fail(r, e);
+      const all = this.arrived.splice(0);
+      this.unqueue(all);
+      for (const r of all) this.fail(r, e);
       return;
     }
-    const groups = new Map<string, Request[]>();
+    const groups = groupWaiting(this.arrived, this.sizing.maxSeqs);
+    const admitted = new Set<Request>();
+    const standing = (owner: number) => this.standingOf(owner);
+    const policy = this.opts.admission ?? "fair";
+    for (let i = nextGroup(groups, standing, policy); i >= 0; i = nextGroup(groups, standing, policy)) {
+      const group = groups[i]!;
+      if (this.live.size > 0 && this.live.size + group.length > this.sizing.maxSeqs) break;
+      groups.splice(i, 1);
+      for (const r of group) admitted.add(r);
+      this.addGroup(engine, group);
+    }
+    this.arrived = this.arrived.filter((r) => !admitted.has(r));
+  }
+
+  private addGroup(engine: InferenceEngine, group: Request[]): void {
+    const s = this.standingOf(group[0]!.owner);
+    s.lastAdmitted = this.admissions++;
+    try {
+      const ids = engine.add(this.engineRequest(group));
+      group.forEach((r, i) => {
+        r.seqId = ids[i]!;
+        this.live.set(r.seqId, r);
+        const o = this.standingOf(r.owner);
+        o.waiting--;
+        o.inFlight++;
+      });
+    } catch (e) {
+      this.unqueue(group);
+      for (const r of group) this.fail(r, e);
+    }
+  }
+
+  private standingOf(owner: number): Standing & { waiting: number } {
+    let s = this.standings.get(owner);
+    if (!s) this.standings.set(owner, (s = { inFlight: 0, lastAdmitted: -1, waiting: 0 }));
+    return s;
+  }
+
+  /** Waiting requests that will not be admitted (aborted, failed). */
+  private unqueue(requests: Request[]): void {
     for (const r of requests) {
-      const g = groups.get(r.key);
-      if (g) g.push(r);
-      else groups.set(r.key, [r]);
+      const s = this.standingOf(r.owner);
+      s.waiting--;
+      this.forgetIdle(r.owner, s);
     }
-    for (const group of groups.values()) {
-      try {
-        const ids = engine.add(this.engineRequest(group));
-        group.forEach((r, i) => {
-          r.seqId = ids[i]!;
-          this.live.set(r.seqId, r);
-        });
-      } catch (e) {
-        for (const r of group) this.fail(r, e);
-      }
-    }
+  }
+
+  /** r is no longer in the engine. */
+  private leave(r: Request): void {
+    this.live.delete(r.seqId);
+    const s = this.standingOf(r.owner);
+    s.inFlight--;
+    this.forgetIdle(r.owner, s);
+  }
+
+  /** An owner with nothing waiting or running is forgotten (one per task: the map must not grow with the run). */
+  private forgetIdle(owner: number, s: Standing & { waiting: number }): void {
+    if (s.waiting <= 0 && s.inFlight <= 0) this.standings.delete(owner);
   }
 
   private engineRequest(group: Request[]) {
@@ -315,7 +383,7 @@ export class PolicyEngine {
   }
 
   private createEngine(): InferenceEngine {
-    const s = engineSizing(this.model.config, this.opts);
+    const s = this.sizing;
     const engine = this.model.createEngine({ nBlocks: s.kvBlocks, blockSize: s.kvBlockSize, maxSeqs: s.maxSeqs, maxPrefillTokens: s.maxPrefillTokens });
     if (this.version !== 0) engine.setVersion(this.version, "keep");
     this.engine = engine;
@@ -354,7 +422,7 @@ export class PolicyEngine {
     for (const f of out.finished) {
       const r = this.live.get(f.seqId);
       if (!r) continue;
-      this.live.delete(f.seqId);
+      this.leave(r);
       r.detach();
       r.resolve(this.generation(r, f.stopReason));
     }
@@ -380,7 +448,8 @@ export class PolicyEngine {
 
   /** A step that failed (not a deadline): its requests fail, the engine goes on without them. */
   private failLive(engine: InferenceEngine, e: unknown): void {
-    for (const [id, r] of this.live) {
+    for (const [id, r] of [...this.live]) {
+      this.leave(r);
       this.fail(r, e);
       try {
         engine.cancel(id);
@@ -388,7 +457,6 @@ export class PolicyEngine {
         // Already gone from the engine (it finished or failed inside the step).
       }
     }
-    this.live.clear();
   }
 
   private wedge(e: DeadlineError): void {
@@ -396,6 +464,7 @@ export class PolicyEngine {
     this.wedged = e;
     for (const r of [...this.live.values(), ...this.arrived.splice(0)]) this.fail(r, e);
     this.live.clear();
+    this.standings.clear();
     this.opts.onWedged?.(e);
   }
 }
@@ -409,6 +478,7 @@ export function engineOptionsOf(config: RunConfig): PolicyEngineOptions {
     maxSeqs: i.maxSeqs,
     maxPrefillTokens: i.maxPrefillTokens,
     weightUpdate: i.weightUpdate,
+    admission: i.admission,
     generateDeadlineMs: i.generateDeadlineMs,
   };
 }
