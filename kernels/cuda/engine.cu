@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "../shared/engine_core.h"
+#include "engine.cuh"
 #include "model.cuh"
 #include "paged_attention.cuh"
 #include "sampling.cuh"
@@ -141,6 +142,10 @@ class CudaRunner : public rs_shared::EngineRunner {
 
 }  // namespace
 
+std::unique_ptr<rs_shared::EngineRunner> make_cuda_runner(rs_model* m, int n_blocks, int block_size) {
+  return std::make_unique<CudaRunner>(m, n_blocks, block_size);
+}
+
 }  // namespace rsc
 
 struct rs_engine {
@@ -176,7 +181,7 @@ rs_engine* rs_engine_create(rs_model* m, const rs_engine_config* cfg, rs_error* 
   rs_engine* e = nullptr;
   guard(err, "engine", [&] {
     model_enter(m);
-    e = new rs_engine{m, rs_shared::Engine(m->d, p, std::make_unique<CudaRunner>(m, p.n_blocks, p.block_size))};
+    e = new rs_engine{m, rs_shared::Engine(m->d, p, make_cuda_runner(m, p.n_blocks, p.block_size))};
   });
   return e;
 }
