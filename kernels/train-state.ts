@@ -1,7 +1,11 @@
 // The learner's full training state as one safetensors blob: weights under their HF names, AdamW
 // moments, and the counters that make a restored run continue exactly (step, stream position, ...).
+// With LoRA the weights are the frozen base, and the adapters, their moments and settings come beside them (no
+// moments for the base): the model is restored merged.
 import { readSafetensors, readSafetensorsMetadata, writeSafetensors } from "./safetensors.js";
 import type { PolicyModel } from "./index.js";
+import { LoraAdapters, LoraSchema, loraTargets } from "./lora.js";
+import { adapterValues, peftTensors } from "./lora-peft.js";
 
 export interface TrainCounters {
   /** RL optimizer steps done (= current policy version). */
@@ -19,18 +23,35 @@ export interface TrainCounters {
   consumedAhead?: number[];
 }
 
-export function encodeTrainState(model: PolicyModel, counters: TrainCounters): Uint8Array {
-  const params = model.getParams();
-  const opt = model.exportOptimizerState();
+/** `lora`: the adapters trained (their base is what is saved as the model); `baseModel` names that base in their PEFT export. */
+export function encodeTrainState(model: PolicyModel, counters: TrainCounters, lora?: LoraAdapters | null, baseModel = ""): Uint8Array {
+  const params = lora ? lora.base : model.getParams();
   const tensors = model.tensors().map((t) => ({ name: t.name, shape: t.shape, data: params.subarray(t.offset, t.offset + t.size) }));
-  tensors.push({ name: "optimizer.m", shape: [opt.m.length], data: opt.m });
-  tensors.push({ name: "optimizer.v", shape: [opt.v.length], data: opt.v });
   const meta: Record<string, string> = { format: "rollstream-train-state-1" };
-  for (const [k, v] of Object.entries({ ...counters, optimizerStep: opt.step })) if (v !== undefined) meta[k] = Array.isArray(v) ? v.join(",") : String(v);
+  let optimizerStep: number;
+  if (lora) {
+    tensors.push(...peftTensors(lora));
+    tensors.push({ name: "lora.m", shape: [lora.m.length], data: lora.m });
+    tensors.push({ name: "lora.v", shape: [lora.v.length], data: lora.v });
+    meta.lora = JSON.stringify(lora.settings);
+    meta.loraBaseModel = baseModel;
+    optimizerStep = lora.step;
+  } else {
+    const opt = model.exportOptimizerState();
+    tensors.push({ name: "optimizer.m", shape: [opt.m.length], data: opt.m });
+    tensors.push({ name: "optimizer.v", shape: [opt.v.length], data: opt.v });
+    optimizerStep = opt.step;
+  }
+  for (const [k, v] of Object.entries({ ...counters, optimizerStep })) if (v !== undefined) meta[k] = Array.isArray(v) ? v.join(",") : String(v);
   return writeSafetensors(tensors, meta);
 }
 
 export function decodeTrainState(model: PolicyModel, bytes: Uint8Array): TrainCounters {
+  return decodeTrainStateWithLora(model, bytes).counters;
+}
+
+/** The counters, and the adapters when the state was LoRA training (the model then holds the merged weights). */
+export function decodeTrainStateWithLora(model: PolicyModel, bytes: Uint8Array): { counters: TrainCounters; lora: LoraAdapters | null } {
   const meta = readSafetensorsMetadata(bytes);
   if (meta.format !== "rollstream-train-state-1") throw new Error(`not a rollstream training state (format ${meta.format ?? "missing"})`);
   const tensors = readSafetensors(bytes);
@@ -41,17 +62,21 @@ export function decodeTrainState(model: PolicyModel, bytes: Uint8Array): TrainCo
     if (got.data.length !== t.size) throw new Error(`training state tensor ${t.name} has ${got.data.length} values, model expects ${t.size}`);
     params.set(got.data, t.offset);
   }
-  model.setParams(params);
-  const m = tensors.get("optimizer.m");
-  const v = tensors.get("optimizer.v");
-  if (!m || !v) throw new Error("training state lacks optimizer moments");
   const num = (k: string) => {
     const x = Number(meta[k]);
     if (!Number.isFinite(x)) throw new Error(`training state metadata ${k} is missing or not a number`);
     return x;
   };
-  model.importOptimizerState({ m: Float32Array.from(m.data), v: Float32Array.from(v.data), step: num("optimizerStep") });
-  return {
+  const lora = meta.lora ? restoreAdapters(model, params, meta.lora, tensors, num("optimizerStep")) : null;
+  if (lora) model.setParams(lora.merged());
+  else {
+    model.setParams(params);
+    const m = tensors.get("optimizer.m");
+    const v = tensors.get("optimizer.v");
+    if (!m || !v) throw new Error("training state lacks optimizer moments");
+    model.importOptimizerState({ m: Float32Array.from(m.data), v: Float32Array.from(v.data), step: num("optimizerStep") });
+  }
+  const counters: TrainCounters = {
     step: num("step"),
     sftDone: meta.sftDone === "true",
     readerSeq: num("readerSeq"),
@@ -60,4 +85,31 @@ export function decodeTrainState(model: PolicyModel, bytes: Uint8Array): TrainCo
     optimizerStep: num("optimizerStep"),
     ...(meta.consumedAhead ? { consumedAhead: meta.consumedAhead.split(",").map(Number) } : {}),
   };
+  return { counters, lora };
+}
+
+function restoreAdapters(
+  model: PolicyModel,
+  base: Float32Array,
+  settingsJson: string,
+  tensors: ReturnType<typeof readSafetensors>,
+  step: number,
+): LoraAdapters {
+  const settings = LoraSchema.parse(JSON.parse(settingsJson));
+  const get = (name: string) => {
+    const t = tensors.get(name);
+    if (!t) throw new Error(`training state lacks ${name}`);
+    return Float32Array.from(t.data);
+  };
+  const targets = loraTargets(model.tensors(), settings);
+  const lora = new LoraAdapters(
+    settings,
+    targets,
+    base,
+    adapterValues(targets, settings.rank, (n) => tensors.get(n), "training state"),
+  );
+  lora.m.set(get("lora.m"));
+  lora.v.set(get("lora.v"));
+  lora.step = step;
+  return lora;
 }

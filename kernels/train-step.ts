@@ -6,6 +6,7 @@ import { learningRate, type OptimizerConfig } from "./optimizer.js";
 import { packSamples, type PackResult, type TrainSample } from "./packing.js";
 import { NonFiniteStepError } from "./train-errors.js";
 import { GSPO_SECOND_PASS_LOSS, gspoCoefficients, secondPass } from "./gspo.js";
+import type { LoraAdapters } from "./lora.js";
 
 export interface StepReport {
   loss: number;
@@ -21,7 +22,14 @@ export interface StepReport {
   optimizerStep: number;
 }
 
-export async function trainOnSamples(model: PolicyModel, packed: PackResult, loss: ParsedLossSpec, opt: OptimizerConfig): Promise<StepReport> {
+/** One step; with `lora` the adapters take the optimizer step (the model's weights stay base + adapters). */
+export async function trainOnSamples(
+  model: PolicyModel,
+  packed: PackResult,
+  loss: ParsedLossSpec,
+  opt: OptimizerConfig,
+  lora?: LoraAdapters | null,
+): Promise<StepReport> {
   const t0 = performance.now();
   model.zeroGrad();
   const normalizer = Math.max(1, packed.lossTokens);
@@ -61,7 +69,8 @@ export async function trainOnSamples(model: PolicyModel, packed: PackResult, los
     model.zeroGrad(); // the weights and moments are untouched: the step can be retried without these samples
     throw new NonFiniteStepError(`the step's loss is ${lossSum}: its samples overflow the objective`);
   }
-  const r = await model.step({ lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm });
+  const stepOpt = { lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm };
+  const r = lora ? lora.stepModel(model, stepOpt) : await model.step(stepOpt);
   // The kernels drop a step with a non-finite gradient (weights, moments and step count untouched).
   if (r.skipped) throw new NonFiniteStepError(`the step's gradient norm is ${r.gradNorm}: its samples overflow the gradient`);
   const ms = performance.now() - t0;
@@ -89,7 +98,8 @@ export async function runTrainStep(
   step: number,
   totalSteps: number,
   microBatchTokens: number,
+  lora?: LoraAdapters | null,
 ): Promise<StepReport> {
   const packed = packSamples(samples, microBatchTokens, model.config.maxPositionEmbeddings);
-  return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) });
+  return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, lora);
 }

@@ -30,7 +30,8 @@ import {
 } from "../../streams/index.js";
 import type { TrainSample } from "../../kernels/packing.js";
 import { sftBatch } from "./sft-data.js";
-import { decodeTrainState, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
+import { decodeTrainStateWithLora, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
+import { LoraAdapters, loraTargets } from "../../kernels/lora.js";
 import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
 import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 import { StepGuard, type CollectedBatch } from "./step-guard.js";
@@ -45,6 +46,8 @@ export class LearnerActor implements Actor {
   private counters: TrainCounters = { step: 0, sftDone: false, readerSeq: 1, droppedStale: 0, samplesSeen: 0, optimizerStep: 0 };
   /** The sgemm routes last written to learner.backend, and the RL step this life started at; unset before RL. */
   private recorded: { routes: string | undefined; step: number } | undefined;
+  /** model.lora: the adapters RL trains (null before RL starts, and without LoRA). */
+  private lora: LoraAdapters | null = null;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -69,8 +72,9 @@ export class LearnerActor implements Actor {
       if (config.sft) await this.runSft();
       if (ctx.signal.aborted) return;
       this.counters.sftDone = true;
-      // RL starts with fresh optimizer moments.
+      // RL starts with fresh optimizer moments (with LoRA: fresh adapters on the weights SFT left).
       this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
+      this.startLora();
       await this.publishWeights(0, config.sft ? "sft" : "rl");
       await this.saveState();
     } else {
@@ -92,14 +96,40 @@ export class LearnerActor implements Actor {
           ctx.log.info("no checkpoint: starting fresh");
           return;
         }
-        this.counters = decodeTrainState(this.model, await this.checkpoints.takeObject(r.object));
-        ctx.log.info({ ...this.counters }, "restored from checkpoint");
+        const restored = decodeTrainStateWithLora(this.model, await this.checkpoints.takeObject(r.object));
+        this.counters = restored.counters;
+        this.lora = restored.lora;
+        this.checkLoraMatchesConfig();
+        ctx.log.info({ ...this.counters, lora: this.lora !== null }, "restored from checkpoint");
         return;
       } catch (e) {
         if (Date.now() > deadline) throw new Error(`no checkpoint actor answered the restore request: ${(e as Error).message}`);
         await new Promise((r) => setTimeout(r, 500));
       }
     }
+  }
+
+  private startLora(): void {
+    const settings = this.ctx.config.model.lora;
+    if (!settings) return;
+    this.lora = new LoraAdapters(settings, loraTargets(this.model.tensors(), settings), this.model.getParams());
+    this.model.setParams(this.lora.merged());
+    const size = this.lora.params.length;
+    this.ctx.log.info(
+      { rank: settings.rank, targets: this.lora.targets.length, adapterParams: size, ofModel: size / this.model.numParams },
+      "LoRA: RL trains adapters",
+    );
+  }
+
+  /** A run resumes as it was trained: a checkpoint with adapters needs model.lora, one of full RL must not have it. */
+  private checkLoraMatchesConfig(): void {
+    const want = this.ctx.config.model.lora !== undefined;
+    if (!this.counters.sftDone || want === (this.lora !== null)) return;
+    throw new Error(
+      want
+        ? "the checkpoint's RL trained every weight, but model.lora is set: remove it to resume, or start a fresh run"
+        : "the checkpoint's RL trained LoRA adapters, but model.lora is not set: set it as it was to resume",
+    );
   }
 
   private async runSft(): Promise<void> {
@@ -287,7 +317,7 @@ export class LearnerActor implements Actor {
   }
 
   private async trainStep(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
-    const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, this.ctx.config.rl.microBatchTokens);
+    const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, this.ctx.config.rl.microBatchTokens, this.lora);
     this.counters.optimizerStep = report.optimizerStep;
     // The CPU sgemm dispatcher measures each shape class at its first product: record the routes it chose.
     if (this.recorded && this.backendInfo().blasRoutes !== this.recorded.routes) await this.recordBackend();
@@ -353,7 +383,7 @@ export class LearnerActor implements Actor {
 
   private async saveState(): Promise<void> {
     await this.ctx.health.work(`publish training state step ${this.counters.step}`, () =>
-      this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters)),
+      this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters, this.lora, this.ctx.config.model.path ?? "")),
     );
   }
 }

@@ -1,9 +1,14 @@
-// Checkpoints on disk: runs/<run>/checkpoints/step-XXXXXXXX/{state.safetensors, manifest.json}.
+// Checkpoints on disk: runs/<run>/checkpoints/step-XXXXXXXX/{state.safetensors, manifest.json}, and for a LoRA
+// run adapter/{adapter_config.json, adapter_model.safetensors} (PEFT's format).
 // Written into a temp folder, fsynced, then renamed, so a crash never leaves a half checkpoint that
 // looks whole; the manifest's sha256 is checked before a checkpoint is used.
 import { sha256Hex, StorageBlockedError } from "../../streams/index.js";
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
 import { join } from "node:path";
+import { PEFT_CONFIG_FILE, PEFT_WEIGHTS_FILE, peftFromTrainState } from "../../kernels/lora-peft.js";
+
+/** The folder of a checkpoint that holds its LoRA adapters in PEFT's format. */
+export const ADAPTER_DIR = "adapter";
 
 export interface CheckpointManifest {
   format: "rollstream-checkpoint-1";
@@ -111,12 +116,23 @@ export class CheckpointDir {
       createdAt: new Date().toISOString(),
     };
     writeFileDurable(join(tmp, manifest.file), state);
+    this.writeAdapter(tmp, state);
     writeFileDurable(join(tmp, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");
     fsyncDir(tmp);
     if (existsSync(final)) rmSync(final, { recursive: true, force: true });
     renameSync(tmp, final);
     fsyncDir(this.root);
     return manifest;
+  }
+
+  /** A LoRA run's adapters beside the state, in PEFT's format (adapter/), for PEFT, vLLM or `rollstream eval`. */
+  private writeAdapter(dir: string, state: Uint8Array): void {
+    const peft = peftFromTrainState(state);
+    if (!peft) return;
+    mkdirSync(join(dir, ADAPTER_DIR));
+    writeFileDurable(join(dir, ADAPTER_DIR, PEFT_WEIGHTS_FILE), peft.weights);
+    writeFileDurable(join(dir, ADAPTER_DIR, PEFT_CONFIG_FILE), peft.config);
+    fsyncDir(join(dir, ADAPTER_DIR));
   }
 
   /** Steps of complete checkpoints, newest first. */

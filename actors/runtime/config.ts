@@ -6,6 +6,7 @@ import { closest, distance } from "fastest-levenshtein";
 import { z } from "zod";
 import { lossSpecSchema } from "../../kernels/loss-spec.js";
 import { OptimizerSchema } from "../../kernels/optimizer.js";
+import { LoraSchema } from "../../kernels/lora.js";
 
 const int = () => z.number().int();
 const pos = () => z.number().int().positive();
@@ -28,6 +29,9 @@ export const ModelSectionSchema = z.strictObject({
   seed: int().nonnegative().default(1234).describe("weight init seed"),
   threads: pos().optional().describe("kernel threads; default = CPU cores"),
   device: z.enum(["auto", "cpu", "cuda"]).default("auto"),
+  lora: LoraSchema.optional().describe(
+    "RL trains low-rank adapters on the frozen weights SFT left (or model.path's): {rank, alpha, targetModules, rsLora, seed}; the weights broadcast are merged, `rollstream lora export` writes PEFT's format",
+  ),
 });
 
 export const SamplingConfigSchema = z.strictObject({

@@ -16,7 +16,7 @@ import { CheckpointDir } from "../../actors/runtime/checkpoint-dir.js";
 import { PolicyModel } from "../../kernels/index.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
 import { readSafetensorsMetadata } from "../../kernels/safetensors.js";
-import { decodeTrainState } from "../../kernels/train-state.js";
+import { decodeTrainStateWithLora } from "../../kernels/train-state.js";
 import type { NatsConnection } from "@nats-io/transport-node";
 import { openWire, readPayload, readStepRecords, RunChannels, RunState, StateKeys, type BatchSource, type ScoredReader } from "../../streams/index.js";
 import { natsForRun } from "../run-nats.js";
@@ -322,9 +322,10 @@ async function replayWith(r: {
       out.say("  each step trains on the recorded step's samples; from the checkpoint on, the model follows the changed setting");
     }
     model = PolicyModel.create(r.model, { threads: plan.threads, device: plan.device });
-    const counters = decodeTrainState(model, r.state);
+    const { counters, lora } = decodeTrainStateWithLora(model, r.state);
     return await replaySteps({
       model,
+      lora,
       source: r.source,
       fromStep: counters.step,
       steps: r.steps,

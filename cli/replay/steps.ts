@@ -6,6 +6,7 @@
 import type { RunConfig } from "../../actors/runtime/config.js";
 import type { PolicyModel } from "../../kernels/index.js";
 import { runTrainStep } from "../../kernels/train-step.js";
+import type { LoraAdapters } from "../../kernels/lora.js";
 import { withAdvantages } from "./advantages.js";
 import { compareFigures, FIGURE_LABEL, figuresOf, type Figure, type Figures } from "./figures.js";
 import { stepLine, tableHeader, tableRow, type ReplayOutput } from "./output.js";
@@ -14,6 +15,8 @@ import type { StepSource } from "./sources.js";
 
 export interface ReplayLoop {
   model: PolicyModel;
+  /** The run's LoRA adapters as the checkpoint held them (they take each step), or null. */
+  lora: LoraAdapters | null;
   source: StepSource;
   /** The checkpoint's step: the first replayed step trains policy version `fromStep`. */
   fromStep: number;
@@ -53,7 +56,7 @@ export async function replaySteps(r: ReplayLoop): Promise<number> {
     const step = version + 1;
     let report: Awaited<ReturnType<typeof runTrainStep>>;
     try {
-      report = await runTrainStep(r.model, rows, config.rl.loss, config.rl.optimizer, version, config.rl.steps, config.rl.microBatchTokens);
+      report = await runTrainStep(r.model, rows, config.rl.loss, config.rl.optimizer, version, config.rl.steps, config.rl.microBatchTokens, r.lora);
     } catch (e) {
       out.say(`step ${step}: cannot be trained${changed ? " with this setting" : ""}: ${(e as Error).message}`);
       return 1;
