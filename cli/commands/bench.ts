@@ -29,6 +29,10 @@ const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = 
     what: "the inference engine (continuous batching, shared prefixes, KV reuse) vs static batches on a tool/multi-turn-shaped workload; prefill saved; the wait for new weights mid-generation",
     load: async () => (await import("../../bench/inference.js")).runInferenceBench as BenchFn,
   },
+  lora: {
+    what: "one RL step with LoRA rank 8 on every projection vs full fine-tuning of the same model (demo and ~21 M shapes), and the optimizer state each keeps",
+    load: async () => (await import("../../bench/lora.js")).runLoraBench as BenchFn,
+  },
   loop: {
     what: "seconds per RL step with maxAsyncLevel 2 vs 0 on the demo config",
     load: async () => (await import("../../bench/loop.js")).runLoopBench as BenchFn,
