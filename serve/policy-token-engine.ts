@@ -50,7 +50,7 @@ export class PolicyTokenEngine implements TokenEngine {
   async generate(req: TokenRequest): Promise<TokenResult> {
     const onToken = req.onToken;
     const out = await this.engine.submit(req.promptIds, {
-      args: { temperature: req.temperature, topP: req.topP, topK: req.topK, maxTokens: req.maxTokens },
+      args: { temperature: req.temperature, topP: req.topP, topK: req.topK, maxTokens: req.maxTokens, ...(req.stop?.length ? { stop: req.stop } : {}) },
       seed: req.seed,
       stopTokenIds: req.stopTokenIds,
       ignoreEos: req.ignoreEos,

@@ -20,6 +20,8 @@ export interface TokenRequest {
   stopTokenIds: number[];
   /** Stop at the extra ids only, not at the model's EOS (vLLM ignore_eos). */
   ignoreEos: boolean;
+  /** Stop strings, matched on their token ids (the OpenAI routes; the token route has none). */
+  stop?: string[];
   /** Prefix-cache namespace: KV is shared only between requests with the same salt. */
   cacheSalt?: string;
   /** Aborted when the caller goes away: the engine stops the request. */
@@ -40,7 +42,7 @@ export interface TokenResult {
   logprobs: number[];
   /** One label per token: the weights it was sampled under. */
   versions: string[];
-  /** stop: a stop id (the last token); length: maxTokens or the context window; abort: ended early by a pause or update. */
+  /** stop: a stop id or stop string (its last tokens); length: maxTokens or the context window; abort: ended early by a pause or update. */
   finish: "stop" | "length" | "abort";
 }
 

@@ -1,7 +1,10 @@
 // A tiny model behind `rollstream serve`'s engine, for the serve tests: the byte tokenizer, a 2-layer model with
 // random weights (seeded), a PolicyEngine over it, and what the same model gives a request alone (the positive
 // control: the server must answer exactly that).
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { PolicyModel } from "../../kernels/index.js";
+import { toHfConfig } from "../../kernels/hf-config.js";
 import { ByteTokenizer } from "../../kernels/tokenizer.js";
 import { PolicyEngine } from "../../actors/runtime/policy-engine.js";
 import { PolicyTokenEngine } from "../../serve/policy-token-engine.js";
@@ -14,7 +17,7 @@ export const tinyConfig = {
   numLayers: 2,
   numHeads: 4,
   numKvHeads: 2,
-  maxPositionEmbeddings: 128,
+  maxPositionEmbeddings: 256,
   rmsNormEps: 1e-5,
   ropeTheta: 10000,
   tieWordEmbeddings: true,
@@ -52,4 +55,14 @@ export async function alone(
 
 export function promptOf(text: string): number[] {
   return tok.applyChatTemplate([{ role: "user", content: text }], { addGenerationPrompt: true });
+}
+
+/** An HF folder of the tiny model with `seed`'s weights (config.json + model.safetensors). */
+export function writeHfFolder(dir: string, seed: number): string {
+  mkdirSync(dir, { recursive: true });
+  const m = tinyModel(seed);
+  writeFileSync(join(dir, "config.json"), JSON.stringify({ ...toHfConfig(tinyConfig), torch_dtype: "float32" }));
+  writeFileSync(join(dir, "model.safetensors"), m.toSafetensors());
+  m.dispose();
+  return dir;
 }

@@ -129,7 +129,7 @@ test("generate: bad requests get a 400 with one line naming the field; the serve
       [{ ...ok, token_ids: [] }, /token_ids/],
       [{ ...ok, token_ids: [1, -2] }, /token_ids\.1/],
       [{ ...ok, token_ids: [1, tok.vocabSize] }, /token_ids\[1\].*vocabulary/],
-      [{ ...ok, token_ids: Array(200).fill(1) }, /context window/],
+      [{ ...ok, token_ids: Array(300).fill(1) }, /context window/],
       [{ ...ok, sampling_params: { max_tokens: 0 } }, /sampling_params\.max_tokens/],
       [{ ...ok, sampling_params: { top_p: 0 } }, /sampling_params\.top_p/],
       [{ ...ok, sampling_params: { temperature: -1 } }, /sampling_params\.temperature/],
