@@ -14,6 +14,29 @@ export function registerMetrics(app: FastifyInstance, engine: PolicyTokenEngine)
     registers: [registry],
   });
   const tokens = new Counter({ name: "rollstream_serve_generated_tokens_total", help: "tokens sampled", registers: [registry] });
+  engineGauges(registry, engine);
+  const loadSeconds = new Histogram({
+    name: "rollstream_serve_weight_load_seconds",
+    help: "time from a load request to the weights in use",
+    registers: [registry],
+  });
+  let seen = engine.updates.length;
+  let tokensSeen = 0;
+  app.addHook("onResponse", async (req, reply) => {
+    const route = req.routeOptions.url ?? "unknown";
+    if (route !== "/metrics") requests.inc({ route, status: String(reply.statusCode) });
+  });
+  app.get("/metrics", async (_req, reply) => {
+    for (; seen < engine.updates.length; seen++) loadSeconds.observe(engine.updates[seen]!.ms / 1000);
+    const generated = engine.engine.generatedTokens;
+    tokens.inc(generated - tokensSeen);
+    tokensSeen = generated;
+    return reply.type(registry.contentType).send(await registry.metrics());
+  });
+}
+
+/** Figures read when Prometheus scrapes: the scheduler's, the pause, the loads. */
+function engineGauges(registry: Registry, engine: PolicyTokenEngine): void {
   const figures = () => engine.engine.figures();
   new Gauge({
     name: "rollstream_serve_num_requests_running",
@@ -46,23 +69,5 @@ export function registerMetrics(app: FastifyInstance, engine: PolicyTokenEngine)
     collect() {
       this.set(engine.updates.length);
     },
-  });
-  const loadSeconds = new Histogram({
-    name: "rollstream_serve_weight_load_seconds",
-    help: "time from a load request to the weights in use",
-    registers: [registry],
-  });
-  let seen = engine.updates.length;
-  let tokensSeen = 0;
-  app.addHook("onResponse", async (req, reply) => {
-    const route = req.routeOptions.url ?? "unknown";
-    if (route !== "/metrics") requests.inc({ route, status: String(reply.statusCode) });
-  });
-  app.get("/metrics", async (_req, reply) => {
-    for (; seen < engine.updates.length; seen++) loadSeconds.observe(engine.updates[seen]!.ms / 1000);
-    const generated = engine.engine.generatedTokens;
-    tokens.inc(generated - tokensSeen);
-    tokensSeen = generated;
-    return reply.type(registry.contentType).send(await registry.metrics());
   });
 }
