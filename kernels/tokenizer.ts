@@ -9,6 +9,11 @@ export interface ChatMessage {
   content: string;
 }
 
+export interface ChatTemplateOptions {
+  addGenerationPrompt?: boolean;
+  tools?: readonly Record<string, unknown>[];
+}
+
 export interface Tokenizer {
   readonly vocabSize: number;
   readonly bosId: number;
@@ -18,7 +23,10 @@ export interface Tokenizer {
   encode(text: string): number[];
   /** Ids to text; never throws on ids that form invalid UTF-8 (they decode to U+FFFD). */
   decode(ids: ArrayLike<number>, opts?: { skipSpecial?: boolean }): string;
-  applyChatTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean }): number[];
+  /** tools: the template's `tools` variable (OpenAI function schemas); templates without tools ignore it. */
+  applyChatTemplate(messages: ChatMessage[], opts?: ChatTemplateOptions): number[];
+  /** The tool-call format the chat template speaks ("hermes": Qwen's <tool_call>); absent: none. */
+  readonly toolCallFormat?: "hermes";
   /** Id of a special token, by "<|name|>" or "name". Throws on an unknown name. */
   specialTokenId(name: string): number;
   /** Ids that end a generated turn. */
@@ -94,7 +102,7 @@ export class ByteTokenizer implements Tokenizer {
     return out;
   }
 
-  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean } = {}): number[] {
+  applyChatTemplate(messages: ChatMessage[], opts: ChatTemplateOptions = {}): number[] {
     const ids = [this.bosId];
     messages.forEach((m, i) => {
       if (!ROLES.includes(m.role)) throw new Error(`message ${i}: unknown role "${String(m.role)}" (expected ${ROLES.join(", ")})`);
