@@ -94,18 +94,18 @@ function topLevelKeys(json: string): string[] {
   return keys;
 }
 
-/** Parses and validates the header without touching tensor data. */
-export function readSafetensorsHeader(bytes: Uint8Array): SafetensorsHeader {
-  if (bytes.length < 8) throw new SafetensorsError(`file is ${bytes.length} bytes, shorter than the 8-byte header length`);
+/** Parses and validates the header without touching tensor data. fileLength: the whole file's size when `bytes` holds only its head. */
+export function readSafetensorsHeader(bytes: Uint8Array, fileLength = bytes.length): SafetensorsHeader {
+  if (fileLength < 8 || bytes.length < 8) throw new SafetensorsError(`file is ${fileLength} bytes, shorter than the 8-byte header length`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const headerLen = view.getBigUint64(0, true);
-  if (headerLen > BigInt(bytes.length - 8)) {
-    throw new SafetensorsError(`header length ${headerLen} runs past the end of the file (${bytes.length - 8} bytes after the length field)`);
+  if (headerLen > BigInt(Math.min(bytes.length, fileLength) - 8)) {
+    throw new SafetensorsError(`header length ${headerLen} runs past the end of the file (${fileLength - 8} bytes after the length field)`);
   }
   if (headerLen > BigInt(MAX_HEADER_BYTES)) throw new SafetensorsError(`header length ${headerLen} exceeds the ${MAX_HEADER_BYTES}-byte limit`);
   const n = Number(headerLen);
   const dataStart = 8 + n;
-  const dataLen = bytes.length - dataStart;
+  const dataLen = fileLength - dataStart; // fileLength > bytes.length: only the header was read (see model-info.ts)
 
   let text: string;
   try {
