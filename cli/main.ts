@@ -7,6 +7,7 @@ import { registerInspectCommand } from "./commands/inspect.js";
 import { registerBenchCommand } from "./commands/bench.js";
 import { registerConfigCommand } from "./commands/config.js";
 import { registerDoctorCommand } from "./commands/doctor.js";
+import { registerModelCommand } from "./commands/model.js";
 import { debugEnabled, reportError } from "./errors.js";
 import { configureKernels } from "../kernels/native.js";
 import { kernelSettingsFromEnv } from "../actors/runtime/kernel-settings.js";
@@ -36,6 +37,7 @@ registerInspectCommand(program);
 registerBenchCommand(program);
 registerConfigCommand(program);
 registerDoctorCommand(program);
+registerModelCommand(program);
 
 // Commands contributed by the sandbox and environments modules load lazily so that a missing optional
 // piece never breaks the core commands.

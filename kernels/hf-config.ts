@@ -1,11 +1,13 @@
-// Maps a Hugging Face config.json (LlamaForCausalLM / Qwen2ForCausalLM) to our ModelConfig and back.
-// Anything that would change the math and that our kernels do not implement (rope scaling, o_proj or MLP
-// biases, sliding-window attention, another activation, a head_dim that is not hidden/heads) is rejected
-// rather than ignored: silently loading such a checkpoint would produce a plausible-looking wrong model.
+// Maps a Hugging Face config.json (LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM) to our ModelConfig
+// and back. Anything that would change the math and that our kernels do not implement (rope scaling, o_proj or
+// MLP biases, sliding-window attention, another activation, a head_dim that is not hidden/heads outside Qwen3)
+// is rejected rather than ignored: silently loading such a checkpoint would produce a plausible-looking wrong model.
+// Field names and defaults follow transformers' Qwen3Config (src/transformers/models/qwen3/configuration_qwen3.py
+// at 008e5743): head_dim 128 when absent, q_norm/k_norm always present, attention_bias on q/k/v AND o_proj.
 import { z } from "zod";
-import type { ModelConfig } from "./model-config.js";
+import { headDimOf, type ModelConfig } from "./model-config.js";
 
-export type HfModelType = "llama" | "qwen2";
+export type HfModelType = "llama" | "qwen2" | "qwen3";
 
 const posInt = z.number().int().positive();
 
@@ -13,11 +15,14 @@ const posInt = z.number().int().positive();
 const HF_DEFAULTS: Record<HfModelType, { rmsNormEps: number; ropeTheta: number; tieWordEmbeddings: boolean; maxPositionEmbeddings: number }> = {
   llama: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 2048 },
   qwen2: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
+  qwen3: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
 };
+/** Qwen3Config.head_dim's default: a config.json without the key means 128, not hidden/heads. */
+const QWEN3_HEAD_DIM = 128;
 
 // Per-field checks; unknown keys (initializer_range, torch_dtype, token ids, ...) are allowed and ignored.
 const hfConfigSchema = z.looseObject({
-  model_type: z.enum(["llama", "qwen2"]),
+  model_type: z.enum(["llama", "qwen2", "qwen3"]),
   vocab_size: posInt,
   hidden_size: posInt,
   intermediate_size: posInt,
@@ -33,6 +38,8 @@ const hfConfigSchema = z.looseObject({
   mlp_bias: z.literal(false, { error: "MLP biases are not supported" }).optional(),
   hidden_act: z.literal("silu", { error: 'only hidden_act "silu" (SwiGLU) is supported' }).optional(),
   use_sliding_window: z.literal(false, { error: "sliding-window attention is not supported" }).optional(),
+  // transformers >= 4.5x writes one entry per layer; only full attention is implemented.
+  layer_types: z.array(z.literal("full_attention", { error: 'only "full_attention" layers are supported' })).nullish(),
   // transformers >= 4.5x writes {"rope_type": "default"} for plain RoPE; anything else rescales frequencies.
   rope_scaling: z
     .looseObject({ rope_type: z.literal("default").optional(), type: z.literal("default").optional() }, { error: "must be null or a default rope type" })
@@ -60,7 +67,11 @@ function crossFieldProblems(raw: Record<string, unknown>): string[] {
   const problems: string[] = [];
   const { hidden_size: hidden, num_attention_heads: heads, head_dim: headDim, model_type: modelType } = raw;
   const kv = raw.num_key_value_heads ?? heads;
-  if (isPosInt(hidden) && isPosInt(heads)) {
+  if (modelType === "qwen3") {
+    // Qwen3 decouples head_dim from hidden/heads; only RoPE's evenness constrains it.
+    if (isPosInt(headDim) && headDim % 2 !== 0) problems.push(`head_dim: ${headDim} must be even for RoPE`);
+    if (raw.attention_bias === true) problems.push("attention_bias: Qwen3 attention_bias (which includes an o_proj bias) is not supported");
+  } else if (isPosInt(hidden) && isPosInt(heads)) {
     if (hidden % heads !== 0) problems.push(`hidden_size: ${hidden} is not divisible by num_attention_heads ${heads}`);
     else {
       const hd = hidden / heads;
@@ -82,6 +93,7 @@ function crossFieldProblems(raw: Record<string, unknown>): string[] {
 
 function toModelConfig(hf: HfConfig): ModelConfig {
   const d = HF_DEFAULTS[hf.model_type];
+  const qwen3 = hf.model_type === "qwen3" ? { headDim: hf.head_dim ?? QWEN3_HEAD_DIM, qkNorm: true } : {};
   return {
     vocabSize: hf.vocab_size,
     hiddenSize: hf.hidden_size,
@@ -95,6 +107,7 @@ function toModelConfig(hf: HfConfig): ModelConfig {
     maxPositionEmbeddings: hf.max_position_embeddings ?? d.maxPositionEmbeddings,
     // Qwen2's modeling code always builds q/k/v with bias, whatever attention_bias says.
     attentionBias: hf.model_type === "qwen2",
+    ...qwen3,
   };
 }
 
@@ -124,9 +137,13 @@ const modelConfigSchema = z
     tieWordEmbeddings: z.boolean(),
     maxPositionEmbeddings: posInt,
     attentionBias: z.boolean(),
+    headDim: posInt.optional(),
+    qkNorm: z.boolean().optional(),
   })
   .superRefine((c, ctx) => {
-    if (c.hiddenSize % c.numHeads !== 0) {
+    if (c.headDim !== undefined) {
+      if (c.headDim % 2 !== 0) ctx.addIssue({ code: "custom", path: ["headDim"], message: `${c.headDim} must be even for RoPE` });
+    } else if (c.hiddenSize % c.numHeads !== 0) {
       ctx.addIssue({ code: "custom", path: ["hiddenSize"], message: `${c.hiddenSize} is not divisible by numHeads ${c.numHeads}` });
     } else if ((c.hiddenSize / c.numHeads) % 2 !== 0) {
       ctx.addIssue({ code: "custom", path: ["hiddenSize"], message: `head dim ${c.hiddenSize}/${c.numHeads} must be even for RoPE` });
@@ -149,7 +166,10 @@ export function validateModelConfig(cfg: unknown): ModelConfig {
  */
 export function toHfConfig(cfg: ModelConfig, modelType?: HfModelType): Record<string, unknown> {
   const c = validateModelConfig(cfg);
-  const type = modelType ?? (c.attentionBias ? "qwen2" : "llama");
+  const type = modelType ?? (c.qkNorm ? "qwen3" : c.attentionBias ? "qwen2" : "llama");
+  if (type === "qwen3" && (!c.qkNorm || c.attentionBias)) throw new Error("toHfConfig: qwen3 always has q/k norms and no q/k/v-only biases");
+  if (type !== "qwen3" && c.qkNorm) throw new Error(`toHfConfig: ${type} has no q/k norms; use qwen3`);
+  if (type !== "qwen3" && headDimOf(c) !== c.hiddenSize / c.numHeads) throw new Error(`toHfConfig: ${type} needs headDim = hiddenSize/numHeads; use qwen3`);
   if (type === "llama" && c.attentionBias) throw new Error("toHfConfig: llama cannot express q/k/v-only attention biases; use qwen2");
   if (type === "qwen2" && !c.attentionBias) throw new Error("toHfConfig: qwen2 always has q/k/v biases but attentionBias is false; use llama");
   const common = {
@@ -166,6 +186,7 @@ export function toHfConfig(cfg: ModelConfig, modelType?: HfModelType): Record<st
     tie_word_embeddings: c.tieWordEmbeddings,
     max_position_embeddings: c.maxPositionEmbeddings,
   };
+  if (type === "qwen3") return { architectures: ["Qwen3ForCausalLM"], model_type: "qwen3", ...common, ...qwen3Extras(c) };
   if (type === "llama") {
     return {
       architectures: ["LlamaForCausalLM"],
@@ -182,6 +203,18 @@ export function toHfConfig(cfg: ModelConfig, modelType?: HfModelType): Record<st
     ...common,
     use_sliding_window: false,
     sliding_window: c.maxPositionEmbeddings,
+    max_window_layers: c.numLayers,
+  };
+}
+
+/** The keys transformers' Qwen3Config writes beyond the Llama-common ones (see the file header). */
+function qwen3Extras(c: ModelConfig): Record<string, unknown> {
+  return {
+    head_dim: headDimOf(c),
+    attention_bias: false,
+    attention_dropout: 0,
+    use_sliding_window: false,
+    sliding_window: null,
     max_window_layers: c.numLayers,
   };
 }

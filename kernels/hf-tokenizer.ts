@@ -6,7 +6,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { Tokenizer as HubTokenizer } from "@huggingface/tokenizers";
 import { Template } from "@huggingface/jinja";
-import type { ChatMessage, Tokenizer } from "./tokenizer.js";
+import type { ChatMessage, ChatTemplateOptions, Tokenizer } from "./tokenizer.js";
 
 type TokenField = string | { content?: unknown } | null | undefined;
 
@@ -62,6 +62,8 @@ export class HfTokenizer implements Tokenizer {
   /** Contents of added/special tokens of 2+ characters, longest first (so "<|a|>x" wins over "<|a|>"). */
   private readonly addedContents: string[];
   private readonly addedAll: Set<string>;
+  /** "hermes" when the chat template renders tool calls as <tool_call> (Qwen2.5, Qwen3). */
+  readonly toolCallFormat?: "hermes";
 
   /**
    * `path`: a folder holding tokenizer.json (required), tokenizer_config.json and generation_config.json
@@ -113,6 +115,7 @@ export class HfTokenizer implements Tokenizer {
     if (source !== undefined) {
       try {
         this.template = new Template(source);
+        if (source.includes("<tool_call>")) this.toolCallFormat = "hermes";
       } catch (e) {
         throw new Error(`HF tokenizer in ${dir}: the chat template does not parse (${(e as Error).message})`);
       }
@@ -165,13 +168,14 @@ export class HfTokenizer implements Tokenizer {
   }
 
   /** The chat template rendered (as transformers' apply_chat_template does) and tokenized, specials included. */
-  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean; tools?: readonly object[] } = {}): number[] {
+  applyChatTemplate(messages: ChatMessage[], opts: ChatTemplateOptions = {}): number[] {
     if (!this.template) throw new Error("HF tokenizer: tokenizer_config.json has no chat_template (and there is no chat_template.jinja)");
     messages.forEach((m, i) => {
       if (typeof m?.content !== "string") throw new Error(`message ${i}: content must be a string`);
     });
     const text = this.template.render({
       messages,
+      ...(opts.tools ? { tools: opts.tools } : {}),
       add_generation_prompt: opts.addGenerationPrompt === true,
       // As transformers: templates that know tools render them (Qwen's lists them in the system turn); others ignore them.
       ...(opts.tools?.length ? { tools: opts.tools } : {}),

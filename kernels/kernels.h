@@ -24,13 +24,15 @@
  *     model.layers.i.self_attn.k_proj.bias         [KV*hd]     (only when attention_bias)
  *     model.layers.i.self_attn.v_proj.bias         [KV*hd]     (only when attention_bias)
  *     model.layers.i.self_attn.o_proj.weight       [D, H*hd]
+ *     model.layers.i.self_attn.q_norm.weight       [hd]        (only when qk_norm)
+ *     model.layers.i.self_attn.k_norm.weight       [hd]        (only when qk_norm)
  *     model.layers.i.post_attention_layernorm.weight [D]
  *     model.layers.i.mlp.gate_proj.weight          [I, D]
  *     model.layers.i.mlp.up_proj.weight            [I, D]
  *     model.layers.i.mlp.down_proj.weight          [D, I]
  *   model.norm.weight                              [D]
  *   lm_head.weight                                 [V, D]      (only when not tie_word_embeddings)
- * with hd = D / H. q/k/v (and gate/up) are adjacent so each group runs as one fused matmul. Tensors are packed
+ * with hd = head_dim, or D / H when head_dim is 0. q/k/v (and gate/up) are adjacent so each group runs as one fused matmul. Tensors are packed
  * with no padding; rs_model_tensor_info() reports each one's name, offset and shape.
  */
 #ifndef ROLLSTREAM_KERNELS_H
@@ -270,6 +272,9 @@ typedef struct rs_model_config {
   int32_t tie_word_embeddings; /* 0/1 */
   int32_t attention_bias;      /* 0/1: q/k/v biases (Qwen2) */
   int32_t threads;             /* 0 = all cores */
+  /* Appended fields (zero = the Llama/Qwen2 behaviour, so a zero-initialised struct keeps its old meaning). */
+  int32_t head_dim; /* 0 = hidden_size / num_heads; Qwen3 decouples it (q/k/v widths H*hd, KV*hd) */
+  int32_t qk_norm;  /* 0/1: per-head RMSNorm of q and k before RoPE (Qwen3 q_norm / k_norm, weights [hd]) */
 } rs_model_config;
 
 typedef struct rs_model rs_model;

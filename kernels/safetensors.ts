@@ -20,8 +20,8 @@ export interface TensorToWrite {
   name: string;
   shape: number[];
   data: Float32Array;
-  /** Storage type in the file; default F32. BF16 rounds to nearest even. */
-  dtype?: "F32" | "BF16";
+  /** Storage type in the file; default F32. BF16 and F16 round to nearest even. */
+  dtype?: SafetensorsDtype;
 }
 
 export interface SafetensorsHeaderEntry {
@@ -94,18 +94,18 @@ function topLevelKeys(json: string): string[] {
   return keys;
 }
 
-/** Parses and validates the header without touching tensor data. */
-export function readSafetensorsHeader(bytes: Uint8Array): SafetensorsHeader {
-  if (bytes.length < 8) throw new SafetensorsError(`file is ${bytes.length} bytes, shorter than the 8-byte header length`);
+/** Parses and validates the header without touching tensor data. fileLength: the whole file's size when `bytes` holds only its head. */
+export function readSafetensorsHeader(bytes: Uint8Array, fileLength = bytes.length): SafetensorsHeader {
+  if (fileLength < 8 || bytes.length < 8) throw new SafetensorsError(`file is ${fileLength} bytes, shorter than the 8-byte header length`);
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const headerLen = view.getBigUint64(0, true);
-  if (headerLen > BigInt(bytes.length - 8)) {
-    throw new SafetensorsError(`header length ${headerLen} runs past the end of the file (${bytes.length - 8} bytes after the length field)`);
+  if (headerLen > BigInt(Math.min(bytes.length, fileLength) - 8)) {
+    throw new SafetensorsError(`header length ${headerLen} runs past the end of the file (${fileLength - 8} bytes after the length field)`);
   }
   if (headerLen > BigInt(MAX_HEADER_BYTES)) throw new SafetensorsError(`header length ${headerLen} exceeds the ${MAX_HEADER_BYTES}-byte limit`);
   const n = Number(headerLen);
   const dataStart = 8 + n;
-  const dataLen = bytes.length - dataStart;
+  const dataLen = fileLength - dataStart; // fileLength > bytes.length: only the header was read (see model-info.ts)
 
   let text: string;
   try {
@@ -252,6 +252,30 @@ function encodeBf16(data: Float32Array, out: Uint16Array): void {
   }
 }
 
+/** f32 -> IEEE half with round-to-nearest-even (what torch's .to(float16) does): overflow to inf, subnormals kept. */
+function encodeF16(data: Float32Array, out: Uint16Array): void {
+  const bits = new Uint32Array(data.buffer, data.byteOffset, data.length);
+  const roundShift = (v: number, shift: number): number => {
+    const kept = v >>> shift,
+      rem = v & ((1 << shift) - 1),
+      mid = 1 << (shift - 1);
+    return kept + (rem > mid || (rem === mid && kept & 1) ? 1 : 0); // a carry into the exponent is still right
+  };
+  for (let i = 0; i < data.length; i++) {
+    const u = bits[i];
+    const sign = (u >>> 16) & 0x8000,
+      exp = (u >>> 23) & 0xff,
+      mant = u & 0x7fffff;
+    const e = exp - 112; // rebias 127 -> 15
+    if (exp === 0xff) out[i] = sign | 0x7c00 | (mant ? 0x200 : 0);
+    else if (e >= 31) out[i] = sign | 0x7c00;
+    else if (e > 0) out[i] = sign | roundShift((e << 23) | mant, 13);
+    else if (e >= -10)
+      out[i] = sign | roundShift(mant | 0x800000, 14 - e); // half subnormal: units of 2^-24
+    else out[i] = sign;
+  }
+}
+
 /**
  * Serialises tensors to safetensors bytes. Tensors are laid out contiguously, wider dtypes first then by
  * name (as the reference implementation does), so every F32 tensor stays 4-byte aligned in the file.
@@ -263,7 +287,7 @@ export function writeSafetensors(tensors: TensorToWrite[], metadata?: Record<str
     if (names.has(t.name)) throw new SafetensorsError(`duplicate tensor name "${t.name}"`);
     names.add(t.name);
     const dtype = t.dtype ?? "F32";
-    if (dtype !== "F32" && dtype !== "BF16") throw new SafetensorsError(`tensor "${t.name}": cannot write dtype "${dtype}" (F32 or BF16)`);
+    if (!(dtype in DTYPE_BYTES)) throw new SafetensorsError(`tensor "${t.name}": cannot write dtype "${dtype}" (F32, BF16 or F16)`);
     if (!t.shape.every((d) => Number.isInteger(d) && d >= 0)) {
       throw new SafetensorsError(`tensor "${t.name}": shape [${t.shape.join(", ")}] must be non-negative integers`);
     }
@@ -310,7 +334,7 @@ export function writeSafetensors(tensors: TensorToWrite[], metadata?: Record<str
       pos += t.data.byteLength;
     } else {
       // pos is even here (header padded to 8, f32 tensors before us are multiples of 4), so a view is legal.
-      encodeBf16(t.data, new Uint16Array(out.buffer, pos, t.data.length));
+      (t.dtype === "F16" ? encodeF16 : encodeBf16)(t.data, new Uint16Array(out.buffer, pos, t.data.length));
       pos += t.data.length * 2;
     }
   }

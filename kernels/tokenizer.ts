@@ -9,6 +9,12 @@ export interface ChatMessage {
   content: string;
 }
 
+export interface ChatTemplateOptions {
+  addGenerationPrompt?: boolean;
+  /** Function definitions (OpenAI's `tools`) the template shows the model, as transformers passes them. */
+  tools?: readonly object[];
+}
+
 export interface Tokenizer {
   readonly vocabSize: number;
   readonly bosId: number;
@@ -18,8 +24,10 @@ export interface Tokenizer {
   encode(text: string): number[];
   /** Ids to text; never throws on ids that form invalid UTF-8 (they decode to U+FFFD). */
   decode(ids: ArrayLike<number>, opts?: { skipSpecial?: boolean }): string;
-  /** tools: function definitions (OpenAI's `tools`) the template shows the model, as transformers passes them. */
-  applyChatTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean; tools?: readonly object[] }): number[];
+  /** tools: the template's `tools` variable (OpenAI function schemas); templates without tools ignore it. */
+  applyChatTemplate(messages: ChatMessage[], opts?: ChatTemplateOptions): number[];
+  /** The tool-call format the chat template speaks ("hermes": Qwen's <tool_call>); absent: none. */
+  readonly toolCallFormat?: "hermes";
   /** Id of a special token, by "<|name|>" or "name". Throws on an unknown name. */
   specialTokenId(name: string): number;
   /** Ids that end a generated turn. */
@@ -96,7 +104,7 @@ export class ByteTokenizer implements Tokenizer {
   }
 
   /** Tools, when given, come first as one system turn holding their JSON definitions (this format has no tool syntax of its own). */
-  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean; tools?: readonly object[] } = {}): number[] {
+  applyChatTemplate(messages: ChatMessage[], opts: ChatTemplateOptions = {}): number[] {
     const ids = [this.bosId];
     if (opts.tools?.length) ids.push(this.specialTokenId("system"), ...this.encode(`Tools: ${JSON.stringify(opts.tools)}`), this.endId);
     messages.forEach((m, i) => {

@@ -8,6 +8,9 @@ export interface ChatMessage {
   /** Tool name for role "tool" (which tool answered). */
   name?: string;
   toolCallId?: string;
+  /** The `<think>` reasoning of an assistant reply whose content had it stripped (reasoning: "strip"). Not on the
+   *  Arrow wire (its tokens are: completion_ids hold every token the model sampled). */
+  reasoning?: string;
 }
 
 export const chatMessageSchema = z.object({
@@ -15,6 +18,7 @@ export const chatMessageSchema = z.object({
   content: z.string(),
   name: z.string().optional(),
   toolCallId: z.string().optional(),
+  reasoning: z.string().optional(),
 });
 
 /** The text of the last assistant message, or "" when the model never spoke. */

@@ -1,5 +1,6 @@
 import { errorMessage, type DatasetRow } from "./dataset.js";
 import type { ChatMessage } from "./messages.js";
+import { type ReasoningMode, splitReasoning } from "./reasoning.js";
 import type { Generation } from "./model.js";
 import type { RolloutContext, RolloutResult } from "./rollout.js";
 import { TokenTranscript } from "./transcript.js";
@@ -33,6 +34,14 @@ export interface MultiTurnOptions {
   timeoutMs?: number;
   /** Overrides row.prompt (e.g. with instructions prepended). */
   prompt?: ChatMessage[];
+  /** The chat template's `tools` variable, for templates that render tools (see TokenTranscript). */
+  templateTools?: readonly Record<string, unknown>[];
+  /**
+   * What the result's assistant messages hold of a `<think>` block: "keep" (default) the text as written;
+   * "strip" the reply after it, the reasoning in message.reasoning. The tokens always hold what was sampled,
+   * and the hooks above always see the text as written.
+   */
+  reasoning?: ReasoningMode;
 }
 
 /**
@@ -63,7 +72,7 @@ export async function multiTurnRollout(ctx: RolloutContext, row: DatasetRow, opt
   const timings = { generateMs: 0, envMs: 0 };
   const errors: string[] = [];
   let state: RolloutState = {};
-  const t = new TokenTranscript(ctx.model.tokenizer, opts.prompt ?? row.prompt);
+  const t = new TokenTranscript(ctx.model.tokenizer, opts.prompt ?? row.prompt, opts.templateTools);
 
   const envStep = async <T>(what: string, fn: () => T | Promise<T>): Promise<{ ok: true; value: T } | { ok: false }> => {
     const t0 = performance.now();
@@ -130,5 +139,13 @@ export async function multiTurnRollout(ctx: RolloutContext, row: DatasetRow, opt
     ctx.signal?.removeEventListener("abort", onAbort);
   }
   if (errors.length > 0) state = { ...state, errors: [...(Array.isArray(state["errors"]) ? (state["errors"] as unknown[]) : []), ...errors] };
-  return t.toResult({ ...end, state, timings });
+  const result = t.toResult({ ...end, state, timings });
+  if (opts.reasoning === "strip") result.messages = result.messages.map((m, i) => (i >= t.promptLength ? stripped(m) : m));
+  return result;
+}
+
+function stripped(m: ChatMessage): ChatMessage {
+  if (m.role !== "assistant") return m;
+  const { reasoning, content } = splitReasoning(m.content);
+  return reasoning === undefined ? m : { ...m, content, reasoning };
 }

@@ -9,8 +9,13 @@ export interface TokenizerLike {
   readonly eosId: number;
   encode(text: string): number[];
   decode(ids: ArrayLike<number>, opts?: { skipSpecial?: boolean }): string;
-  /** Renders a conversation with the model's chat template; addGenerationPrompt appends the assistant header. */
-  applyChatTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean }): number[];
+  /**
+   * Renders a conversation with the model's chat template; addGenerationPrompt appends the assistant header.
+   * tools: the template's `tools` variable (OpenAI function schemas), for templates that render tools.
+   */
+  applyChatTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean; tools?: readonly Record<string, unknown>[] }): number[];
+  /** The tool-call format the chat template speaks ("hermes": Qwen's <tool_call>); absent: none. */
+  readonly toolCallFormat?: "hermes";
   /** Token ids that end an assistant turn (EOS, end-of-turn markers). */
   stopTokenIds(): number[];
 }

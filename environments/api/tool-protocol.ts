@@ -36,7 +36,8 @@ export function parseToolCalls(text: string): ParsedToolCall[] {
   return calls;
 }
 
-function parseOne(raw: string): ParsedToolCall {
+/** One call's JSON object ({"name", "args" | "arguments"}), as every tool-call format writes it. */
+export function parseOne(raw: string): ParsedToolCall {
   let v: unknown;
   try {
     v = JSON.parse(raw);

@@ -2,11 +2,12 @@ import { errorMessage, type DatasetRow } from "./dataset.js";
 import type { ChatMessage } from "./messages.js";
 import { multiTurnRollout, type MultiTurnOptions, type RolloutState } from "./multi-turn.js";
 import type { RolloutContext, RolloutResult } from "./rollout.js";
-import { hasToolCall, parseToolCalls, toolInstructions } from "./tool-protocol.js";
+import { splitReasoning } from "./reasoning.js";
+import { type ToolCallFormat, type ToolCallFormatSetting, toolCallFormat } from "./tool-call-format.js";
 import type { Tool } from "./tools.js";
 import { withTimeLimit } from "../util/time-limit.js";
 
-export interface ToolRolloutOptions extends Pick<MultiTurnOptions, "maxTurns" | "maxCompletionTokens" | "timeoutMs"> {
+export interface ToolRolloutOptions extends Pick<MultiTurnOptions, "maxTurns" | "maxCompletionTokens" | "timeoutMs" | "reasoning"> {
   tools: readonly Tool[];
   /** Time limit per tool call. Default 10 s. */
   toolTimeoutMs?: number;
@@ -16,11 +17,13 @@ export interface ToolRolloutOptions extends Pick<MultiTurnOptions, "maxTurns" | 
   injectInstructions?: boolean;
   /** Overrides row.prompt. */
   prompt?: ChatMessage[];
+  /** How calls are written (tool-call-format.ts). Default "auto": the chat template's format, else rollstream's. */
+  format?: ToolCallFormatSetting;
 }
 
 /**
- * A multi-turn rollout where the env answers tool calls (protocol in tool-protocol.ts) and the rollout
- * completes on the first reply without a tool call. Bad calls (invalid JSON, unknown tool, arguments that
+ * A multi-turn rollout where the env answers tool calls (in the format tool-call-format.ts picks, read from
+ * the reply after any `<think>` block) and the rollout completes on the first reply without a tool call. Bad calls (invalid JSON, unknown tool, arguments that
  * fail the schema) and tool errors or timeouts go back to the model as "error: ..." tool messages.
  * state.toolCalls counts calls per tool, state.toolErrors failed calls; both also appear in
  * state.metrics ("tool_calls", "tool_calls.<name>", "tool_errors") and so in the score's metrics.
@@ -34,7 +37,10 @@ export async function toolRollout(ctx: RolloutContext, row: DatasetRow, opts: To
   const toolTimeoutMs = opts.toolTimeoutMs ?? 10_000;
   const maxCalls = opts.maxCallsPerTurn ?? 4;
   const basePrompt = opts.prompt ?? row.prompt;
-  const prompt = opts.injectInstructions === false ? basePrompt : withInstructions(basePrompt, toolInstructions(opts.tools));
+  const format = toolCallFormat(opts.format ?? "auto", ctx.model.tokenizer);
+  const instructions = format.instructions(opts.tools);
+  const prompt = opts.injectInstructions === false || instructions === null ? basePrompt : withInstructions(basePrompt, instructions);
+  const callsIn = (messages: ChatMessage[]) => splitReasoning(messages[messages.length - 1]!.content).content;
 
   const counts = (state: RolloutState) => state["toolCalls"] as Record<string, number>;
   const updateMetrics = (state: RolloutState) => {
@@ -52,14 +58,16 @@ export async function toolRollout(ctx: RolloutContext, row: DatasetRow, opts: To
     maxCompletionTokens: opts.maxCompletionTokens,
     timeoutMs: opts.timeoutMs,
     prompt,
+    templateTools: format.templateTools(opts.tools),
+    reasoning: opts.reasoning,
     setupState: () => {
       const state: RolloutState = { toolCalls: Object.fromEntries(opts.tools.map((t) => [t.name, 0])), toolErrors: 0 };
       updateMetrics(state);
       return state;
     },
-    isCompleted: (messages) => !hasToolCall(messages[messages.length - 1]!.content),
+    isCompleted: (messages) => !format.hasCall(callsIn(messages)),
     envResponse: async (messages, state, r, innerCtx) => {
-      const calls = parseToolCalls(messages[messages.length - 1]!.content);
+      const calls = format.parse(callsIn(messages));
       const out: ChatMessage[] = [];
       for (const [i, call] of calls.entries()) {
         if (i >= maxCalls) {
@@ -67,7 +75,7 @@ export async function toolRollout(ctx: RolloutContext, row: DatasetRow, opts: To
           state["toolErrors"] = (state["toolErrors"] as number) + 1;
           continue;
         }
-        const reply = await runCall(call, byName, toolTimeoutMs, state, r, innerCtx);
+        const reply = await runCall(call, byName, format, toolTimeoutMs, state, r, innerCtx);
         if (reply.counted) counts(state)[reply.message.name!] = (counts(state)[reply.message.name!] ?? 0) + 1;
         if (reply.failed) state["toolErrors"] = (state["toolErrors"] as number) + 1;
         out.push(reply.message);
@@ -79,15 +87,17 @@ export async function toolRollout(ctx: RolloutContext, row: DatasetRow, opts: To
 }
 
 async function runCall(
-  call: ReturnType<typeof parseToolCalls>[number],
+  call: ReturnType<ToolCallFormat["parse"]>[number],
   tools: Map<string, Tool>,
+  format: ToolCallFormat,
   timeoutMs: number,
   state: RolloutState,
   row: DatasetRow,
   ctx: RolloutContext,
 ): Promise<{ message: ChatMessage; counted: boolean; failed: boolean }> {
   if (!call.ok) {
-    return { message: toolError("tool", `${call.error}. Write ${'<tool>{"name": "...", "args": {...}}</tool>'}`), counted: false, failed: true };
+    const example = format.name === "hermes" ? '<tool_call>{"name": "...", "arguments": {...}}</tool_call>' : '<tool>{"name": "...", "args": {...}}</tool>';
+    return { message: toolError("tool", `${call.error}. Write ${example}`), counted: false, failed: true };
   }
   const tool = tools.get(call.name);
   if (!tool) {

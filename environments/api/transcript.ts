@@ -28,14 +28,19 @@ export class TokenTranscript {
   private lastStopToken: number | undefined;
   private readonly stopIds: Set<number>;
 
+  /**
+   * tools: the chat template's `tools` variable (templates that render the tools themselves, e.g. Qwen3's);
+   * passed to every rendering, so each bridge is cut from the same conversation the prompt began.
+   */
   constructor(
     private readonly tokenizer: TokenizerLike,
     prompt: readonly ChatMessage[],
+    private readonly tools?: readonly Record<string, unknown>[],
   ) {
     if (prompt.length === 0) throw new Error("TokenTranscript: the prompt has no messages");
     this.messages = prompt.map((m) => ({ ...m }));
     this.promptLength = prompt.length;
-    this.promptIds = tokenizer.applyChatTemplate(this.messages, { addGenerationPrompt: true });
+    this.promptIds = this.render(this.messages, true);
     this.stopIds = new Set([...tokenizer.stopTokenIds(), tokenizer.eosId]);
   }
 
@@ -83,7 +88,7 @@ export class TokenTranscript {
     if (this.lastMessage.role !== "assistant") {
       throw new Error("TokenTranscript: env messages must follow a model turn");
     }
-    const bridge = this.bridgeTokens(this.messages, msgs) ?? this.bridgeTokens([this.lastMessage], msgs);
+    const bridge = this.bridgeTokens(this.messages, msgs);
     if (!bridge) {
       throw new Error(
         "chat template is not prefix-stable (rendering more messages changes the tokens of earlier ones), " +
@@ -108,19 +113,31 @@ export class TokenTranscript {
    * Tokens between the end of the model's turn and the start of its next one: what closes an assistant
    * turn (minus the stop token the model already sampled), then the env messages and the generation prompt.
    * `history` ends with the assistant turn; null when the template does not render it as a prefix.
+   *
+   * The closer is the common tail of two renderings of the turn with different one-character replies: what
+   * the template writes after any reply. (Cutting an empty reply out of the generation prompt is not enough:
+   * Qwen3's template writes an empty `<think>` block before the last assistant reply, which is no closer.)
+   * The env part is the rendering of history + msgs past the rendering of history; a template that renders
+   * an earlier reply differently once it is no longer last (Qwen3 with an empty think block) is tried again
+   * with the reply alone.
    */
   private bridgeTokens(history: readonly ChatMessage[], msgs: readonly ChatMessage[]): number[] | null {
-    const t = this.tokenizer;
-    const beforeReply = history.slice(0, -1);
-    const genPrompt = t.applyChatTemplate(beforeReply.slice(), { addGenerationPrompt: true });
-    const emptyReply = t.applyChatTemplate([...beforeReply, { role: "assistant", content: "" }], { addGenerationPrompt: false });
-    let closer = suffixAfter(emptyReply, genPrompt);
-    const base = t.applyChatTemplate(history.slice(), { addGenerationPrompt: false });
-    const full = t.applyChatTemplate([...history, ...msgs], { addGenerationPrompt: true });
-    const envPart = suffixAfter(full, base);
-    if (!closer || !envPart) return null;
+    const before = history.slice(0, -1);
+    const a = this.render([...before, { role: "assistant", content: "a" }], false);
+    const b = this.render([...before, { role: "assistant", content: "b" }], false);
+    let closer = commonTail(a, b);
+    const envPart = this.envTokens(history, msgs) ?? this.envTokens(history.slice(-1), msgs);
+    if (!envPart) return null;
     if (this.lastStopToken !== undefined && closer[0] === this.lastStopToken) closer = closer.slice(1);
     return closer.concat(envPart);
+  }
+
+  private envTokens(history: readonly ChatMessage[], msgs: readonly ChatMessage[]): number[] | null {
+    return suffixAfter(this.render([...history, ...msgs], true), this.render(history.slice(), false));
+  }
+
+  private render(messages: ChatMessage[], addGenerationPrompt: boolean): number[] {
+    return this.tokenizer.applyChatTemplate(messages, this.tools ? { addGenerationPrompt, tools: this.tools } : { addGenerationPrompt });
   }
 
   toResult(end: { stopReason: string; isTruncated: boolean; state: Record<string, unknown>; timings: { generateMs: number; envMs: number } }): RolloutResult {
@@ -151,6 +168,12 @@ function appendSpan(spans: VersionSpan[], span: VersionSpan, offset: number): vo
   const last = spans[spans.length - 1];
   if (last && last.version === s.version && last.end === s.start) last.end = s.end;
   else spans.push(s);
+}
+
+function commonTail(a: readonly number[], b: readonly number[]): number[] {
+  let n = 0;
+  while (n < a.length && n < b.length && a[a.length - 1 - n] === b[b.length - 1 - n]) n++;
+  return a.slice(a.length - n);
 }
 
 function suffixAfter(full: readonly number[], prefix: readonly number[]): number[] | null {

@@ -42,6 +42,10 @@ export const argsSchema = z
     evalSize: z.number().int().min(1).default(100),
     maxTurns: z.number().int().min(1).max(32).default(8),
     system: z.string().min(1).optional(),
+    /** How the model writes tool calls: "auto" = the chat template's (Qwen3: <tool_call>), else rollstream's <tool>. */
+    toolFormat: z.enum(["auto", "rollstream", "hermes"]).default("auto"),
+    /** The final messages' <think> block: "strip" scores the reply after it (the reasoning kept aside), "keep" the whole text. */
+    reasoning: z.enum(["keep", "strip"]).default("strip"),
   })
   .strict();
 
@@ -75,6 +79,6 @@ export const loadEnvironment: LoadEnvironment = (rawArgs) => {
     version: pkg.version,
     dataset: (split) => generatorDataset(split === "train" ? Number.POSITIVE_INFINITY : args.evalSize, (i) => toRow(split, i)),
     rubric,
-    rollout: (ctx, row) => toolRollout(ctx, row, { tools, maxTurns: args.maxTurns }),
+    rollout: (ctx, row) => toolRollout(ctx, row, { tools, maxTurns: args.maxTurns, format: args.toolFormat, reasoning: args.reasoning }),
   });
 };

@@ -420,6 +420,9 @@ Napi::Value create_model(Backend* be, const Napi::CallbackInfo& info) {
   c.rope_theta = field_num(a, o, "ropeTheta");
   c.tie_word_embeddings = field_bool(a, o, "tieWordEmbeddings") ? 1 : 0;
   c.attention_bias = field_bool(a, o, "attentionBias") ? 1 : 0;
+  // Qwen3 fields: optional in ModelConfig (absent = hidden/heads, no q/k norm).
+  c.head_dim = o.Get("headDim").IsUndefined() ? 0 : int_field("headDim", 1);
+  c.qk_norm = !o.Get("qkNorm").IsUndefined() && field_bool(a, o, "qkNorm") ? 1 : 0;
   if (a.size() < 2 || !a[1].IsBigInt()) a.type_error("seed must be a bigint");
   bool lossless = true;
   const uint64_t seed = a[1].As<Napi::BigInt>().Uint64Value(&lossless);

@@ -76,6 +76,7 @@ class CpuRunner : public rs_shared::EngineRunner {
     const float* P = m_->params.p;
     const LayerOffsets& o = m_->lo[l];
     linear_fwd(GemmImpl::Own, h_.data(), R, D, P + o.wqkv, QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, qkv_.data(), nt);
+    qk_norm_fwd(m_, l, qkv_.data(), R, nullptr, nullptr);
     rope_apply(qkv_.data(), R, QKV, d_.H, d_.hd, rows.pos.data(), m_->rope, false, nt);
     rope_apply(qkv_.data() + A, R, QKV, d_.KV, d_.hd, rows.pos.data(), m_->rope, false, nt);
     // Every row's KV is stored before any row attends: rows of one sequence in this step read each other's.

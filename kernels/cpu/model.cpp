@@ -27,7 +27,8 @@ float normal_at(uint64_t seed, uint64_t i) {
 bool Acts::ensure(const Dims& d, int T) {
   if (T <= cap) return true;
   const int64_t D = d.D, QKV = d.QKV, A = (int64_t)d.H * d.hd, I = d.I, H = d.H;
-  const int64_t per_layer = D /*ln1*/ + 1 + QKV + A + H + D /*xmid*/ + D /*ln2*/ + 1 + 2 * I + I;
+  const int64_t QK = d.qkn ? A + (int64_t)d.KV * d.hd : 0, QKR = d.qkn ? H + d.KV : 0;  // q/k norm inputs, rstds
+  const int64_t per_layer = D /*ln1*/ + 1 + QKV + A + H + D /*xmid*/ + D /*ln2*/ + 1 + 2 * I + I + QK + QKR;
   const int64_t per_token = (int64_t)(d.L + 1) * D + d.L * per_layer + D + 1 /*lnf, rstdf*/ +
                             D + D + D + QKV + A + 2 * I + I /*scratch*/ +
                             0;
@@ -56,6 +57,8 @@ bool Acts::ensure(const Dims& d, int T) {
     l.rstd2 = take(1);
     l.gu = take(2 * I);
     l.hm = take(I);
+    l.qk_raw = QK ? take(QK) : nullptr;
+    l.qk_rstd = QKR ? take(QKR) : nullptr;
   }
   lnf = take(D);
   rstdf = take(1);
@@ -115,7 +118,7 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
   // Init: N(0, 0.02) for matrices, scaled by 1/sqrt(2L) for the two projections that write the residual stream
   // (GPT-2 style); ones for norms; zeros for biases.
   const double out_scale = 1.0 / std::sqrt(2.0 * d.L);
-  for (const rs_tensor_info& t : m->tensors) {
+  for (const rs_tensor_info& t : m->tensors) {  // (q_norm / k_norm are norms: ones)
     float* p = m->params.p + t.offset;
     const std::string name = t.name;
     if (t.ndim == 1) {

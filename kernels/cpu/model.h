@@ -16,6 +16,7 @@ using rs_shared::LayerOffsets;
 struct Acts {
   struct Layer {
     float *ln1, *rstd1, *qkv, *att, *lse, *xmid, *ln2, *rstd2, *gu, *hm;
+    float *qk_raw, *qk_rstd;  // q|k before the per-head norm [T, (H+KV)*hd] and its rstd [T, H+KV]; null without qk_norm
   };
   int cap = 0;
   FloatBuf buf;
@@ -62,5 +63,11 @@ struct KvSink {
 };
 // Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).
 void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink);
+
+// Qwen3 q_norm / k_norm on q|k|v rows [T, QKV] in place (no-op without qk_norm). raw/rstd (the layer's
+// qk_raw/qk_rstd) keep what the backward needs, or are NULL at inference.
+void qk_norm_fwd(const rs_model* m, int l, float* qkv, int T, float* raw, float* rstd);
+// The gradient of q|k through the norm, in place on dqkv [T, QKV]; adds the q_norm / k_norm weight gradients.
+void qk_norm_bwd(rs_model* m, int l, float* dqkv, int T);
 
 }  // namespace rs

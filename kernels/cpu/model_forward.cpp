@@ -19,6 +19,7 @@ void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, Kv
     Acts::Layer& y = a.layers[l];
     // q|k|v in one product: their weights (and biases) are adjacent in the layout.
     linear_fwd(impl, y.ln1, T, d.D, P + o.wqkv, d.QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, y.qkv, nt);
+    qk_norm_fwd(m, l, y.qkv, T, y.qk_raw, y.qk_rstd);
     rope_apply(y.qkv, T, d.QKV, d.H, d.hd, a.pos.data(), m->rope, false, nt);
     rope_apply(y.qkv + A, T, d.QKV, d.KV, d.hd, a.pos.data(), m->rope, false, nt);
     if (sink) sink->put(l, y.qkv + A, y.qkv + A + d.KV * d.hd, d.QKV);
@@ -32,6 +33,29 @@ void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, Kv
     residual_rmsnorm_fwd(y.xmid, a.tmpD, P + (last ? m->off_norm : m->lo[l + 1].ln1), T, d.D, d.eps, a.X[l + 1],
                          last ? a.lnf : a.layers[l + 1].ln1, last ? a.rstdf : a.layers[l + 1].rstd1, nt);
   }
+}
+
+void qk_norm_fwd(const rs_model* m, int l, float* qkv, int T, float* raw, float* rstd) {
+  const Dims& d = m->d;
+  const LayerOffsets& o = m->lo[l];
+  if (o.qn < 0) return;
+  const int A = d.H * d.hd, QK = A + d.KV * d.hd, R = d.H + d.KV;
+  const float* P = m->params.p;
+  head_rmsnorm_fwd(qkv, T, d.QKV, d.H, d.hd, P + o.qn, d.eps, raw, QK, rstd, R, m->threads);
+  head_rmsnorm_fwd(qkv + A, T, d.QKV, d.KV, d.hd, P + o.kn, d.eps, raw ? raw + A : nullptr, QK, rstd ? rstd + d.H : nullptr, R,
+                   m->threads);
+}
+
+void qk_norm_bwd(rs_model* m, int l, float* dqkv, int T) {
+  const Dims& d = m->d;
+  const LayerOffsets& o = m->lo[l];
+  if (o.qn < 0) return;
+  const Acts::Layer& y = m->acts.layers[l];
+  const int A = d.H * d.hd, QK = A + d.KV * d.hd, R = d.H + d.KV;
+  const float* P = m->params.p;
+  float* G = m->grads.p;
+  head_rmsnorm_bwd(dqkv, T, d.QKV, d.H, d.hd, P + o.qn, y.qk_raw, QK, y.qk_rstd, R, G + o.qn, m->threads);
+  head_rmsnorm_bwd(dqkv + A, T, d.QKV, d.KV, d.hd, P + o.kn, y.qk_raw + A, QK, y.qk_rstd + d.H, R, G + o.kn, m->threads);
 }
 
 }  // namespace rs

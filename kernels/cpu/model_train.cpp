@@ -83,6 +83,7 @@ void backward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, c
                   a.dqkv + A, a.dqkv + A + KVD, attn_scratch(ad, a.attn), nt);
     rope_apply(a.dqkv, T, d.QKV, d.H, d.hd, a.pos.data(), m->rope, true, nt);
     rope_apply(a.dqkv + A, T, d.QKV, d.KV, d.hd, a.pos.data(), m->rope, true, nt);
+    qk_norm_bwd(m, l, a.dqkv, T);
     linear_bwd_dx(impl, a.dqkv, T, d.QKV, P + o.wqkv, d.D, 0.f, a.dln, nt);
     linear_bwd_dw(impl, a.dqkv, y.ln1, T, d.D, d.QKV, G + o.wqkv, nt);
     if (o.bqkv >= 0) bias_bwd(a.dqkv, T, d.QKV, G + o.bqkv, nt);

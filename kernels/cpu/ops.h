@@ -30,6 +30,14 @@ void residual_rmsnorm_fwd(const float* x, const float* res, const float* w, int 
 void rmsnorm_bwd(const float* dy, const float* x, const float* w, const float* rstd, int T, int D, const float* dr_in,
                  float* dx, float* dw, int nt);
 
+// ---- per-head RMSNorm (Qwen3 q_norm / k_norm), in place on n_heads head vectors of hd from column 0 of rows
+// [T, ld]. raw (stride ld_raw) receives the input and rstd (stride ld_rstd) each head's 1/rms when not NULL.
+void head_rmsnorm_fwd(float* x, int T, int ld, int n_heads, int hd, const float* w, float eps, float* raw, int ld_raw, float* rstd,
+                      int ld_rstd, int nt);
+// g: the output's gradient in, the input's gradient out (in place); dw += sum over tokens and heads.
+void head_rmsnorm_bwd(float* g, int T, int ld, int n_heads, int hd, const float* w, const float* raw, int ld_raw, const float* rstd,
+                      int ld_rstd, float* dw, int nt);
+
 // ---- RoPE
 // cos/sin per (position, i < hd/2), computed like HF in float32: inv_freq = 1 / theta^(2i/hd),
 // angle = float(pos) * inv_freq, then cos/sin of that float angle.

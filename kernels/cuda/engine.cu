@@ -117,6 +117,7 @@ class CudaRunner : public rs_shared::EngineRunner {
     const float* P = m_->P();
     const LayerOffsets& o = m_->lo[l];
     linear_fwd(g, h, R, D, P + o.wqkv, m_->Wb(o.wqkv), QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, qkv_, true, "engine qkv_proj");
+    qk_norm_fwd(m_, l, qkv_, R, nullptr, nullptr);
     rope_apply(s, qkv_, R, QKV, d_.H, d_.hd, pr.pos, m_->rope, false);
     rope_apply(s, qkv_ + A, R, QKV, d_.KV, d_.hd, pr.pos, m_->rope, false);
     // Every row's KV is stored before any row attends: rows of one sequence in this step read each other's.

@@ -45,7 +45,7 @@ unsigned capped(int64_t n) { return (unsigned)std::min<int64_t>(grid_for(n, 256)
 int32_t check_config(const rs_model_config* c, rs_error* err) {
   if (const int32_t st = rs_shared::check_model_config(c, err)) return st;
   // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
-  const int hd = c->hidden_size / c->num_heads;
+  const int hd = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads;
   if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
   if (c->num_heads / c->num_kv_heads > 32)
     return fail(err, RS_ERR_UNSUPPORTED, "model config: %d query heads per kv head is above the CUDA backend's 32",
@@ -71,7 +71,8 @@ void destroy(rs_model* m) {
 void Acts::ensure(const Dims& d, int T) {
   if (T <= cap) return;
   const int64_t D = d.D, QKV = d.QKV, A = (int64_t)d.H * d.hd, I = d.I, H = d.H;
-  const int64_t per_layer = D + 1 + QKV + A + H + D + D + 1 + 2 * I + I;
+  const int64_t QK = d.qkn ? A + (int64_t)d.KV * d.hd : 0, QKR = d.qkn ? H + d.KV : 0;  // q/k norm inputs, rstds
+  const int64_t per_layer = D + 1 + QKV + A + H + D + D + 1 + 2 * I + I + QK + QKR;
   const int64_t per_token = (int64_t)(d.L + 1) * D + d.L * per_layer + D + 1 + D + D + D + QKV + A + 2 * I + I + H;
   const int newcap = std::max(T, std::min(2 * cap, 1 << 24));
   cap = 0;
@@ -96,6 +97,8 @@ void Acts::ensure(const Dims& d, int T) {
     l.rstd2 = take(1);
     l.gu = take(2 * I);
     l.hm = take(I);
+    l.qk_raw = QK ? take(QK) : nullptr;
+    l.qk_rstd = QKR ? take(QKR) : nullptr;
   }
   lnf = take(D);
   rstdf = take(1);

@@ -18,6 +18,7 @@
 #include "elementwise.cuh"
 #include "gemm.cuh"
 #include "loss.cuh"
+#include "qk_norm.cuh"
 #include "rmsnorm.cuh"
 #include "../shared/model_layout.h"
 
@@ -36,6 +37,7 @@ struct Mirror {
 struct Acts {
   struct Layer {
     float *ln1, *rstd1, *qkv, *att, *lse, *xmid, *ln2, *rstd2, *gu, *hm;
+    float *qk_raw, *qk_rstd;  // q|k before the per-head norm [T, (H+KV)*hd] and its rstd [T, H+KV]; null without qk_norm
   };
   int cap = 0;
   DevBuf<float> buf;
@@ -115,5 +117,9 @@ void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, 
 void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink);
 // Rows per LM-head chunk: the [R, V] logits stay around 1 GiB at most.
 int head_chunk_rows(const Dims& d);
+// Qwen3 q_norm / k_norm on q|k|v rows [T, QKV] in place (no-op without qk_norm); raw/rstd may be null (inference).
+void qk_norm_fwd(rs_model* m, int l, float* qkv, int T, float* raw, float* rstd);
+// The gradient of q|k through the norm, in place on dqkv; adds the q_norm / k_norm weight gradients.
+void qk_norm_bwd(rs_model* m, int l, float* dqkv, int T);
 
 }  // namespace rsc

@@ -20,6 +20,7 @@ void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink
     Acts::Layer& y = a.layers[l];
     // q|k|v in one product: their weights (and biases) are adjacent in the layout.
     linear_fwd(g, y.ln1, T, d.D, P + o.wqkv, m->Wb(o.wqkv), d.QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, y.qkv, row_independent, "qkv_proj");
+    qk_norm_fwd(m, l, y.qkv, T, y.qk_raw, y.qk_rstd);
     rope_apply(s, y.qkv, T, d.QKV, d.H, d.hd, a.pos, m->rope, false);
     rope_apply(s, y.qkv + A, T, d.QKV, d.KV, d.hd, a.pos, m->rope, false);
     if (sink) (*sink)(l, y.qkv + A, y.qkv + A + KVD, d.QKV);
@@ -34,6 +35,28 @@ void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink
     rmsnorm_fwd(s, y.xmid, a.tmpD, P + (last ? m->off_norm : m->lo[l + 1].ln1), T, d.D, d.eps, a.X[l + 1], last ? a.lnf : a.layers[l + 1].ln1,
                 last ? a.rstdf : a.layers[l + 1].rstd1);
   }
+}
+
+void qk_norm_fwd(rs_model* m, int l, float* qkv, int T, float* raw, float* rstd) {
+  const Dims& d = m->d;
+  const LayerOffsets& o = m->lo[l];
+  if (o.qn < 0) return;
+  const int A = d.H * d.hd, QK = A + d.KV * d.hd, R = d.H + d.KV;
+  const float* P = m->P();
+  head_rmsnorm_fwd(m->stream, qkv, T, d.QKV, d.H, d.hd, P + o.qn, d.eps, raw, QK, rstd, R);
+  head_rmsnorm_fwd(m->stream, qkv + A, T, d.QKV, d.KV, d.hd, P + o.kn, d.eps, raw ? raw + A : nullptr, QK, rstd ? rstd + d.H : nullptr, R);
+}
+
+void qk_norm_bwd(rs_model* m, int l, float* dqkv, int T) {
+  const Dims& d = m->d;
+  const LayerOffsets& o = m->lo[l];
+  if (o.qn < 0) return;
+  const Acts::Layer& y = m->acts.layers[l];
+  const int A = d.H * d.hd, QK = A + d.KV * d.hd, R = d.H + d.KV;
+  const float* P = m->P();
+  float* G = m->G();
+  head_rmsnorm_bwd(m->stream, dqkv, T, d.QKV, d.H, d.hd, P + o.qn, y.qk_raw, QK, y.qk_rstd, R, G + o.qn, m->part);
+  head_rmsnorm_bwd(m->stream, dqkv + A, T, d.QKV, d.KV, d.hd, P + o.kn, y.qk_raw + A, QK, y.qk_rstd + d.H, R, G + o.kn, m->part);
 }
 
 }  // namespace rsc

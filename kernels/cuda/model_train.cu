@@ -97,6 +97,7 @@ void backward_layers(rs_model* m, const int32_t* tokens, int T, const float* dln
     attention_bwd(s, ad, y.att, y.lse, a.datt, a.dqkv, a.dqkv + A, a.dqkv + A + KVD, a.delta);
     rope_apply(s, a.dqkv, T, d.QKV, d.H, d.hd, a.pos, m->rope, true);
     rope_apply(s, a.dqkv + A, T, d.QKV, d.KV, d.hd, a.pos, m->rope, true);
+    qk_norm_bwd(m, l, a.dqkv, T);
     linear_bwd_dx(g, a.dqkv, T, d.QKV, P + o.wqkv, m->Wb(o.wqkv), d.D, 0.f, a.dln, "qkv_proj dx");
     linear_bwd_dw(g, a.dqkv, y.ln1, T, d.D, d.QKV, G + o.wqkv, "qkv_proj dW");
     if (o.bqkv >= 0) colsum_accumulate(s, a.dqkv, T, d.QKV, d.QKV, G + o.bqkv, m->part);

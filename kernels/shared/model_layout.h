@@ -17,11 +17,12 @@ struct Dims {
   int V, D, I, L, H, KV, hd, QKV, maxPos;
   float eps;
   double theta;
-  bool tied, bias;
+  bool tied, bias, qkn;  // qkn: per-head q/k RMSNorm (Qwen3)
 };
 
 struct LayerOffsets {
   int64_t ln1, wqkv, bqkv, wo, ln2, wgu, wdown;  // bqkv = -1 without attention bias
+  int64_t qn, kn;                                // q_norm / k_norm weights [hd]; -1 without qk_norm
 };
 
 // The checks every backend applies; a backend may add its own limits after these.
@@ -35,11 +36,16 @@ inline int32_t check_model_config(const rs_model_config* c, rs_error* err) {
              {"maxPositionEmbeddings", c->max_position_embeddings}};
   for (auto& p : pos)
     if (p.v < 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: %s must be a positive integer (got %d)", p.name, p.v);
-  if (c->hidden_size % c->num_heads)
+  if (c->head_dim < 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: headDim must be >= 0 (got %d; 0 = hiddenSize/numHeads)", c->head_dim);
+  if (c->qk_norm != 0 && c->qk_norm != 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: qkNorm must be 0 or 1 (got %d)", c->qk_norm);
+  if (c->head_dim == 0 && c->hidden_size % c->num_heads)
     return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: hiddenSize %d is not divisible by numHeads %d", c->hidden_size, c->num_heads);
-  if ((c->hidden_size / c->num_heads) % 2)
+  if (c->head_dim == 0 && (c->hidden_size / c->num_heads) % 2)
     return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: head dim %d/%d = %d must be even for RoPE", c->hidden_size, c->num_heads,
                 c->hidden_size / c->num_heads);
+  if (c->head_dim % 2) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: headDim %d must be even for RoPE", c->head_dim);
+  if ((int64_t)c->head_dim * (c->num_heads + 2LL * c->num_kv_heads) > (1LL << 30))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: headDim * (numHeads + 2 numKvHeads) is too large");
   if (c->num_heads % c->num_kv_heads)
     return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: numHeads %d is not divisible by numKvHeads %d", c->num_heads, c->num_kv_heads);
   if (!(c->rms_norm_eps > 0) || !std::isfinite(c->rms_norm_eps))
@@ -63,13 +69,14 @@ inline Dims dims_of(const rs_model_config& c) {
   d.L = c.num_layers;
   d.H = c.num_heads;
   d.KV = c.num_kv_heads;
-  d.hd = d.D / d.H;
+  d.hd = c.head_dim > 0 ? c.head_dim : d.D / d.H;
   d.QKV = (d.H + 2 * d.KV) * d.hd;
   d.maxPos = c.max_position_embeddings;
   d.eps = c.rms_norm_eps;
   d.theta = c.rope_theta;
   d.tied = c.tie_word_embeddings != 0;
   d.bias = c.attention_bias != 0;
+  d.qkn = c.qk_norm != 0;
   return d;
 }
 
@@ -108,6 +115,11 @@ void build_layout(Model* m) {
       add(p + "self_attn.v_proj.bias", hk, 0, false);
     }
     o.wo = add(p + "self_attn.o_proj.weight", d.D, hq, true);
+    o.qn = o.kn = -1;
+    if (d.qkn) {
+      o.qn = add(p + "self_attn.q_norm.weight", d.hd, 0, false);
+      o.kn = add(p + "self_attn.k_norm.weight", d.hd, 0, false);
+    }
     o.ln2 = add(p + "post_attention_layernorm.weight", d.D, 0, false);
     o.wgu = add(p + "mlp.gate_proj.weight", d.I, d.D, true);
     add(p + "mlp.up_proj.weight", d.I, d.D, true);

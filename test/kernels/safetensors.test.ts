@@ -189,5 +189,19 @@ test("writeSafetensors rejects bad input", () => {
   );
   throwsSafetensors(() => writeSafetensors([{ name: "a", shape: [3], data: d }]), /tensor "a": shape \[3\] has 3 elements but data has 2/);
   throwsSafetensors(() => writeSafetensors([{ name: "__metadata__", shape: [2], data: d }]), /reserved/);
-  throwsSafetensors(() => writeSafetensors([{ name: "a", shape: [2], data: d, dtype: "F16" as "F32" }]), /cannot write dtype "F16"/);
+  throwsSafetensors(() => writeSafetensors([{ name: "a", shape: [2], data: d, dtype: "F64" as "F32" }]), /cannot write dtype "F64"/);
+});
+
+test("f16 write rounds half to even, overflows to infinity, keeps subnormals and NaN, and reads back", () => {
+  const x = Float32Array.from([1, 1 + 2 ** -11, 1 + 3 * 2 ** -11, 65504, 65520, -(2 ** -24), 2 ** -25, 3 * 2 ** -25, 2 ** -14 - 2 ** -25, NaN, -Infinity]);
+  const bytes = writeSafetensors([{ name: "h", shape: [x.length], data: x, dtype: "F16" }]);
+  const { dataStart } = readSafetensorsHeader(bytes);
+  const raw = Array.from(new Uint16Array(bytes.slice(dataStart).buffer));
+  // 1; tie -> even (1); tie -> even (up); max half; past max -> inf; smallest subnormal; tie at 2^-25 -> 0 (even);
+  // 1.5 units -> 2 units (even); just under the smallest normal rounds up into it; NaN; -inf.
+  assert.deepEqual(raw.slice(0, 9), [0x3c00, 0x3c00, 0x3c02, 0x7bff, 0x7c00, 0x8001, 0x0000, 0x0002, 0x0400]);
+  assert.ok((raw[9] & 0x7c00) === 0x7c00 && (raw[9] & 0x3ff) !== 0, "NaN stays a NaN");
+  assert.equal(raw[10], 0xfc00);
+  const back = readSafetensors(bytes).get("h")!.data;
+  assert.deepEqual(Array.from(back.subarray(0, 4)), [1, 1, 1 + 2 ** -9, 65504]);
 });

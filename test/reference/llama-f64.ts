@@ -1,11 +1,11 @@
-// Float64 reference of the Llama-style decoder (what HF's LlamaForCausalLM / Qwen2ForCausalLM compute),
-// written to be read, not to be fast. The native kernels and the losses are checked against it, so every
+// Float64 reference of the Llama-style decoder (what HF's LlamaForCausalLM / Qwen2ForCausalLM / Qwen3ForCausalLM
+// compute), written to be read, not to be fast. The native kernels and the losses are checked against it, so every
 // step is spelled out plainly, one function per operation, with no fusion and no cleverness.
 //
 // Tensors use HF names and row-major HF shapes; Linear is y = x W^T + b with W of shape [out, in].
 // Input is packed: several sequences ("segments") laid end to end; positions restart at 0 at each segment
 // start and no token attends across a segment boundary.
-import type { ModelConfig } from "../../kernels/model-config.js";
+import { headDimOf, type ModelConfig } from "../../kernels/model-config.js";
 import { mulberry32 } from "../helpers/rng.js";
 
 export type Weights = Map<string, Float64Array>;
@@ -15,7 +15,7 @@ export type Weights = Map<string, Float64Array>;
 /** Every parameter the model reads, with its HF name and shape, in HF's order. */
 export function weightShapes(cfg: ModelConfig): Map<string, number[]> {
   const { vocabSize: V, hiddenSize: D, intermediateSize: I, numHeads: H, numKvHeads: KV } = cfg;
-  const hd = D / H;
+  const hd = headDimOf(cfg);
   const shapes = new Map<string, number[]>();
   shapes.set("model.embed_tokens.weight", [V, D]);
   for (let l = 0; l < cfg.numLayers; l++) {
@@ -30,6 +30,10 @@ export function weightShapes(cfg: ModelConfig): Map<string, number[]> {
       shapes.set(`${p}.self_attn.v_proj.bias`, [KV * hd]);
     }
     shapes.set(`${p}.self_attn.o_proj.weight`, [D, H * hd]);
+    if (cfg.qkNorm) {
+      shapes.set(`${p}.self_attn.q_norm.weight`, [hd]);
+      shapes.set(`${p}.self_attn.k_norm.weight`, [hd]);
+    }
     shapes.set(`${p}.post_attention_layernorm.weight`, [D]);
     shapes.set(`${p}.mlp.gate_proj.weight`, [I, D]);
     shapes.set(`${p}.mlp.up_proj.weight`, [I, D]);
@@ -52,7 +56,7 @@ export function randomWeights(cfg: ModelConfig, seed: number): Weights {
   for (const [name, shape] of weightShapes(cfg)) {
     const n = shape.reduce((a, b) => a * b, 1);
     const w = new Float64Array(n);
-    if (name.endsWith("layernorm.weight") || name === "model.norm.weight") for (let i = 0; i < n; i++) w[i] = 1 + 0.2 * uniform();
+    if (name.endsWith("norm.weight")) for (let i = 0; i < n; i++) w[i] = 1 + 0.2 * uniform();
     else if (name.endsWith(".bias")) for (let i = 0; i < n; i++) w[i] = 0.2 * uniform();
     else if (name === "model.embed_tokens.weight") for (let i = 0; i < n; i++) w[i] = uniform();
     else {
@@ -191,7 +195,7 @@ function get(weights: Weights, name: string, cfg: ModelConfig): Float64Array {
 /** Logits [T * V] for a packed batch. */
 export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array): Float64Array {
   const { vocabSize: V, hiddenSize: D, intermediateSize: I, numHeads: H, numKvHeads: KV } = cfg;
-  const hd = D / H;
+  const hd = headDimOf(cfg);
   const T = tokens.length;
   const segStart = segmentStartOf(T, segmentStarts);
   const w = (name: string) => get(weights, name, cfg);
@@ -209,8 +213,13 @@ export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32A
     const p = `model.layers.${l}`;
     // Attention block: x += o_proj(attention(rope(q), rope(k), v)) on the normed input.
     const h = rmsNorm(x, T, D, w(`${p}.input_layernorm.weight`), cfg.rmsNormEps);
-    const q = linear(h, T, D, w(`${p}.self_attn.q_proj.weight`), H * hd, maybe(`${p}.self_attn.q_proj.bias`));
-    const k = linear(h, T, D, w(`${p}.self_attn.k_proj.weight`), KV * hd, maybe(`${p}.self_attn.k_proj.bias`));
+    let q = linear(h, T, D, w(`${p}.self_attn.q_proj.weight`), H * hd, maybe(`${p}.self_attn.q_proj.bias`));
+    let k = linear(h, T, D, w(`${p}.self_attn.k_proj.weight`), KV * hd, maybe(`${p}.self_attn.k_proj.bias`));
+    if (cfg.qkNorm) {
+      // Qwen3: RMSNorm over each head vector (one weight of hd shared by the heads), before RoPE.
+      q = rmsNorm(q, T * H, hd, w(`${p}.self_attn.q_norm.weight`), cfg.rmsNormEps);
+      k = rmsNorm(k, T * KV, hd, w(`${p}.self_attn.k_norm.weight`), cfg.rmsNormEps);
+    }
     const v = linear(h, T, D, w(`${p}.self_attn.v_proj.weight`), KV * hd, maybe(`${p}.self_attn.v_proj.bias`));
     for (let t = 0; t < T; t++) {
       const pos = t - segStart[t];
