@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define RS_ABI_VERSION 2
+#define RS_ABI_VERSION 3
 #define RS_API __attribute__((visibility("default")))
 
 enum rs_status {
@@ -311,15 +311,23 @@ RS_API float* rs_model_adam_v(rs_model* model);
 RS_API int64_t rs_model_step_count(const rs_model* model);
 RS_API void rs_model_set_step_count(rs_model* model, int64_t step);
 
-/* logits_out [T, V]: row t is the next-token distribution after tokens[t] within its segment. */
+/* A packed row: tokens [T] in S segments starting at seg_starts [S] (sorted, first 0). seg_parent [S] (NULL = every
+ * segment a root) is group-prefix packing: -1 for a root, which attends causally within itself from position 0;
+ * else the index p of an earlier root that the segment continues. A child attends to all of its parent's tokens and
+ * then causally within itself, at positions continuing from the parent's length: exactly the row "parent + child"
+ * computed alone, with the parent's tokens laid out (and computed) once for all its children. The children of a
+ * parent follow it contiguously; parent + child must fit max_position_embeddings. */
+
+/* logits_out [T, V]: row t is the next-token distribution after tokens[t] within its segment (and parent). */
 RS_API int32_t rs_model_forward(rs_model* model, const int32_t* tokens, int32_t T, const int32_t* seg_starts,
-                                int32_t S, float* logits_out, rs_error* err);
+                                int32_t S, const int32_t* seg_parent, float* logits_out, rs_error* err);
 
 /* Forward + backward of one packed row, ACCUMULATING into the grads. Per-token arrays are indexed by the
- * token being predicted: loss_mask[t] = 1 trains tokens[t] from the prefix before it in its segment (must
- * be 0 at segment starts); advantages / sampler_logp may be NULL for SFT. token_logp_out [T] may be NULL. */
+ * token being predicted: loss_mask[t] = 1 trains tokens[t] from the tokens before it in its segment and its
+ * parent (0 at a root segment's start; a child's first token is predicted by its parent's last token);
+ * advantages / sampler_logp may be NULL for SFT. token_logp_out [T] may be NULL. */
 RS_API int32_t rs_model_train_micro(rs_model* model, const int32_t* tokens, int32_t T,
-                                    const int32_t* seg_starts, int32_t S, const uint8_t* loss_mask,
+                                    const int32_t* seg_starts, int32_t S, const int32_t* seg_parent, const uint8_t* loss_mask,
                                     const float* advantages, const float* sampler_logp,
                                     const rs_loss_spec* spec, rs_loss_stats* stats, float* token_logp_out,
                                     rs_error* err);

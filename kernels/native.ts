@@ -132,10 +132,11 @@ export interface NativeModel {
   stepCount(): number;
   setStepCount(step: number): void;
   zeroGrad(): void;
-  forward(tokens: Int32Array, segmentStarts: Int32Array): Promise<Float32Array>;
+  forward(tokens: Int32Array, segmentStarts: Int32Array, segmentParents: Int32Array | null): Promise<Float32Array>;
   trainMicro(
     tokens: Int32Array,
     segmentStarts: Int32Array,
+    segmentParents: Int32Array | null,
     lossMask: Uint8Array,
     advantages: Float32Array | null,
     samplerLogprobs: Float32Array | null,

@@ -9,21 +9,31 @@ import { BufferKind, resolveBackend, type Device, type DeviceRequest, type Nativ
 import { readSafetensors, writeSafetensors } from "./safetensors.js";
 import { type EngineOptions, InferenceEngine, toNativeEngineConfig } from "./engine.js";
 import { fromNativeGenerate, toNativeGenerate, type GenerateRequest, type GenerateResult } from "./generate-request.js";
-import { checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
+import { checkSegmentParents, checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
 
 /**
  * One packed row of T tokens holding several sequences. Per-token arrays are indexed by the token being
- * PREDICTED: lossMask[t] = 1 trains tokens[t] from the prefix before it in its segment (0 at segment starts).
+ * PREDICTED: lossMask[t] = 1 trains tokens[t] from the prefix before it in its segment (0 at root segment starts).
  */
-export interface PackedMicroBatch {
-  tokens: Int32Array;
-  /** Offset of each packed sequence; first 0, strictly increasing. Positions restart at 0 in each. */
-  segmentStarts: Int32Array;
+export interface PackedMicroBatch extends PackedRow {
   lossMask: Uint8Array;
   /** Required by rl / ppo_clip. */
   advantages?: Float32Array;
   /** Logprob of tokens[t] under the sampler; required by rl / ppo_clip. */
   samplerLogprobs?: Float32Array;
+}
+
+/** Tokens and how they are laid out in segments. */
+export interface PackedRow {
+  tokens: Int32Array;
+  /** Offset of each packed sequence; first 0, strictly increasing. Positions restart at 0 in each root. */
+  segmentStarts: Int32Array;
+  /**
+   * Group-prefix packing (kernels.h, seg_parent): per segment -1 (a root) or the index of an earlier root it
+   * continues: it attends to all of that segment's tokens, its positions continue from its length, and its first
+   * token is predicted by the parent's last one. Absent = every segment a root.
+   */
+  segmentParents?: Int32Array;
 }
 
 /** What one micro-batch reports (see NativeLossStats). */
@@ -162,10 +172,10 @@ export class PolicyModel {
   }
 
   /** Logits [T * vocab]: row t is the next-token distribution after tokens[t] within its segment. */
-  forward(batch: { tokens: Int32Array; segmentStarts: Int32Array }): Promise<Float32Array> {
+  forward(batch: PackedRow): Promise<Float32Array> {
     return this.run("forward", () => {
       this.checkRow("forward", batch);
-      return () => this.native.forward(batch.tokens, batch.segmentStarts);
+      return () => this.native.forward(batch.tokens, batch.segmentStarts, batch.segmentParents ?? null);
     });
   }
 
@@ -176,8 +186,9 @@ export class PolicyModel {
       const T = this.checkRow("accumulate", batch);
       const mask = expectArray("accumulate: lossMask", batch.lossMask, Uint8Array, T);
       for (let t = 0; t < T; t++) if (mask[t] > 1) throw new RangeError(`accumulate: lossMask[${t}] = ${mask[t]}; must be 0 or 1`);
-      for (const s of batch.segmentStarts) {
-        if (mask[s]) throw new RangeError(`accumulate: lossMask[${s}] is set at a segment start; nothing predicts the first token of a sequence`);
+      for (const [i, s] of batch.segmentStarts.entries()) {
+        if (mask[s] && (batch.segmentParents?.[i] ?? -1) < 0)
+          throw new RangeError(`accumulate: lossMask[${s}] is set at a segment start; nothing predicts the first token of a sequence`);
       }
       let adv: Float32Array | null = null;
       let slp: Float32Array | null = null;
@@ -195,7 +206,7 @@ export class PolicyModel {
       }
       const want = opts.tokenLogprobs ?? false;
       return async () => {
-        const s = await this.native.trainMicro(batch.tokens, batch.segmentStarts, mask, adv, slp, spec, want);
+        const s = await this.native.trainMicro(batch.tokens, batch.segmentStarts, batch.segmentParents ?? null, mask, adv, slp, spec, want);
         const stats: MicroStats = {
           loss: s.loss,
           lossTokens: s.lossTokens,
@@ -329,8 +340,8 @@ export class PolicyModel {
     return p;
   }
 
-  /** Checks tokens / segmentStarts of a packed row; returns T. */
-  private checkRow(what: string, batch: { tokens: Int32Array; segmentStarts: Int32Array }): number {
+  /** Checks tokens / segmentStarts / segmentParents of a packed row; returns T. */
+  private checkRow(what: string, batch: PackedRow): number {
     if (typeof batch !== "object" || batch === null) throw new TypeError(`${what}: batch must be an object`);
     const tokens = expectArray(`${what}: tokens`, batch.tokens, Int32Array);
     if (tokens.length === 0) throw new RangeError(`${what}: tokens is empty`);
@@ -339,6 +350,10 @@ export class PolicyModel {
     const segs = expectArray(`${what}: segmentStarts`, batch.segmentStarts, Int32Array);
     try {
       checkSegments(segs, tokens.length, this.config.maxPositionEmbeddings);
+      if (batch.segmentParents !== undefined) {
+        const parents = expectArray(`${what}: segmentParents`, batch.segmentParents, Int32Array);
+        checkSegmentParents(parents, segs, tokens.length, this.config.maxPositionEmbeddings);
+      }
     } catch (e) {
       throw new RangeError(`${what}: ${(e as Error).message}`);
     }

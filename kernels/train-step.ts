@@ -97,9 +97,9 @@ export async function runTrainStep(
   opt: OptimizerConfig,
   step: number,
   totalSteps: number,
-  microBatchTokens: number,
+  pack: { microBatchTokens: number; sharePrefix: boolean },
   lora?: LoraAdapters | null,
 ): Promise<StepReport> {
-  const packed = packSamples(samples, microBatchTokens, model.config.maxPositionEmbeddings);
+  const packed = packSamples(samples, pack.microBatchTokens, model.config.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
   return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, lora);
 }

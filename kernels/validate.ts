@@ -50,3 +50,23 @@ export function checkSegments(segmentStarts: Int32Array, T: number, maxPositions
     }
   }
 }
+
+/**
+ * Group-prefix packing (kernels.h, seg_parent): -1 for a root segment, else an earlier root whose tokens the segment
+ * continues; a parent's children follow it contiguously, and parent + child fit maxPositions.
+ */
+export function checkSegmentParents(parents: Int32Array, segmentStarts: Int32Array, T: number, maxPositions: number): void {
+  const S = segmentStarts.length;
+  if (parents.length !== S) throw new RangeError(`segmentParents has ${parents.length} entries for ${S} segments`);
+  const len = (s: number) => (s + 1 < S ? segmentStarts[s + 1]! : T) - segmentStarts[s]!;
+  for (let s = 0; s < S; s++) {
+    const p = parents[s]!;
+    if (p === -1) continue;
+    if (!(p >= 0 && p < s)) throw new RangeError(`segmentParents[${s}] = ${p}: must be -1 or an earlier segment`);
+    if (parents[p] !== -1) throw new RangeError(`segmentParents[${s}] = ${p} names a child segment; parents must be roots (one level)`);
+    if (s > p + 1 && parents[s - 1] !== p) throw new RangeError(`segment ${s} (child of ${p}) must follow its parent or a sibling`);
+    if (len(p) + len(s) > maxPositions) {
+      throw new RangeError(`segment ${s} (${len(s)} tokens) after its parent (${len(p)} tokens) is past maxPositionEmbeddings ${maxPositions}`);
+    }
+  }
+}

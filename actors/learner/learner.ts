@@ -7,7 +7,7 @@
 import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
-import type { OptimizerConfig } from "../runtime/config.js";
+import { packSettingsOf, type OptimizerConfig } from "../runtime/config.js";
 import { loadRunEnvironments } from "../runtime/environments.js";
 import { createPolicyModel, createTokenizer, rolloutLimitsOf } from "../runtime/model-factory.js";
 import { blasInUse, parseBackendInfo, type PolicyModel } from "../../kernels/index.js";
@@ -317,7 +317,7 @@ export class LearnerActor implements Actor {
   }
 
   private async trainStep(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
-    const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, this.ctx.config.rl.microBatchTokens, this.lora);
+    const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, packSettingsOf(this.ctx.config), this.lora);
     this.counters.optimizerStep = report.optimizerStep;
     // The CPU sgemm dispatcher measures each shape class at its first product: record the routes it chose.
     if (this.recorded && this.backendInfo().blasRoutes !== this.recorded.routes) await this.recordBackend();

@@ -17,6 +17,7 @@ import type { StepReport } from "../../kernels/train-step.js";
 import { DEFAULT_CRASH_LIMIT, type AttemptLedger, type BatchSource, type RolloutRow, type ScoredReader } from "../../streams/index.js";
 import type { CollectedBatch as Collected } from "../../rl/sample-selection.js";
 import type { ActorContext } from "../runtime/actor.js";
+import { packSettingsOf } from "../runtime/config.js";
 import { failpoint } from "../runtime/failpoints.js";
 
 /** A step's samples as the selection collected them from the scored stream. */
@@ -91,8 +92,8 @@ export class StepGuard {
 
   /** Forward and backward of one batch's rows (gradients are discarded): the error it causes, or null. */
   private async tryAlone(source: BatchSource, loss: ParsedLossSpec): Promise<string | null> {
-    const cfg = this.ctx.config;
-    const packed = packSamples(source.rows, cfg.rl.microBatchTokens, this.model.config.maxPositionEmbeddings);
+    const pack = packSettingsOf(this.ctx.config);
+    const packed = packSamples(source.rows, pack.microBatchTokens, this.model.config.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
     try {
       for (const mb of packed.microBatches) {
         const s = await this.model.accumulate(mb, loss, Math.max(1, packed.lossTokens));

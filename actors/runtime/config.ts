@@ -258,8 +258,14 @@ export const ActorsSchema = z.strictObject({
       rlThreads: pos()
         .optional()
         .describe("learner kernel threads during RL, when inference shares the machine (SFT uses model.threads); default model.threads"),
+      sharePrefix: z
+        .boolean()
+        .default(true)
+        .describe(
+          "group-prefix packing: samples sharing a token prefix (a group's prompt, a multi-turn history) train it once, their own tokens attending to it (same loss and gradient as unpacked rows); false packs every sample whole",
+        ),
     })
-    .default({}),
+    .default({ sharePrefix: true }),
   metricsPort: int().nonnegative().default(0).describe("first Prometheus port; each actor takes the next; 0 = off"),
   lease: z
     .strictObject({
@@ -474,4 +480,9 @@ export function loadRunConfig(path: string): RunConfig {
 /** The advantage estimator a run uses: rl.advantage, with the older rl.normalizeAdvantage: true meaning mean_std. */
 export function advantageKindOf(rl: { advantage: "mean" | "mean_std" | "rloo"; normalizeAdvantage: boolean }): "mean" | "mean_std" | "rloo" {
   return rl.normalizeAdvantage ? "mean_std" : rl.advantage;
+}
+
+/** How the learner packs a step's samples into micro-batches (the learner and replay must agree). */
+export function packSettingsOf(cfg: RunConfig): { microBatchTokens: number; sharePrefix: boolean } {
+  return { microBatchTokens: cfg.rl.microBatchTokens, sharePrefix: cfg.actors.learner.sharePrefix };
 }

@@ -9,6 +9,10 @@ const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = 
     what: "sgemm: ours, OpenBLAS and the measured dispatch per shape; train and decode tokens/s on the demo shapes",
     load: async () => (await import("../../bench/kernels.js")).runKernelsBench as BenchFn,
   },
+  learner: {
+    what: "learner steps on groups of 8 with group-prefix packing vs every sample whole: tokens/s and effective (loss) tokens/s at prompt:completion 1:1, 4:1, 1:4",
+    load: async () => (await import("../../bench/learner.js")).runLearnerBench as BenchFn,
+  },
   transport: {
     what: "rollout batches through JetStream vs a raw loopback TCP copy",
     load: async () => (await import("../../bench/transport.js")).runTransportBench as BenchFn,

@@ -3,7 +3,7 @@
 // on the run's own backend fails the replay (exit 1), one that differs on another backend is reported
 // with its largest relative difference. With --set the model follows the changed setting from the
 // checkpoint on, and each step's recorded and replayed figures are shown side by side.
-import type { RunConfig } from "../../actors/runtime/config.js";
+import { packSettingsOf, type RunConfig } from "../../actors/runtime/config.js";
 import type { PolicyModel } from "../../kernels/index.js";
 import { runTrainStep } from "../../kernels/train-step.js";
 import type { LoraAdapters } from "../../kernels/lora.js";
@@ -56,7 +56,7 @@ export async function replaySteps(r: ReplayLoop): Promise<number> {
     const step = version + 1;
     let report: Awaited<ReturnType<typeof runTrainStep>>;
     try {
-      report = await runTrainStep(r.model, rows, config.rl.loss, config.rl.optimizer, version, config.rl.steps, config.rl.microBatchTokens, r.lora);
+      report = await runTrainStep(r.model, rows, config.rl.loss, config.rl.optimizer, version, config.rl.steps, packSettingsOf(config), r.lora);
     } catch (e) {
       out.say(`step ${step}: cannot be trained${changed ? " with this setting" : ""}: ${(e as Error).message}`);
       return 1;

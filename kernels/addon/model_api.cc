@@ -184,12 +184,13 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     return info.Env().Undefined();
   }
 
-  // forward(tokens: Int32Array, segStarts: Int32Array) -> Promise<Float32Array [T * V]>
+  // forward(tokens: Int32Array, segStarts: Int32Array, segParents: Int32Array|null) -> Promise<Float32Array [T * V]>
   Napi::Value Forward(const Napi::CallbackInfo& info) {
     Args a(info, "forward");
     rs_model* m = live(a);
     auto tokens = std::make_shared<std::vector<int32_t>>(copy_of(a.arr<int32_t>(0, "tokens", 1)));
     auto segs = std::make_shared<std::vector<int32_t>>(copy_of(a.arr<int32_t>(1, "segmentStarts", 1)));
+    auto parents = std::make_shared<std::vector<int32_t>>(copy_of(a.arr<int32_t>(2, "segmentParents", segs->size(), true)));
     if (tokens->size() > (size_t)kMax) a.range_error("too many tokens");
     // V from the tensor table: the embedding is tensor 0, shape [V, D].
     rs_tensor_info t0{};
@@ -200,7 +201,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     Backend* be = be_;
     return queue(
         info.Env(),
-        [be, m, tokens, segs, logits, n_logits](rs_error* e) {
+        [be, m, tokens, segs, parents, logits, n_logits](rs_error* e) {
           try {
             logits->resize(n_logits);
           } catch (const std::bad_alloc&) {
@@ -208,12 +209,14 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
             std::snprintf(e->message, sizeof(e->message), "forward: out of memory for %zu logits", n_logits);
             return (int32_t)RS_ERR_OUT_OF_MEMORY;
           }
-          return be->rs_model_forward(m, tokens->data(), (int32_t)tokens->size(), segs->data(), (int32_t)segs->size(), logits->data(), e);
+          return be->rs_model_forward(m, tokens->data(), (int32_t)tokens->size(), segs->data(), (int32_t)segs->size(),
+                                      parents->empty() ? nullptr : parents->data(), logits->data(), e);
         },
         [logits](Napi::Env env) -> Napi::Value { return make_array(env, *logits); });
   }
 
-  // trainMicro(tokens, segStarts, lossMask: Uint8Array, advantages|null, samplerLogprobs|null, spec, wantTokenLogprobs)
+  // trainMicro(tokens, segStarts, segParents|null, lossMask: Uint8Array, advantages|null, samplerLogprobs|null, spec,
+  //            wantTokenLogprobs)
   //   -> Promise<stats (+ tokenLogprobs)>
   Napi::Value TrainMicro(const Napi::CallbackInfo& info) {
     Args a(info, "trainMicro");
@@ -222,18 +225,20 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     const size_t T = tokens->size();
     if (T > (size_t)kMax) a.range_error("too many tokens");
     auto segs = std::make_shared<std::vector<int32_t>>(copy_of(a.arr<int32_t>(1, "segmentStarts", 1)));
-    auto mask = std::make_shared<std::vector<uint8_t>>(copy_of(a.arr<uint8_t>(2, "lossMask", T)));
-    auto adv = std::make_shared<std::vector<float>>(copy_of(a.arr<float>(3, "advantages", T, true)));
-    auto slp = std::make_shared<std::vector<float>>(copy_of(a.arr<float>(4, "samplerLogprobs", T, true)));
-    const rs_loss_spec spec = read_loss_spec(a, a.obj(5, "spec"));
-    const bool want_lp = a.flag(6, "wantTokenLogprobs");
+    auto parents = std::make_shared<std::vector<int32_t>>(copy_of(a.arr<int32_t>(2, "segmentParents", segs->size(), true)));
+    auto mask = std::make_shared<std::vector<uint8_t>>(copy_of(a.arr<uint8_t>(3, "lossMask", T)));
+    auto adv = std::make_shared<std::vector<float>>(copy_of(a.arr<float>(4, "advantages", T, true)));
+    auto slp = std::make_shared<std::vector<float>>(copy_of(a.arr<float>(5, "samplerLogprobs", T, true)));
+    const rs_loss_spec spec = read_loss_spec(a, a.obj(6, "spec"));
+    const bool want_lp = a.flag(7, "wantTokenLogprobs");
     auto stats = std::make_shared<rs_loss_stats>();
     auto lp = std::make_shared<std::vector<float>>(want_lp ? T : 0);
     Backend* be = be_;
     return queue(
         info.Env(),
-        [be, m, tokens, segs, mask, adv, slp, spec, stats, lp, want_lp](rs_error* e) {
-          return be->rs_model_train_micro(m, tokens->data(), (int32_t)tokens->size(), segs->data(), (int32_t)segs->size(), mask->data(),
+        [be, m, tokens, segs, parents, mask, adv, slp, spec, stats, lp, want_lp](rs_error* e) {
+          return be->rs_model_train_micro(m, tokens->data(), (int32_t)tokens->size(), segs->data(), (int32_t)segs->size(),
+                                          parents->empty() ? nullptr : parents->data(), mask->data(),
                                           adv->empty() ? nullptr : adv->data(), slp->empty() ? nullptr : slp->data(), &spec, stats.get(),
                                           want_lp ? lp->data() : nullptr, e);
         },

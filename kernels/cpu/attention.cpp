@@ -64,14 +64,42 @@ void transpose_heads(const float* x, int T, int ld, int width, float* xt, int ld
   }
 }
 
+// The keys query t reads: its parent's [pb, pb + n1), then its own [b, b + n2) (n2 = t - b + 1).
+struct KeyRanges {
+  int pb, n1, b, n2;
+  int n() const { return n1 + n2; }
+};
+
+KeyRanges key_ranges(const AttnMask& mk, int t) {
+  const int pb = mk.pre_begin ? mk.pre_begin[t] : 0, pe = mk.pre_end ? mk.pre_end[t] : 0;
+  return {pb, pe - pb, mk.seg_begin[t], t - mk.seg_begin[t] + 1};
+}
+
+int max_keys(const AttnMask& mk, int T) {
+  int n = 1;
+  for (int t = 0; t < T; t++) n = std::max(n, key_ranges(mk, t).n());
+  return n;
+}
+
+// s[0..n) = x . key rows of both ranges, in key order (the unpacked row's order, so the same bits).
+void dots_ranges(const float* x, const float* xt, int64_t ldt, const KeyRanges& r, int hd, float* s) {
+  if (r.n1) dots_transposed(x, xt + r.pb, ldt, r.n1, hd, s);
+  dots_transposed(x, xt + r.b, ldt, r.n2, hd, s + r.n1);
+}
+
+// out += sum_j w[j] * row_j over both ranges, in key order.
+void accumulate_ranges(const float* w, const KeyRanges& r, const float* rows, int64_t ld, int hd, float* out) {
+  if (r.n1) accumulate_rows(w, r.n1, rows + (int64_t)r.pb * ld, ld, hd, out);
+  accumulate_rows(w + r.n1, r.n2, rows + (int64_t)r.b * ld, ld, hd, out);
+}
+
 }  // namespace
 
-void attention_fwd(const float* q, const float* k, const float* v, const AttnDims& d, const int32_t* seg_begin, float* out,
-                   float* lse, float* kt, int nt) {
+void attention_fwd(const float* q, const float* k, const float* v, const AttnDims& d, const AttnMask& mk, float* out, float* lse,
+                   float* kt, int nt) {
   const int group = d.H / d.KV, hd = d.hd, T = d.T;
   const float scale = 1.0f / std::sqrt((float)hd);
-  int max_len = 1;
-  for (int t = 0; t < T; t++) max_len = std::max(max_len, t - seg_begin[t] + 1);
+  const int max_len = max_keys(mk, T);
   const int ldt = attn_ldt(T);
   transpose_heads(k, T, d.ldk, d.KV * hd, kt, ldt, nt);
 #pragma omp parallel num_threads(nt)
@@ -80,9 +108,10 @@ void attention_fwd(const float* q, const float* k, const float* v, const AttnDim
 #pragma omp for schedule(dynamic, 8)
     for (int64_t th = 0; th < (int64_t)T * d.H; th++) {
       const int t = (int)(th / d.H), h = (int)(th % d.H), kvh = h / group;
-      const int b = seg_begin[t], n = t - b + 1;
+      const KeyRanges r = key_ranges(mk, t);
+      const int n = r.n();
       float* s = sc.data();
-      dots_transposed(q + (int64_t)t * d.ldq + h * hd, kt + (int64_t)kvh * hd * ldt + b, ldt, n, hd, s);
+      dots_ranges(q + (int64_t)t * d.ldq + h * hd, kt + (int64_t)kvh * hd * ldt, ldt, r, hd, s);
       float m = -std::numeric_limits<float>::infinity();
       for (int j = 0; j < n; j++) m = std::max(m, s[j] * scale);
       exp_scaled(s, n, scale, &m, false);
@@ -90,7 +119,7 @@ void attention_fwd(const float* q, const float* k, const float* v, const AttnDim
       for (int j = 0; j < n; j++) sum += s[j];
       float* o = out + (int64_t)t * d.ldo + h * hd;
       std::fill(o, o + hd, 0.f);
-      accumulate_rows(s, n, v + (int64_t)b * d.ldv + kvh * hd, d.ldv, hd, o);
+      accumulate_ranges(s, r, v + kvh * hd, d.ldv, hd, o);
       const float inv = (float)(1.0 / sum);
       for (int i = 0; i < hd; i++) o[i] *= inv;
       lse[th] = (float)((double)m + std::log(sum));
@@ -99,12 +128,11 @@ void attention_fwd(const float* q, const float* k, const float* v, const AttnDim
 }
 
 void attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* out, const float* lse,
-                   const AttnDims& d, const int32_t* seg_begin, const int32_t* seg_end, float* dq, float* dk, float* dv,
-                   const AttnScratch& w, int nt) {
+                   const AttnDims& d, const AttnMask& mk, float* dq, float* dk, float* dv, const AttnScratch& w, int nt) {
   const int group = d.H / d.KV, hd = d.hd, T = d.T, H = d.H;
   const float scale = 1.0f / std::sqrt((float)hd);
-  int max_len = 1;
-  for (int t = 0; t < T; t++) max_len = std::max(max_len, t - seg_begin[t] + 1);
+  int max_len = max_keys(mk, T);
+  for (int j = 0; j < T; j++) max_len = std::max(max_len, mk.key_end[j] - j);
   const int ldt = w.ldt;
   transpose_heads(k, T, d.ldk, d.KV * hd, w.kt, ldt, nt);
   transpose_heads(v, T, d.ldv, d.KV * hd, w.vt, ldt, nt);
@@ -118,26 +146,28 @@ void attention_bwd(const float* dout, const float* q, const float* k, const floa
 #pragma omp for schedule(dynamic, 8)
     for (int64_t th = 0; th < (int64_t)T * H; th++) {
       const int t = (int)(th / H), h = (int)(th % H), kvh = h / group;
-      const int b = seg_begin[t], n = t - b + 1;
+      const KeyRanges r = key_ranges(mk, t);
+      const int n = r.n();
       const float* dO = dout + (int64_t)t * d.ldo + h * hd;
       const float dl = dot(dO, out + (int64_t)t * d.ldo + h * hd, hd);
       w.delta[(int64_t)h * ldt + t] = dl;
       float* p = sbuf.data();
       float* dp = dpbuf.data();
-      dots_transposed(q + (int64_t)t * d.ldq + h * hd, w.kt + (int64_t)kvh * hd * ldt + b, ldt, n, hd, p);
+      dots_ranges(q + (int64_t)t * d.ldq + h * hd, w.kt + (int64_t)kvh * hd * ldt, ldt, r, hd, p);
       exp_scaled(p, n, scale, lse + th, false);
-      dots_transposed(dO, w.vt + (int64_t)kvh * hd * ldt + b, ldt, n, hd, dp);
+      dots_ranges(dO, w.vt + (int64_t)kvh * hd * ldt, ldt, r, hd, dp);
       for (int j = 0; j < n; j++) p[j] = p[j] * (dp[j] - dl);
       float* dqr = dq + (int64_t)t * d.ldq + h * hd;
       std::fill(dqr, dqr + hd, 0.f);
-      accumulate_rows(p, n, k + (int64_t)b * d.ldk + kvh * hd, d.ldk, hd, dqr);
+      accumulate_ranges(p, r, k + kvh * hd, d.ldk, hd, dqr);
       for (int i = 0; i < hd; i++) dqr[i] *= scale;
     }
-    // Pass 2, per key row and kv head: over the heads of its group, then the queries that read it (in order).
+    // Pass 2, per key row and kv head: over the heads of its group, then the queries that read it (in order;
+    // for a parent's key, its own segment's queries and then every child's, one contiguous range).
 #pragma omp for schedule(dynamic, 8)
     for (int64_t jk = 0; jk < (int64_t)T * d.KV; jk++) {
       const int j = (int)(jk / d.KV), kvh = (int)(jk % d.KV);
-      const int m = seg_end[j] - j;
+      const int m = mk.key_end[j] - j;
       const float* kr = k + (int64_t)j * d.ldk + kvh * hd;
       const float* vr = v + (int64_t)j * d.ldv + kvh * hd;
       float* dkr = dk + (int64_t)j * d.ldk + kvh * hd;
@@ -180,7 +210,7 @@ int32_t rs_attention_fwd(const float* q, const float* k, const float* v, int32_t
   segment_bounds(seg_starts, S, T, b.data(), e.data());
   AttnDims d{T, H, KV, hd, H * hd, KV * hd, KV * hd, H * hd};
   std::vector<float> kt((size_t)attn_ldt(T) * KV * hd);
-  attention_fwd(q, k, v, d, b.data(), out, lse, kt.data(), current_threads());
+  attention_fwd(q, k, v, d, AttnMask{b.data(), e.data(), nullptr, nullptr}, out, lse, kt.data(), current_threads());
   return ok(err);
 }
 
@@ -193,7 +223,8 @@ int32_t rs_attention_bwd(const float* dout, const float* q, const float* k, cons
   segment_bounds(seg_starts, S, T, b.data(), e.data());
   AttnDims d{T, H, KV, hd, H * hd, KV * hd, KV * hd, H * hd};
   std::vector<float> buf(attn_scratch_floats(d));
-  attention_bwd(dout, q, k, v, out, lse, d, b.data(), e.data(), dq, dk, dv, attn_scratch(d, buf.data()), current_threads());
+  attention_bwd(dout, q, k, v, out, lse, d, AttnMask{b.data(), e.data(), nullptr, nullptr}, dq, dk, dv, attn_scratch(d, buf.data()),
+                current_threads());
   return ok(err);
 }
 

@@ -70,23 +70,14 @@ bool Acts::ensure(const Dims& d, int T) {
   dgu = take(2 * I);
   dhm = take(I);
   attn = p;
-  seg_begin.resize(newcap);
-  seg_end.resize(newcap);
-  pos.resize(newcap);
   cap = newcap;
   return true;
 }
 
 
-void prepare_positions(rs_model* m, const int32_t* seg, int32_t S, int32_t T) {
-  Acts& a = m->acts;
-  segment_bounds(seg, S, T, a.seg_begin.data(), a.seg_end.data());
-  int32_t maxp = 0;
-  for (int32_t t = 0; t < T; t++) {
-    a.pos[t] = t - a.seg_begin[t];
-    maxp = std::max(maxp, a.pos[t]);
-  }
-  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.hd, m->d.theta);
+void prepare_positions(rs_model* m, const int32_t* seg, const int32_t* parent, int32_t S, int32_t T) {
+  m->acts.row.build(seg, parent, S, T);
+  m->rope.ensure(std::min(m->d.maxPos, std::max(m->acts.row.max_pos + 1, 64)), m->d.hd, m->d.theta);
 }
 
 }  // namespace rs

@@ -6,6 +6,7 @@
 #include "common.h"
 #include "ops.h"
 #include "../shared/model_layout.h"
+#include "../shared/row_layout.h"
 
 namespace rs {
 
@@ -26,7 +27,8 @@ struct Acts {
   // backward scratch
   float *tmpD = nullptr, *dres = nullptr, *dln = nullptr, *dqkv = nullptr, *datt = nullptr, *dgu = nullptr, *dhm = nullptr;
   float* attn = nullptr;  // attention scratch (AttnScratch layout), sized for cap tokens
-  std::vector<int32_t> seg_begin, seg_end, pos;
+  rs_shared::RowLayout row;  // who attends to whom, positions, and which row predicts each token
+  AttnMask mask() const { return {row.seg_begin.data(), row.key_end.data(), row.pre_begin.data(), row.pre_end.data()}; }
   bool ensure(const Dims& d, int T);
 };
 
@@ -49,12 +51,14 @@ struct rs_model {
 
 namespace rs {
 
-// Checks a packed row: T >= 1, ids in the vocab, segments sorted, every position < maxPos.
-inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
-  return rs_shared::check_batch(m->d, tokens, T, seg, S, err);
+// Checks a packed row: T >= 1, ids in the vocab, segments sorted, parents valid, every position < maxPos.
+inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const int32_t* parent,
+                           rs_error* err) {
+  if (int32_t s = rs_shared::check_batch(m->d, tokens, T, seg, S, err)) return s;
+  return rs_shared::check_parents(seg, parent, S, T, m->d.maxPos, err);
 }
-// Fills acts.seg_begin / seg_end / pos and the rope table for this row (acts must be sized).
-void prepare_positions(rs_model* m, const int32_t* seg, int32_t S, int32_t T);
+// Fills acts.row and the rope table for this row (parent may be NULL: every segment a root).
+void prepare_positions(rs_model* m, const int32_t* seg, const int32_t* parent, int32_t S, int32_t T);
 
 // Receives each layer's rotated k and v rows ([T, KV*hd] each, row stride QKV) during a forward.
 struct KvSink {

@@ -20,10 +20,10 @@ void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, Kv
     // q|k|v in one product: their weights (and biases) are adjacent in the layout.
     linear_fwd(impl, y.ln1, T, d.D, P + o.wqkv, d.QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, y.qkv, nt);
     qk_norm_fwd(m, l, y.qkv, T, y.qk_raw, y.qk_rstd);
-    rope_apply(y.qkv, T, d.QKV, d.H, d.hd, a.pos.data(), m->rope, false, nt);
-    rope_apply(y.qkv + A, T, d.QKV, d.KV, d.hd, a.pos.data(), m->rope, false, nt);
+    rope_apply(y.qkv, T, d.QKV, d.H, d.hd, a.row.pos.data(), m->rope, false, nt);
+    rope_apply(y.qkv + A, T, d.QKV, d.KV, d.hd, a.row.pos.data(), m->rope, false, nt);
     if (sink) sink->put(l, y.qkv + A, y.qkv + A + d.KV * d.hd, d.QKV);
-    attention_fwd(y.qkv, y.qkv + A, y.qkv + A + d.KV * d.hd, ad, a.seg_begin.data(), y.att, y.lse, a.attn, nt);
+    attention_fwd(y.qkv, y.qkv + A, y.qkv + A + d.KV * d.hd, ad, a.mask(), y.att, y.lse, a.attn, nt);
     linear_fwd(impl, y.att, T, A, P + o.wo, d.D, nullptr, a.tmpD, nt);
     residual_rmsnorm_fwd(a.X[l], a.tmpD, P + o.ln2, T, d.D, d.eps, y.xmid, y.ln2, y.rstd2, nt);
     linear_fwd(impl, y.ln2, T, d.D, P + o.wgu, 2 * d.I, nullptr, y.gu, nt);
@@ -64,13 +64,14 @@ using namespace rs;
 
 extern "C" {
 
-int32_t rs_model_forward(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, float* logits, rs_error* err) {
+int32_t rs_model_forward(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const int32_t* parent, float* logits,
+                         rs_error* err) {
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null model");
-  if (int32_t s = check_batch(m, tokens, T, seg, S, err)) return s;
+  if (int32_t s = check_batch(m, tokens, T, seg, S, parent, err)) return s;
   if (!logits) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null logits output");
   try {
     if (!m->acts.ensure(m->d, T)) return fail(err, RS_ERR_OUT_OF_MEMORY, "forward: out of memory for %d tokens of activations", T);
-    prepare_positions(m, seg, S, T);
+    prepare_positions(m, seg, parent, S, T);
     forward_layers(m, GemmImpl::Auto, tokens, T, nullptr);
     linear_fwd(GemmImpl::Auto, m->acts.lnf, T, m->d.D, m->params.p + m->off_head, m->d.V, nullptr, logits, m->threads);
   } catch (const std::bad_alloc&) {

@@ -19,7 +19,8 @@ void head_and_loss(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, con
   std::fill(dlnf, dlnf + (int64_t)T * d.D, 0.f);
   if (token_logp) std::fill(token_logp, token_logp + T, 0.f);
 
-  std::vector<int32_t> rows;  // predicted token t is read from hidden row t - 1
+  const std::vector<int32_t>& src = m->acts.row.src;  // predicted token t is read from hidden row src[t]
+  std::vector<int32_t> rows;
   for (int t = 0; t < T; t++)
     if (mask[t]) rows.push_back(t);
   if (rows.empty()) return;
@@ -40,7 +41,7 @@ void head_and_loss(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, con
     const int n = (int)std::min<size_t>(R, rows.size() - c0);
     for (int i = 0; i < n; i++) {
       const int t = rows[c0 + i];
-      std::memcpy(X + (int64_t)i * d.D, m->acts.lnf + (int64_t)(t - 1) * d.D, sizeof(float) * d.D);
+      std::memcpy(X + (int64_t)i * d.D, m->acts.lnf + (int64_t)src[t] * d.D, sizeof(float) * d.D);
       tgt[i] = tokens[t];
       adv_c[i] = policy ? adv[t] : 0.f;
       slp_c[i] = policy ? slp[t] : 0.f;
@@ -51,7 +52,11 @@ void head_and_loss(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, con
     linear_bwd_dw(impl, logits, X, n, d.D, d.V, dW, nt);
     for (int i = 0; i < n; i++) {
       const int t = rows[c0 + i];
-      std::memcpy(dlnf + (int64_t)(t - 1) * d.D, dX + (int64_t)i * d.D, sizeof(float) * d.D);
+      // Added, not copied: a parent's last row predicts the first token of each of its children (rows ascending,
+      // so the sum's order is fixed).
+      float* dst = dlnf + (int64_t)src[t] * d.D;
+      const float* g = dX + (int64_t)i * d.D;
+      for (int c = 0; c < d.D; c++) dst[c] += g[c];
       if (token_logp) token_logp[t] = lp_c[i];
     }
   }
@@ -79,10 +84,10 @@ void backward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, c
     // a.dres = dLoss/dxmid, also the gradient of the attention output projection.
     linear_bwd_dx(impl, a.dres, T, d.D, P + o.wo, A, 0.f, a.datt, nt);
     linear_bwd_dw(impl, a.dres, y.att, T, A, d.D, G + o.wo, nt);
-    attention_bwd(a.datt, y.qkv, y.qkv + A, y.qkv + A + KVD, y.att, y.lse, ad, a.seg_begin.data(), a.seg_end.data(), a.dqkv,
+    attention_bwd(a.datt, y.qkv, y.qkv + A, y.qkv + A + KVD, y.att, y.lse, ad, a.mask(), a.dqkv,
                   a.dqkv + A, a.dqkv + A + KVD, attn_scratch(ad, a.attn), nt);
-    rope_apply(a.dqkv, T, d.QKV, d.H, d.hd, a.pos.data(), m->rope, true, nt);
-    rope_apply(a.dqkv + A, T, d.QKV, d.KV, d.hd, a.pos.data(), m->rope, true, nt);
+    rope_apply(a.dqkv, T, d.QKV, d.H, d.hd, a.row.pos.data(), m->rope, true, nt);
+    rope_apply(a.dqkv + A, T, d.QKV, d.KV, d.hd, a.row.pos.data(), m->rope, true, nt);
     qk_norm_bwd(m, l, a.dqkv, T);
     linear_bwd_dx(impl, a.dqkv, T, d.QKV, P + o.wqkv, d.D, 0.f, a.dln, nt);
     linear_bwd_dw(impl, a.dqkv, y.ln1, T, d.D, d.QKV, G + o.wqkv, nt);
@@ -100,20 +105,20 @@ using namespace rs;
 
 extern "C" {
 
-int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const uint8_t* mask,
-                             const float* adv, const float* slp, const rs_loss_spec* spec, rs_loss_stats* stats, float* token_logp,
-                             rs_error* err) {
+int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const int32_t* parent,
+                             const uint8_t* mask, const float* adv, const float* slp, const rs_loss_spec* spec, rs_loss_stats* stats,
+                             float* token_logp, rs_error* err) {
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null model");
-  if (int32_t s = check_batch(m, tokens, T, seg, S, err)) return s;
+  if (int32_t s = check_batch(m, tokens, T, seg, S, parent, err)) return s;
   if (int32_t s = check_loss_spec(spec, err)) return s;
-  if (int32_t s = rs_shared::check_train_micro(spec, mask, adv, slp, stats, seg, S, T, err)) return s;
+  if (int32_t s = rs_shared::check_train_micro(spec, mask, adv, slp, stats, seg, S, parent, T, err)) return s;
   *stats = rs_loss_stats{};
   if (token_logp) std::fill(token_logp, token_logp + T, 0.f);
   // No loss token, no gradient: skip the work (the grads stay exactly as they were).
   if (std::find_if(mask, mask + T, [](uint8_t v) { return v != 0; }) == mask + T) return ok(err);
   try {
     if (!m->acts.ensure(m->d, T)) return fail(err, RS_ERR_OUT_OF_MEMORY, "train: out of memory for %d tokens of activations", T);
-    prepare_positions(m, seg, S, T);
+    prepare_positions(m, seg, parent, S, T);
     forward_layers(m, GemmImpl::Auto, tokens, T, nullptr);
     // The final-norm gradient reuses the MLP-output scratch, which the backward only needs afterwards.
     float* dlnf = m->acts.tmpD;

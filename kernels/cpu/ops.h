@@ -69,13 +69,17 @@ struct AttnScratch {
 int attn_ldt(int T);
 int64_t attn_scratch_floats(const AttnDims& d);
 AttnScratch attn_scratch(const AttnDims& d, float* p);
+// Which keys each query reads (shared/row_layout.h): query t reads [pre_begin[t], pre_end[t]) (its segment's parent,
+// for group-prefix packing; both NULL = no parents) then [seg_begin[t], t]; key j is read by queries [j, key_end[j]).
+struct AttnMask {
+  const int32_t *seg_begin, *key_end, *pre_begin, *pre_end;
+};
 // kt: scratch of attn_ldt(T)*KV*hd floats.
-void attention_fwd(const float* q, const float* k, const float* v, const AttnDims& d, const int32_t* seg_begin,
-                   float* out, float* lse, float* kt, int nt);
+void attention_fwd(const float* q, const float* k, const float* v, const AttnDims& d, const AttnMask& mask, float* out,
+                   float* lse, float* kt, int nt);
 // dq/dk/dv overwritten (strides ldq/ldk/ldv).
 void attention_bwd(const float* dout, const float* q, const float* k, const float* v, const float* out, const float* lse,
-                   const AttnDims& d, const int32_t* seg_begin, const int32_t* seg_end, float* dq, float* dk, float* dv,
-                   const AttnScratch& scratch, int nt);
+                   const AttnDims& d, const AttnMask& mask, float* dq, float* dk, float* dv, const AttnScratch& scratch, int nt);
 
 // ---- SwiGLU over rows of [gate | up] (row stride 2I) -> h [rows, I]
 void swiglu_fwd(const float* gate, const float* up, int64_t n, float* h);

@@ -42,49 +42,55 @@ __global__ void __launch_bounds__(kThreads) attn_fwd_kernel(AttnArgs a, float sc
   // This warp's last query row (-1 when it has none: every tile is skipped).
   const int last_row = r0 + row0 < r1 ? min(r1, r0 + row0 + kRowsPerWarp) - 1 : -1;
 
-  for (int k0 = b; k0 < r1; k0 += 32) {
-    __syncthreads();  // the previous tile is no longer read (and Qs is complete on the first pass)
-    for (int e = threadIdx.x; e < 32 * hd; e += kThreads) {
-      const int j = e / hd, d = e - j * hd, key = k0 + j;
-      const bool in = key < r1;
-      Ks[j * ks + d] = in ? a.k[(int64_t)key * a.ldk + (int64_t)kvh * hd + d] : 0.f;
-      Vs[j * ks + d] = in ? a.v[(int64_t)key * a.ldv + (int64_t)kvh * hd + d] : 0.f;
-    }
-    __syncthreads();
-    if (k0 > last_row) continue;  // every key of this tile comes after every query of this warp
-
-    float s[kRowsPerWarp];
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++) s[r] = 0.f;
-    const float* kr = Ks + lane * ks;
-    for (int d = 0; d < hd; d++) {
-      const float kv = kr[d];
-#pragma unroll
-      for (int r = 0; r < kRowsPerWarp; r++) s[r] = fmaf(Qs[(row0 + r) * hd + d], kv, s[r]);
-    }
-    const int j = k0 + lane;
-#pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++) {
-      const int i = r0 + row0 + r;
-      if (i >= r1 || k0 > i) continue;  // warp-uniform
-      const bool valid = j <= i;
-      const float sc = valid ? s[r] * scale : -INFINITY;
-      const float mn = fmaxf(m[r], warp_max(sc));  // finite: key k0 <= i is valid
-      const float corr = expf(m[r] - mn);          // 0 on the first tile (m = -inf)
-      const float p = valid ? expf(sc - mn) : 0.f;
-      l[r] = l[r] * corr + warp_sum(p);
-#pragma unroll
-      for (int u = 0; u < DPL; u++) acc[r][u] *= corr;
-      const int nj = min(32, i - k0 + 1);
-      for (int jj = 0; jj < nj; jj++) {
-        const float pj = __shfl_sync(kFull, p, jj);
-#pragma unroll
-        for (int u = 0; u < DPL; u++) {
-          const int d = lane + 32 * u;
-          if (d < hd) acc[r][u] = fmaf(pj, Vs[jj * ks + d], acc[r][u]);
-        }
+  // Pass 0: the parent's keys (group-prefix packing), all visible; pass 1: the segment's own keys, causal.
+  const int2 pre = a.prefix ? a.prefix[blockIdx.x] : make_int2(0, 0);
+  for (int pass = 0; pass < 2; pass++) {
+    const bool causal = pass == 1;
+    const int kb = causal ? b : pre.x, ke = causal ? r1 : pre.y;
+    for (int k0 = kb; k0 < ke; k0 += 32) {
+      __syncthreads();  // the previous tile is no longer read (and Qs is complete on the first pass)
+      for (int e = threadIdx.x; e < 32 * hd; e += kThreads) {
+        const int j = e / hd, d = e - j * hd, key = k0 + j;
+        const bool in = key < ke;
+        Ks[j * ks + d] = in ? a.k[(int64_t)key * a.ldk + (int64_t)kvh * hd + d] : 0.f;
+        Vs[j * ks + d] = in ? a.v[(int64_t)key * a.ldv + (int64_t)kvh * hd + d] : 0.f;
       }
-      m[r] = mn;
+      __syncthreads();
+      if (last_row < 0 || (causal && k0 > last_row)) continue;  // every key of this tile comes after every query of this warp
+
+      float s[kRowsPerWarp];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; r++) s[r] = 0.f;
+      const float* kr = Ks + lane * ks;
+      for (int d = 0; d < hd; d++) {
+        const float kv = kr[d];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; r++) s[r] = fmaf(Qs[(row0 + r) * hd + d], kv, s[r]);
+      }
+      const int j = k0 + lane;
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; r++) {
+        const int i = r0 + row0 + r;
+        if (i >= r1 || (causal && k0 > i)) continue;  // warp-uniform
+        const bool valid = causal ? j <= i : j < ke;
+        const float sc = valid ? s[r] * scale : -INFINITY;
+        const float mn = fmaxf(m[r], warp_max(sc));  // finite: key k0 is valid
+        const float corr = expf(m[r] - mn);          // 0 on the first tile (m = -inf)
+        const float p = valid ? expf(sc - mn) : 0.f;
+        l[r] = l[r] * corr + warp_sum(p);
+#pragma unroll
+        for (int u = 0; u < DPL; u++) acc[r][u] *= corr;
+        const int nj = causal ? min(32, i - k0 + 1) : min(32, ke - k0);
+        for (int jj = 0; jj < nj; jj++) {
+          const float pj = __shfl_sync(kFull, p, jj);
+#pragma unroll
+          for (int u = 0; u < DPL; u++) {
+            const int d = lane + 32 * u;
+            if (d < hd) acc[r][u] = fmaf(pj, Vs[jj * ks + d], acc[r][u]);
+          }
+        }
+        m[r] = mn;
+      }
     }
   }
 #pragma unroll
@@ -142,44 +148,50 @@ __global__ void __launch_bounds__(kThreads)
   }
   const int last_row = r0 + row0 < r1 ? min(r1, r0 + row0 + kRowsPerWarp) - 1 : -1;
 
-  for (int k0 = b; k0 < r1; k0 += 32) {
-    __syncthreads();
-    for (int e = threadIdx.x; e < 32 * hd; e += kThreads) {
-      const int j = e / hd, d = e - j * hd, key = k0 + j;
-      const bool in = key < r1;
-      Ks[j * ks + d] = in ? a.k[(int64_t)key * a.ldk + (int64_t)kvh * hd + d] : 0.f;
-      Vs[j * ks + d] = in ? a.v[(int64_t)key * a.ldv + (int64_t)kvh * hd + d] : 0.f;
-    }
-    __syncthreads();
-    if (k0 > last_row) continue;
+  const int2 pre = a.prefix ? a.prefix[blockIdx.x] : make_int2(0, 0);
+  for (int pass = 0; pass < 2; pass++) {  // the parent's keys (all visible), then the segment's own (causal)
+    const bool causal = pass == 1;
+    const int kb = causal ? b : pre.x, ke = causal ? r1 : pre.y;
+    for (int k0 = kb; k0 < ke; k0 += 32) {
+      __syncthreads();
+      for (int e = threadIdx.x; e < 32 * hd; e += kThreads) {
+        const int j = e / hd, d = e - j * hd, key = k0 + j;
+        const bool in = key < ke;
+        Ks[j * ks + d] = in ? a.k[(int64_t)key * a.ldk + (int64_t)kvh * hd + d] : 0.f;
+        Vs[j * ks + d] = in ? a.v[(int64_t)key * a.ldv + (int64_t)kvh * hd + d] : 0.f;
+      }
+      __syncthreads();
+      if (last_row < 0 || (causal && k0 > last_row)) continue;
 
-    float s[kRowsPerWarp], dp[kRowsPerWarp];
+      float s[kRowsPerWarp], dp[kRowsPerWarp];
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++) s[r] = dp[r] = 0.f;
-    const float* kr = Ks + lane * ks;
-    const float* vr = Vs + lane * ks;
-    for (int d = 0; d < hd; d++) {
-      const float kv = kr[d], vv = vr[d];
+      for (int r = 0; r < kRowsPerWarp; r++) s[r] = dp[r] = 0.f;
+      const float* kr = Ks + lane * ks;
+      const float* vr = Vs + lane * ks;
+      for (int d = 0; d < hd; d++) {
+        const float kv = kr[d], vv = vr[d];
+#pragma unroll
+        for (int r = 0; r < kRowsPerWarp; r++) {
+          s[r] = fmaf(Qs[(row0 + r) * hd + d], kv, s[r]);
+          dp[r] = fmaf(dOs[(row0 + r) * hd + d], vv, dp[r]);
+        }
+      }
+      const int j = k0 + lane;
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; r++) {
-        s[r] = fmaf(Qs[(row0 + r) * hd + d], kv, s[r]);
-        dp[r] = fmaf(dOs[(row0 + r) * hd + d], vv, dp[r]);
-      }
-    }
-    const int j = k0 + lane;
+        const int i = r0 + row0 + r;
+        if (i >= r1 || (causal && k0 > i)) continue;  // warp-uniform
+        const bool valid = causal ? j <= i : j < ke;
+        const float p = valid ? expf(s[r] * scale - lr[r]) : 0.f;
+        const float ds = p * (dp[r] - dl[r]);
+        const int nj = causal ? min(32, i - k0 + 1) : min(32, ke - k0);
+        for (int jj = 0; jj < nj; jj++) {
+          const float dsj = __shfl_sync(kFull, ds, jj);
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; r++) {
-      const int i = r0 + row0 + r;
-      if (i >= r1 || k0 > i) continue;  // warp-uniform
-      const float p = j <= i ? expf(s[r] * scale - lr[r]) : 0.f;
-      const float ds = p * (dp[r] - dl[r]);
-      const int nj = min(32, i - k0 + 1);
-      for (int jj = 0; jj < nj; jj++) {
-        const float dsj = __shfl_sync(kFull, ds, jj);
-#pragma unroll
-        for (int u = 0; u < DPL; u++) {
-          const int d = lane + 32 * u;
-          if (d < hd) acc[r][u] = fmaf(dsj, Ks[jj * ks + d], acc[r][u]);
+          for (int u = 0; u < DPL; u++) {
+            const int d = lane + 32 * u;
+            if (d < hd) acc[r][u] = fmaf(dsj, Ks[jj * ks + d], acc[r][u]);
+          }
         }
       }
     }
@@ -197,7 +209,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Pass 2: per key tile and kv head, over the query heads of its group and then the queries that read each key
-// (the rest of its segment): dv = sum p dO, dk = scale * sum p (dO . v - delta) q.
+// (the rest of its segment, and for a parent's keys every child after it: tile.w is the end of those): dv = sum p dO, dk = scale * sum p (dO . v - delta) q.
 template <int DPL>
 __global__ void __launch_bounds__(kThreads)
     attn_bwd_dkv_kernel(AttnArgs a, float scale, const float* __restrict__ lse, const float* __restrict__ dout,
@@ -407,6 +419,19 @@ void attention_tiles(const int32_t* seg, int S, int T, std::vector<int4>& tiles)
   }
 }
 
+void attention_tiles(const int32_t* seg, int S, const rs_shared::RowLayout& row, std::vector<int4>& tiles, std::vector<int2>& prefix) {
+  const int T = (int)row.pos.size();
+  tiles.clear();
+  prefix.clear();
+  for (int s = 0; s < S; s++) {
+    const int b = seg[s], e = s + 1 < S ? seg[s + 1] : T;
+    for (int r = b; r < e; r += kAttnRows) {
+      tiles.push_back(make_int4(r, std::min(r + kAttnRows, e), b, row.key_end[b]));
+      prefix.push_back(make_int2(row.pre_begin[b], row.pre_end[b]));
+    }
+  }
+}
+
 void attention_fwd(cudaStream_t s, const AttnArgs& a, float* out, float* lse) {
   if (a.n_tiles <= 0) return;
   check_grid(a);
@@ -468,7 +493,7 @@ struct AttnCall {
     std::vector<int4> t;
     attention_tiles(seg, S, T, t);
     upload(tiles, t.data(), t.size(), s, "attention tiles");
-    a = AttnArgs{T, H, KV, hd, q.p, H * hd, k.p, KV * hd, v.p, KV * hd, H * hd, tiles.p, (int)t.size()};
+    a = AttnArgs{T, H, KV, hd, q.p, H * hd, k.p, KV * hd, v.p, KV * hd, H * hd, tiles.p, (int)t.size(), nullptr};
   }
 };
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "../shared/row_layout.h"
 
 namespace rsc {
 
@@ -24,12 +25,17 @@ struct AttnArgs {
   const float* v;
   int ldv;  // of v (and dv)
   int ldo;  // of out and dout
-  const int4* tiles;  // {r0, r1, segment begin, segment end}, on the device
+  const int4* tiles;  // {r0, r1, segment begin, end of the queries that read these keys}, on the device
   int n_tiles;
+  // Per tile, the parent's keys {begin, end} its queries read before their own (group-prefix packing,
+  // shared/row_layout.h); NULL = none.
+  const int2* prefix;
 };
 
 // Tiles of kAttnRows rows per segment, from sorted segment starts (validated by the caller).
 void attention_tiles(const int32_t* seg_starts, int S, int T, std::vector<int4>& tiles);
+// The same for a row with segment parents: a parent's tiles reach to its last child's end, a child's carry its prefix.
+void attention_tiles(const int32_t* seg_starts, int S, const rs_shared::RowLayout& row, std::vector<int4>& tiles, std::vector<int2>& prefix);
 // Throws Failure(RS_ERR_UNSUPPORTED) when head_dim > 256 or H / KV > 32 (decode).
 void attention_fwd(cudaStream_t s, const AttnArgs& a, float* out, float* lse);
 // delta: scratch [T, H] (dO . O per row and head). dq/dk/dv overwritten at strides ldq/ldk/ldv.

@@ -133,26 +133,15 @@ void model_enter(rs_model* m) {
 }
 
 
-void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S) {
+void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S, const int32_t* parent) {
   m->acts.ensure(m->d, T);
-  m->seg_begin.resize(T);
-  m->seg_end.resize(T);
-  m->pos.resize(T);
-  int32_t maxp = 0;
-  for (int s = 0; s < S; s++) {
-    const int b = seg[s], e = s + 1 < S ? seg[s + 1] : T;
-    for (int t = b; t < e; t++) {
-      m->seg_begin[t] = b;
-      m->seg_end[t] = e;
-      m->pos[t] = t - b;
-      maxp = std::max(maxp, t - b);
-    }
-  }
-  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.hd, m->d.theta, m->stream);
+  m->row.build(seg, parent, S, T);
+  m->rope.ensure(std::min(m->d.maxPos, std::max(m->row.max_pos + 1, 64)), m->d.hd, m->d.theta, m->stream);
   to_device(m->acts.tokens, tokens, sizeof(int32_t) * (size_t)T, m->stream, "tokens");
-  to_device(m->acts.pos, m->pos.data(), sizeof(int32_t) * (size_t)T, m->stream, "positions");
-  attention_tiles(seg, S, T, m->tiles_host);
+  to_device(m->acts.pos, m->row.pos.data(), sizeof(int32_t) * (size_t)T, m->stream, "positions");
+  attention_tiles(seg, S, m->row, m->tiles_host, m->prefix_host);
   upload(m->acts.tiles, m->tiles_host.data(), m->tiles_host.size(), m->stream, "attention tiles");
+  upload(m->acts.prefix, m->prefix_host.data(), m->prefix_host.size(), m->stream, "attention prefixes");
   m->acts.n_tiles = (int)m->tiles_host.size();
 }
 

@@ -49,6 +49,7 @@ struct Acts {
   DevBuf<int32_t> ints;  // tokens [cap], positions [cap]
   int32_t *tokens = nullptr, *pos = nullptr;
   DevBuf<int4> tiles;
+  DevBuf<int2> prefix;  // per tile: the parent keys its queries read first (group-prefix packing)
   int n_tiles = 0;
   void ensure(const Dims& d, int T);
 };
@@ -59,6 +60,7 @@ struct HeadBufs {
   DevBuf<int32_t> idx, tgt;
   DevBuf<uint8_t> ones;
   DevBuf<double> row_out;
+  EmbeddingBwdPlan scatter;  // adds LM-head input gradients to their source rows (a parent's last row may get several)
 };
 
 // Receives each layer's rotated k and v rows ([T, KV*hd] each at row stride ld) during a forward (prefill).
@@ -89,8 +91,9 @@ struct rs_model {
   rsc::DevBuf<double> norm_part;    // grad-norm partial sums
   std::vector<double> norm_host;
   rsc::EmbeddingBwdPlan emb_plan;
-  std::vector<int32_t> seg_begin, seg_end, pos;  // host, per token of the current row
+  rs_shared::RowLayout row;  // host, per token of the current row: attention ranges, positions, predicting rows
   std::vector<int4> tiles_host;
+  std::vector<int2> prefix_host;
 
   float* P() { return bufs[0].p; }
   float* G() { return bufs[1].p; }
@@ -107,12 +110,15 @@ void model_enter(rs_model* m);
 // After device work that changed buffer k.
 inline void model_touched(rs_model* m, int k) { m->mirror[k].valid = false; }
 
-// Checks a packed row: T >= 1, ids in the vocab, segments sorted, every segment within maxPos.
-inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, rs_error* err) {
-  return rs_shared::check_batch(m->d, tokens, T, seg, S, err);
+// Checks a packed row: T >= 1, ids in the vocab, segments sorted, parents valid, every position within maxPos.
+inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const int32_t* parent,
+                           rs_error* err) {
+  if (int32_t st = rs_shared::check_batch(m->d, tokens, T, seg, S, err)) return st;
+  return rs_shared::check_parents(seg, parent, S, T, m->d.maxPos, err);
 }
-// Sizes the arena, uploads tokens and positions, builds the attention tiles, extends the rope table.
-void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S);
+// Sizes the arena, uploads tokens and positions, builds the attention tiles, extends the rope table (parent: NULL =
+// every segment a root).
+void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S, const int32_t* parent = nullptr);
 // Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).
 void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink);
 // Rows per LM-head chunk: the [R, V] logits stay around 1 GiB at most.

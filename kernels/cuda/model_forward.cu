@@ -24,7 +24,7 @@ void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink
     rope_apply(s, y.qkv, T, d.QKV, d.H, d.hd, a.pos, m->rope, false);
     rope_apply(s, y.qkv + A, T, d.QKV, d.KV, d.hd, a.pos, m->rope, false);
     if (sink) (*sink)(l, y.qkv + A, y.qkv + A + KVD, d.QKV);
-    const AttnArgs ad{T, d.H, d.KV, d.hd, y.qkv, d.QKV, y.qkv + A, d.QKV, y.qkv + A + KVD, d.QKV, A, a.tiles.p, a.n_tiles};
+    const AttnArgs ad{T, d.H, d.KV, d.hd, y.qkv, d.QKV, y.qkv + A, d.QKV, y.qkv + A + KVD, d.QKV, A, a.tiles.p, a.n_tiles, a.prefix.p};
     attention_fwd(s, ad, y.att, y.lse);
     linear_fwd(g, y.att, T, A, P + o.wo, m->Wb(o.wo), d.D, nullptr, a.tmpD, row_independent, "o_proj");
     rmsnorm_fwd(s, a.X[l], a.tmpD, P + o.ln2, T, d.D, d.eps, y.xmid, y.ln2, y.rstd2);
@@ -65,13 +65,14 @@ using namespace rsc;
 
 extern "C" {
 
-int32_t rs_model_forward(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, float* logits, rs_error* err) {
+int32_t rs_model_forward(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const int32_t* parent, float* logits,
+                         rs_error* err) {
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null model");
-  if (int32_t st = check_batch(m, tokens, T, seg, S, err)) return st;
+  if (int32_t st = check_batch(m, tokens, T, seg, S, parent, err)) return st;
   if (!logits) return fail(err, RS_ERR_INVALID_ARGUMENT, "forward: null logits output");
   return guard(err, "forward", [&] {
     model_enter(m);
-    prepare_row(m, tokens, T, seg, S);
+    prepare_row(m, tokens, T, seg, S, parent);
     forward_layers(m, T, false, nullptr);
     // The LM head in row chunks, so [T, V] logits never sit in GPU memory at once.
     const Dims& d = m->d;

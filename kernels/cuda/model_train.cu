@@ -21,13 +21,13 @@ void head_and_loss(rs_model* m, const int32_t* tokens, int T, const uint8_t* mas
   float* dW = m->G() + m->off_head;
   zero_async(dlnf, sizeof(float) * (size_t)T * d.D, s, "zeroing the final-norm gradient");
 
-  std::vector<int32_t> rows, src, tgt;  // predicted token t is read from hidden row t - 1
+  std::vector<int32_t> rows, src, tgt;  // predicted token t is read from hidden row m->row.src[t]
   std::vector<float> adv_c, slp_c;
   const bool policy = rs_shared::loss_uses_policy(spec.kind);
   for (int t = 0; t < T; t++)
     if (mask[t]) {
       rows.push_back(t);
-      src.push_back(t - 1);
+      src.push_back(m->row.src[t]);
       tgt.push_back(tokens[t]);
       if (policy) {
         adv_c.push_back(adv[t]);
@@ -59,7 +59,9 @@ void head_and_loss(rs_model* m, const int32_t* tokens, int T, const uint8_t* mas
               hb.logits.p, hb.token_lp.p + c0, hb.row_out.p + (size_t)c0 * kLossRowOut);
     linear_bwd_dx(m->gemm, hb.logits.p, n, d.V, W, Wb, d.D, 0.f, hb.dX.p, "lm_head dx");
     linear_bwd_dw(m->gemm, hb.logits.p, hb.X.p, n, d.D, d.V, dW, "lm_head dW");
-    scatter_rows(s, hb.dX.p, n, d.D, hb.idx.p + c0, dlnf, d.D);
+    // Added in row order, not copied: a parent's last row predicts the first token of each of its children.
+    hb.scatter.build(src.data() + c0, n, s);
+    embedding_bwd(s, hb.dX.p, d.D, hb.scatter, dlnf);
   }
   std::vector<double> row_out((size_t)n_rows * kLossRowOut);
   std::vector<float> lp((size_t)n_rows);
@@ -93,7 +95,7 @@ void backward_layers(rs_model* m, const int32_t* tokens, int T, const float* dln
     // a.dres = dLoss/dxmid, also the gradient of the attention output projection.
     linear_bwd_dx(g, a.dres, T, d.D, P + o.wo, m->Wb(o.wo), A, 0.f, a.datt, "o_proj dx");
     linear_bwd_dw(g, a.dres, y.att, T, A, d.D, G + o.wo, "o_proj dW");
-    const AttnArgs ad{T, d.H, d.KV, d.hd, y.qkv, d.QKV, y.qkv + A, d.QKV, y.qkv + A + KVD, d.QKV, A, a.tiles.p, a.n_tiles};
+    const AttnArgs ad{T, d.H, d.KV, d.hd, y.qkv, d.QKV, y.qkv + A, d.QKV, y.qkv + A + KVD, d.QKV, A, a.tiles.p, a.n_tiles, a.prefix.p};
     attention_bwd(s, ad, y.att, y.lse, a.datt, a.dqkv, a.dqkv + A, a.dqkv + A + KVD, a.delta);
     rope_apply(s, a.dqkv, T, d.QKV, d.H, d.hd, a.pos, m->rope, true);
     rope_apply(s, a.dqkv + A, T, d.QKV, d.KV, d.hd, a.pos, m->rope, true);
@@ -115,20 +117,20 @@ using namespace rsc;
 
 extern "C" {
 
-int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const uint8_t* mask,
-                             const float* adv, const float* slp, const rs_loss_spec* spec, rs_loss_stats* stats, float* token_logp,
-                             rs_error* err) {
+int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const int32_t* parent,
+                             const uint8_t* mask, const float* adv, const float* slp, const rs_loss_spec* spec, rs_loss_stats* stats,
+                             float* token_logp, rs_error* err) {
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null model");
-  if (int32_t st = check_batch(m, tokens, T, seg, S, err)) return st;
+  if (int32_t st = check_batch(m, tokens, T, seg, S, parent, err)) return st;
   if (int32_t st = check_loss_spec(spec, err)) return st;
-  if (int32_t st = rs_shared::check_train_micro(spec, mask, adv, slp, stats, seg, S, T, err)) return st;
+  if (int32_t st = rs_shared::check_train_micro(spec, mask, adv, slp, stats, seg, S, parent, T, err)) return st;
   *stats = rs_loss_stats{};
   if (token_logp) std::fill(token_logp, token_logp + T, 0.f);
   // No loss token, no gradient: skip the work (the grads stay exactly as they were).
   if (std::find_if(mask, mask + T, [](uint8_t v) { return v != 0; }) == mask + T) return ok(err);
   return guard(err, "train", [&] {
     model_enter(m);
-    prepare_row(m, tokens, T, seg, S);
+    prepare_row(m, tokens, T, seg, S, parent);
     forward_layers(m, T, false, nullptr);
     // The final-norm gradient reuses the MLP-output scratch, which the backward only needs afterwards.
     float* dlnf = m->acts.tmpD;

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 class Error(C.Structure):
@@ -153,8 +153,8 @@ SIGNATURES = {
     "rs_model_adam_v": (F32P, [MODEL]),
     "rs_model_step_count": (C.c_int64, [MODEL]),
     "rs_model_set_step_count": (None, [MODEL, C.c_int64]),
-    "rs_model_forward": (C.c_int32, [MODEL, I32P, C.c_int32, I32P, C.c_int32, F32P, ERRP]),
-    "rs_model_train_micro": (C.c_int32, [MODEL, I32P, C.c_int32, I32P, C.c_int32, U8P, F32P, F32P, C.POINTER(LossSpec),
+    "rs_model_forward": (C.c_int32, [MODEL, I32P, C.c_int32, I32P, C.c_int32, I32P, F32P, ERRP]),
+    "rs_model_train_micro": (C.c_int32, [MODEL, I32P, C.c_int32, I32P, C.c_int32, I32P, U8P, F32P, F32P, C.POINTER(LossSpec),
                                          C.POINTER(LossStats), F32P, ERRP]),
     "rs_model_step": (C.c_int32, [MODEL, C.POINTER(OptimConfig), C.POINTER(StepResult), ERRP]),
     "rs_model_zero_grad": (None, [MODEL]),
@@ -324,22 +324,24 @@ class Model:
         flat = self.read(kind)
         return {t["name"]: flat[t["offset"]:t["offset"] + t["size"]].reshape(t["shape"]) for t in self.tensors()}
 
-    def forward(self, tokens, segs):
+    def forward(self, tokens, segs, parents=None):
         tokens, segs = i32(tokens), i32(segs)
+        parents = None if parents is None else i32(parents)
         out = np.empty((tokens.size, self.V), dtype=np.float32)
         call("rs_model_forward", self.lib.rs_model_forward, self.h, ptr(tokens, I32P), tokens.size, ptr(segs, I32P), segs.size,
-             ptr(out, F32P))
+             ptr(parents, I32P), ptr(out, F32P))
         return out
 
-    def train_micro(self, tokens, segs, mask, spec, adv=None, slp=None):
+    def train_micro(self, tokens, segs, mask, spec, adv=None, slp=None, parents=None):
         tokens, segs = i32(tokens), i32(segs)
+        parents = None if parents is None else i32(parents)
         mask = np.ascontiguousarray(mask, dtype=np.uint8)
         adv = None if adv is None else f32(adv)
         slp = None if slp is None else f32(slp)
         stats = LossStats()
         lp = np.zeros(tokens.size, dtype=np.float32)
         call("rs_model_train_micro", self.lib.rs_model_train_micro, self.h, ptr(tokens, I32P), tokens.size, ptr(segs, I32P), segs.size,
-             ptr(mask, U8P), ptr(adv, F32P), ptr(slp, F32P), C.byref(spec), C.byref(stats), ptr(lp, F32P))
+             ptr(parents, I32P), ptr(mask, U8P), ptr(adv, F32P), ptr(slp, F32P), C.byref(spec), C.byref(stats), ptr(lp, F32P))
         return {n: getattr(stats, n) for n, _ in LossStats._fields_}, lp
 
     def step(self, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=0.0):

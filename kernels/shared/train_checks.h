@@ -88,12 +88,14 @@ inline int32_t check_loss_call(const float* logits, int32_t N, int32_t V, const 
 
 // The per-token inputs of rs_model_train_micro, once the batch and the loss spec passed their checks.
 inline int32_t check_train_micro(const rs_loss_spec* spec, const uint8_t* mask, const float* adv, const float* slp, const rs_loss_stats* stats,
-                                 const int32_t* seg, int32_t S, int32_t T, rs_error* err) {
+                                 const int32_t* seg, int32_t S, const int32_t* parent, int32_t T, rs_error* err) {
   if (!mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null lossMask or stats");
   const bool policy = loss_uses_policy(spec->kind);
   if (policy && (!adv || !slp)) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: advantages and samplerLogprobs are required for this loss");
+  // A child segment's first token is predicted by its parent's last token; a root's first token by nothing.
   for (int32_t s = 0; s < S; s++)
-    if (mask[seg[s]]) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask is set at token %d, a segment start (nothing predicts it)", seg[s]);
+    if (mask[seg[s]] && !(parent && parent[s] >= 0))
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask is set at token %d, a segment start (nothing predicts it)", seg[s]);
   for (int32_t t = 0; t < T; t++) {
     if (mask[t] > 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: lossMask[%d] = %d; must be 0 or 1", t, mask[t]);
     if (mask[t] && policy && (!std::isfinite(adv[t]) || !std::isfinite(slp[t])))

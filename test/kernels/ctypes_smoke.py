@@ -35,8 +35,8 @@ lib.rs_model_free.argtypes = [C.c_void_p]
 lib.rs_model_num_params.restype = C.c_int64
 lib.rs_model_num_params.argtypes = [C.c_void_p]
 I32P, F32P, U8P = C.POINTER(C.c_int32), C.POINTER(C.c_float), C.POINTER(C.c_uint8)
-lib.rs_model_forward.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, F32P, C.POINTER(Error)]
-lib.rs_model_train_micro.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, U8P, F32P, F32P, C.POINTER(LossSpec),
+lib.rs_model_forward.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, I32P, F32P, C.POINTER(Error)]
+lib.rs_model_train_micro.argtypes = [C.c_void_p, I32P, C.c_int32, I32P, C.c_int32, I32P, U8P, F32P, F32P, C.POINTER(LossSpec),
                                      C.POINTER(LossStats), F32P, C.POINTER(Error)]
 
 
@@ -50,7 +50,7 @@ lib.rs_set_settings.argtypes = [C.POINTER(Settings), C.POINTER(Error)]
 lib.rs_get_settings.argtypes = [C.POINTER(Settings)]
 lib.rs_get_settings.restype = None
 
-assert lib.rs_abi_version() == 2
+assert lib.rs_abi_version() == 3
 # Settings are arguments: BLAS off before its first use (never loaded), our sgemm's AVX2 kernel; read back and reported.
 err = Error()
 assert lib.rs_set_settings(C.byref(Settings(blas_mode=1, simd_level=1)), C.byref(err)) == 0, err.message
@@ -71,15 +71,15 @@ assert m, err.message
 tokens = (C.c_int32 * 6)(1, 2, 3, 4, 5, 6)
 segs = (C.c_int32 * 2)(0, 3)
 logits = (C.c_float * (6 * 37))()
-assert lib.rs_model_forward(m, tokens, 6, segs, 2, logits, C.byref(err)) == 0, err.message
+assert lib.rs_model_forward(m, tokens, 6, segs, 2, None, logits, C.byref(err)) == 0, err.message
 assert all(math.isfinite(x) for x in logits)
 mask = (C.c_uint8 * 6)(0, 1, 1, 0, 1, 1)
 spec = LossSpec(kind=1, mask_low=0, mask_high=1e30, normalizer=4)
 stats = LossStats()
-assert lib.rs_model_train_micro(m, tokens, 6, segs, 2, mask, None, None, C.byref(spec), C.byref(stats), None, C.byref(err)) == 0, err.message
+assert lib.rs_model_train_micro(m, tokens, 6, segs, 2, None, mask, None, None, C.byref(spec), C.byref(stats), None, C.byref(err)) == 0, err.message
 assert stats.loss_tokens == 4 and abs(stats.loss - math.log(37)) < 0.1, (stats.loss_tokens, stats.loss)
 tokens[2] = 99
-assert lib.rs_model_forward(m, tokens, 6, segs, 2, logits, C.byref(err)) == 1
+assert lib.rs_model_forward(m, tokens, 6, segs, 2, None, logits, C.byref(err)) == 1
 assert b"token id 99 at index 2 is outside the vocab [0, 37)" in err.message, err.message
 lib.rs_model_free(m)
 print("ctypes ok:", info.value.decode())

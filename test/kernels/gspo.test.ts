@@ -112,7 +112,7 @@ test("gspo trains a model step end to end: its gradient equals the rl loss's on 
     { lr: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, maxGradNorm: 0, schedule: "constant", warmupSteps: 0, minLr: 0 } as never,
     0,
     1,
-    4096,
+    { microBatchTokens: 4096, sharePrefix: true },
   );
   assert.ok(Number.isFinite(r.loss) && r.gradNorm > 0, `loss ${r.loss}, grad norm ${r.gradNorm}`);
   assert.equal(r.maskedFraction, 0, "on-policy: no sequence clipped");
@@ -127,7 +127,7 @@ test("gspo trains a model step end to end: its gradient equals the rl loss's on 
     { lr: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weightDecay: 0, maxGradNorm: 0, schedule: "constant", warmupSteps: 0, minLr: 0 } as never,
     0,
     1,
-    4096,
+    { microBatchTokens: 4096, sharePrefix: true },
   );
   assert.ok(Math.abs(r.gradNorm - rl.gradNorm) < 1e-4 * rl.gradNorm, `gspo ${r.gradNorm} vs rl ${rl.gradNorm}`);
   a.dispose();

@@ -40,3 +40,23 @@ test("group advantages: centred, optionally std-normalised, zero for uniform gro
   assert.deepEqual(groupAdvantages([1, 1, 1], true), [0, 0, 0]);
   assert.deepEqual(groupAdvantages([], false), []);
 });
+
+test("packing, sharePrefix: families follow the longest shared prefix, not a template prefix every row has", () => {
+  const template = [1, 2, 3];
+  const group = (g: number) =>
+    Array.from({ length: 4 }, (_, i) => sample([...template, ...Array.from({ length: 10 }, (_, k) => 10 + g * 10 + k)], [30 + i, 31], [1, 1]));
+  // Rows of the two groups interleaved: families are found whatever the order, and the layout keeps first-seen order.
+  const rows = group(0).flatMap((r, i) => [r, group(1)[i]!]);
+  const r = packSamples(rows, 4096, 64, { sharePrefix: true });
+  const mb = r.microBatches[0]!;
+  assert.deepEqual([...mb.segmentParents!], [-1, 0, 0, 0, 0, -1, 5, 5, 5, 5]);
+  assert.equal(mb.segmentStarts[1], 13, "the prefix is template + prompt");
+  assert.equal(r.totalTokens, 2 * (13 + 4 * 2));
+  assert.equal(r.unpackedTokens, 8 * 15);
+  // Rows that share only the template: one family of the template (3 tokens saved per extra row) beats nothing.
+  const loose = packSamples([sample([...template, 40], [41], [1]), sample([...template, 50], [51], [1])], 4096, 64, { sharePrefix: true });
+  assert.deepEqual([...loose.microBatches[0]!.segmentParents!], [-1, 0, 0]);
+  assert.equal(loose.totalTokens, 3 + 2 * 2);
+  // Off by option: no parents, every sample whole.
+  assert.equal(packSamples(rows, 4096, 64).microBatches[0]!.segmentParents, undefined);
+});

@@ -150,31 +150,34 @@ export function causalAttention(
   KV: number,
   hd: number,
   segStart: Int32Array,
+  prefixOf?: (t: number) => number[],
 ): Float64Array {
   const out = new Float64Array(T * H * hd);
   const groupSize = H / KV;
   const scale = 1 / Math.sqrt(hd);
   for (let t = 0; t < T; t++) {
+    // The keys token t sees: its parent segment's tokens (group-prefix packing), then its own segment up to t.
+    const keys = [...(prefixOf?.(t) ?? [])];
+    for (let s = segStart[t]; s <= t; s++) keys.push(s);
     for (let h = 0; h < H; h++) {
       const kvh = Math.floor(h / groupSize);
-      const s0 = segStart[t];
-      const scores = new Float64Array(t - s0 + 1);
+      const scores = new Float64Array(keys.length);
       let max = -Infinity;
-      for (let s = s0; s <= t; s++) {
+      keys.forEach((s, j) => {
         let dot = 0;
         for (let i = 0; i < hd; i++) dot += q[(t * H + h) * hd + i] * k[(s * KV + kvh) * hd + i];
-        scores[s - s0] = dot * scale;
-        max = Math.max(max, scores[s - s0]);
-      }
+        scores[j] = dot * scale;
+        max = Math.max(max, scores[j]);
+      });
       let sum = 0;
       for (let j = 0; j < scores.length; j++) {
         scores[j] = Math.exp(scores[j] - max);
         sum += scores[j];
       }
-      for (let s = s0; s <= t; s++) {
-        const p = scores[s - s0] / sum;
+      keys.forEach((s, j) => {
+        const p = scores[j] / sum;
         for (let i = 0; i < hd; i++) out[(t * H + h) * hd + i] += p * v[(s * KV + kvh) * hd + i];
-      }
+      });
     }
   }
   return out;
@@ -192,12 +195,45 @@ function get(weights: Weights, name: string, cfg: ModelConfig): Float64Array {
   return w;
 }
 
+/**
+ * Group-prefix packing (kernels.h, seg_parent): per segment -1 or the index of an earlier segment whose tokens it
+ * continues (it sees them all, its positions continue from their count). `positions` overrides every token's RoPE
+ * position (for controls: a layout with the right mask and wrong positions).
+ */
+export interface LayoutOptions {
+  segmentParents?: Int32Array;
+  positions?: Int32Array;
+}
+
+/** Per token: the parent's token indices it sees, and its position. */
+function layoutOf(T: number, segmentStarts: Int32Array, opts: LayoutOptions) {
+  const segStart = segmentStartOf(T, segmentStarts);
+  const segIndex = (t: number) => {
+    let i = 0;
+    while (i + 1 < segmentStarts.length && segmentStarts[i + 1] <= t) i++;
+    return i;
+  };
+  const segEnd = (s: number) => (s + 1 < segmentStarts.length ? segmentStarts[s + 1] : T);
+  const parentRange = (t: number): [number, number] => {
+    const p = opts.segmentParents?.[segIndex(t)] ?? -1;
+    return p < 0 ? [0, 0] : [segmentStarts[p], segEnd(p)];
+  };
+  const prefixOf = (t: number) => {
+    const [b, e] = parentRange(t);
+    return Array.from({ length: e - b }, (_, i) => b + i);
+  };
+  const position = (t: number) => opts.positions?.[t] ?? parentRange(t)[1] - parentRange(t)[0] + t - segStart[t];
+  // The row whose logits predict token t: t - 1, the parent's last token for a child's first, none for a root's first.
+  const predictor = (t: number) => (segStart[t] !== t ? t - 1 : parentRange(t)[1] - 1);
+  return { segStart, prefixOf, position, predictor };
+}
+
 /** Logits [T * V] for a packed batch. */
-export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array): Float64Array {
+export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array, opts: LayoutOptions = {}): Float64Array {
   const { vocabSize: V, hiddenSize: D, intermediateSize: I, numHeads: H, numKvHeads: KV } = cfg;
   const hd = headDimOf(cfg);
   const T = tokens.length;
-  const segStart = segmentStartOf(T, segmentStarts);
+  const { segStart, prefixOf, position } = layoutOf(T, segmentStarts, opts);
   const w = (name: string) => get(weights, name, cfg);
   const maybe = (name: string) => (cfg.attentionBias ? w(name) : undefined);
 
@@ -222,11 +258,11 @@ export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32A
     }
     const v = linear(h, T, D, w(`${p}.self_attn.v_proj.weight`), KV * hd, maybe(`${p}.self_attn.v_proj.bias`));
     for (let t = 0; t < T; t++) {
-      const pos = t - segStart[t];
+      const pos = position(t);
       for (let hh = 0; hh < H; hh++) applyRope(q, (t * H + hh) * hd, hd, pos, cfg.ropeTheta);
       for (let hh = 0; hh < KV; hh++) applyRope(k, (t * KV + hh) * hd, hd, pos, cfg.ropeTheta);
     }
-    const att = causalAttention(q, k, v, T, H, KV, hd, segStart);
+    const att = causalAttention(q, k, v, T, H, KV, hd, segStart, prefixOf);
     const o = linear(att, T, H * hd, w(`${p}.self_attn.o_proj.weight`), D);
     for (let i = 0; i < T * D; i++) x[i] += o[i];
 
@@ -258,18 +294,19 @@ export function logSoftmaxRow(logits: Float64Array, off: number, V: number): Flo
 }
 
 /**
- * logprobs[t] = log p(tokens[t] | tokens of its segment before t), read from the logits at t - 1.
- * NaN at segment starts, which have no prediction.
+ * logprobs[t] = log p(tokens[t] | tokens of its segment (and parent) before t), read from the logits at t - 1
+ * (a child's first token: at its parent's last token). NaN at root segment starts, which have no prediction.
  */
-export function tokenLogprobs(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array): Float64Array {
+export function tokenLogprobs(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array, opts: LayoutOptions = {}): Float64Array {
   const V = cfg.vocabSize;
   const T = tokens.length;
-  const logits = forwardLogits(cfg, weights, tokens, segmentStarts);
-  const segStart = segmentStartOf(T, segmentStarts);
+  const logits = forwardLogits(cfg, weights, tokens, segmentStarts, opts);
+  const { predictor } = layoutOf(T, segmentStarts, opts);
   const out = new Float64Array(T).fill(NaN);
   for (let t = 0; t < T; t++) {
-    if (segStart[t] === t) continue;
-    out[t] = logSoftmaxRow(logits, (t - 1) * V, V)[tokens[t]];
+    const from = predictor(t);
+    if (from < 0) continue;
+    out[t] = logSoftmaxRow(logits, from * V, V)[tokens[t]];
   }
   return out;
 }
