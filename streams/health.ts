@@ -36,6 +36,16 @@ export const EngineFiguresSchema = z.object({
 });
 export type EngineFigures = z.infer<typeof EngineFiguresSchema>;
 
+/** One remote environment server as of its last health check. */
+export const RemoteEnvHealthSchema = z.object({
+  env: z.string(),
+  address: z.string(),
+  healthy: z.boolean(),
+  checkedAt: iso,
+  inFlight: z.number().int().nonnegative(),
+});
+export type RemoteEnvHealth = z.infer<typeof RemoteEnvHealthSchema>;
+
 export const HeartbeatSchema = z.object({
   actor: z.string().min(1),
   instance: z.string().min(1),
@@ -62,6 +72,8 @@ export const HeartbeatSchema = z.object({
   blocked: z.string().optional(),
   /** An actor that runs an inference engine: its scheduler's figures. */
   engine: EngineFiguresSchema.optional(),
+  /** The remote environment servers it talks to (verifiers env-server, OpenEnv): did each answer its last health check. */
+  remoteEnvs: z.array(RemoteEnvHealthSchema).optional(),
   /** Set only in `exited.*` records: when the process exited cleanly. */
   exitedAt: iso.optional(),
 });

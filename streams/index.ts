@@ -87,6 +87,7 @@ export {
   type Heartbeat,
   type IdleSummary,
   type LogLine,
+  type RemoteEnvHealth,
 } from "./health.js";
 export { consumerBacklogs, type ConsumerBacklog, type OldestMessage } from "./consumer-backlog.js";
 

@@ -16,7 +16,7 @@ export interface RolloutLimits {
   maxAbsAdvantage: number;
 }
 
-export const REJECT_REASONS = ["vocab", "context", "future_version", "version_order", "advantage", "group", "text"] as const;
+export const REJECT_REASONS = ["vocab", "context", "future_version", "version_order", "advantage", "group", "text", "trace"] as const;
 /**
  * Why else a message is set aside: a task outside the run's limits (task, streams/task-limits.ts), it broke a
  * training step (kernel), or its actor kept dying on it (crash_loop).

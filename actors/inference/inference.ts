@@ -5,12 +5,14 @@
 import { inject, injectable } from "tsyringe";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
-import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
+import { closeRunEnvironments, loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
+import { startRemoteRuntime, type RemoteRuntime } from "../runtime/remote-envs.js";
 import { createTokenizer, taskLimitsOf } from "../runtime/model-factory.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { policyVersionsOf } from "../runtime/run-state-errors.js";
 import {
   checkTask,
+  RolloutRejectedError,
   StateKeys,
   toRawRollout,
   type RawRolloutChannel,
@@ -31,6 +33,7 @@ export class InferenceActor implements Actor {
   private envs!: Map<string, LoadedEnvironment>;
   private limits!: TaskLimits;
   private versions!: PolicyVersions;
+  private remote: RemoteRuntime | undefined;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -42,9 +45,20 @@ export class InferenceActor implements Actor {
   ) {}
 
   async run(): Promise<void> {
+    const { ctx } = this;
+    this.envs = await loadRunEnvironments(ctx.config);
+    try {
+      this.remote = await startRemoteRuntime(ctx, this.envs.values());
+      await this.serve();
+    } finally {
+      await this.remote?.close();
+      await closeRunEnvironments(this.envs.values());
+    }
+  }
+
+  private async serve(): Promise<void> {
     const { ctx, state } = this;
     const { config, log } = ctx;
-    this.envs = await loadRunEnvironments(config);
     this.limits = taskLimitsOf(config, this.envs);
     const tokenizer = createTokenizer(config);
     this.versions = policyVersionsOf(ctx, state, this.weights);
@@ -183,8 +197,18 @@ export class InferenceActor implements Actor {
     const started = Date.now();
     const tokensBefore = this.engine.generatedTokens;
     const row = loaded.env.dataset("train").row(task.exampleIndex);
+    const endpoint = this.remote?.endpoint;
     const rollouts = await Promise.all(
-      this.engine.rolloutClients(task).map((model) => loaded.env.rollout({ model, sandbox: this.sandbox, sampling: task.sampling, signal: ctx.signal }, row)),
+      this.engine.rolloutClients(task).map((model, i) =>
+        loaded.env
+          .rollout({ model, sandbox: this.sandbox, sampling: task.sampling, signal: ctx.signal, endpoint, rolloutId: `${task.taskId}/${i}` }, row)
+          .catch((e: unknown) => {
+            // A remote server's trace that says other than our engine generated is the task's fault: dead-lettered with the reason.
+            if (e instanceof Error && e.name === "TraceMismatchError")
+              throw new RolloutRejectedError("trace", `rollout ${i} of task ${task.taskId}: ${e.message}`);
+            throw e;
+          }),
+      ),
     );
     const raw = rollouts.map(toRawRollout);
     const tokens = raw.reduce((s, r) => s + r.completionIds.length, 0);

@@ -3,6 +3,7 @@
 // own schema, even when the schema check failed elsewhere. `config check` prints the list; `train`
 // runs the same check before it starts anything.
 import { parse as parseYaml } from "yaml";
+import { isRemoteEnvironmentId } from "../../environments/remote/index.js";
 import { resolveEnvironment } from "../../environments/registry.js";
 import { ConfigError, crossFieldProblems, describeIssues, MissingConfigError, parseRunConfig, readConfigText, type RunConfig } from "./config.js";
 import { envKeyOf } from "./environments.js";
@@ -49,6 +50,8 @@ export async function checkConfigFile(path: string): Promise<ConfigCheck> {
       if (keys.has(key))
         problems.push(`environments.${i}: shares the key ${JSON.stringify(key)} with environments.${keys.get(key)}; give one a distinct \`key\``);
       keys.set(key, i);
+      // A remote environment's server need not be up to check a config: its fields are the schema's.
+      if (isRemoteEnvironmentId(e.id)) continue;
       try {
         await resolveEnvironment(e.id, (e.args ?? {}) as Record<string, unknown>);
       } catch (err) {

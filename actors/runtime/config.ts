@@ -41,14 +41,44 @@ export const SamplingConfigSchema = z.strictObject({
   maxTokens: pos().default(16),
 });
 
-export const EnvironmentEntrySchema = z.strictObject({
-  /** name@version-range, resolved from environments/ or node_modules. */
-  id: z.string().min(1),
-  /** Key for this entry (defaults to the env name); tasks record it. */
-  key: z.string().optional(),
-  args: z.record(z.string(), z.unknown()).default({}),
-  weight: z.number().positive().default(1).describe("share of prompts drawn from this environment"),
-});
+export const EnvironmentEntrySchema = z
+  .strictObject({
+    /** name@version-range, resolved from environments/ or node_modules; or a remote one: verifiers:<name>, openenv:<name>. */
+    id: z.string().min(1),
+    /** Key for this entry (defaults to the env name); tasks record it. */
+    key: z.string().optional(),
+    args: z.record(z.string(), z.unknown()).default({}),
+    weight: z.number().positive().default(1).describe("share of prompts drawn from this environment"),
+    server: z
+      .string()
+      .regex(/^(tcp|ipc):\/\/\S+$/, "a ZeroMQ address, tcp://host:port")
+      .optional()
+      .describe("verifiers:<name>: the env-server's address"),
+    url: z
+      .string()
+      .regex(/^(wss?|https?):\/\/\S+$/, "ws://host:port or http://host:port")
+      .optional()
+      .describe("openenv:<name>: the OpenEnv server"),
+    tasks: z
+      .strictObject({ train: z.string().min(1), eval: z.string().min(1) })
+      .optional()
+      .describe("verifiers:<name>: JSON-lines files of task data, one task a line (the server holds no data)"),
+    version: z.string().min(1).default("0.0.0").describe("verifiers:<name>: recorded as name@version (a verifiers server reports none)"),
+    deadlineMs: pos().default(300_000).describe("remote: one rollout (a run request; an OpenEnv episode) at most this long, then cancelled"),
+    retries: int().nonnegative().default(2).describe("remote: a rollout whose server went away is run again at most this many times"),
+    connectMs: pos().default(60_000).describe("remote: how long to wait for the server's health at start and after it went away"),
+  })
+  .superRefine((e, ctx) => {
+    const problem = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
+    if (e.id.startsWith("verifiers:")) {
+      if (!e.server) problem("server", `${e.id} needs server: tcp://host:port (the verifiers env-server)`);
+      if (!e.tasks) problem("tasks", `${e.id} needs tasks: {train: file.jsonl, eval: file.jsonl}`);
+    } else if (e.id.startsWith("openenv:")) {
+      if (!e.url) problem("url", `${e.id} needs url: ws://host:port (the OpenEnv server)`);
+    } else if (e.server || e.url || e.tasks) {
+      problem("id", `server, url and tasks are for remote environments (verifiers:<name>, openenv:<name>), not ${e.id}`);
+    }
+  });
 
 export const SftSchema = z.strictObject({
   steps: pos().default(200),
@@ -200,6 +230,15 @@ export const ActorsSchema = z.strictObject({
         .default([])
         .describe("base URLs of the inference servers (backend other than local), e.g. http://gpu-1:30000"),
       fleet: FleetSchema.default(FleetSchema.parse({})),
+      endpoint: z
+        .strictObject({
+          host: z.string().default("127.0.0.1").describe("listen address (0.0.0.0 when the env server runs on another host)"),
+          port: int().min(0).max(65535).default(0).describe("0: any free port"),
+          advertiseHost: z.string().optional().describe("the host the env server reaches this actor at (default: host)"),
+          healthCheckMs: pos().default(5_000).describe("how often each remote environment's server is asked for health (heartbeat)"),
+        })
+        .default({ host: "127.0.0.1", port: 0, healthCheckMs: 5_000 })
+        .describe("verifiers:<name> environments: where this actor serves POST /inference/v1/generate over its engine for the env server"),
       maxInFlight: pos().default(4).describe("tasks rolled out concurrently; their generations batch together"),
       threads: pos().optional(),
       weightsDeadlineMs: pos().default(60_000).describe("a weights fetch that takes longer fails and is retried (a read can hang when a cluster member dies)"),
@@ -240,6 +279,7 @@ export const ActorsSchema = z.strictObject({
       backend: "local",
       servers: [],
       fleet: FleetSchema.parse({}),
+      endpoint: { host: "127.0.0.1", port: 0, healthCheckMs: 5_000 },
       maxInFlight: 4,
       weightsDeadlineMs: 60_000,
       generateDeadlineMs: 600_000,

@@ -2,6 +2,7 @@
 // resolves the same entries, keyed by `key` (default: the env's name).
 import type { Environment } from "../../environments/api/index.js";
 import { resolveEnvironment } from "../../environments/registry.js";
+import { isRemoteEnvironmentId, loadRemoteEnvironment } from "../../environments/remote/index.js";
 import type { RunConfig } from "./config.js";
 
 export interface LoadedEnvironment {
@@ -10,6 +11,16 @@ export interface LoadedEnvironment {
   id: string;
   weight: number;
   env: Environment;
+}
+
+/** One entry of the run's environments: a module resolved by name and range, or a remote server. */
+export function loadEnvironmentEntry(entry: RunConfig["environments"][number]): Promise<Environment> {
+  return isRemoteEnvironmentId(entry.id) ? loadRemoteEnvironment(entry) : resolveEnvironment(entry.id, entry.args);
+}
+
+/** Lets go of the remote environments' connections (their servers keep running). */
+export async function closeRunEnvironments(envs: Iterable<LoadedEnvironment>): Promise<void> {
+  await Promise.all([...envs].map((l) => l.env.close?.().catch(() => undefined)));
 }
 
 export function envKeyOf(entry: { id: string; key?: string }): string {
@@ -23,7 +34,7 @@ export async function loadRunEnvironments(config: RunConfig): Promise<Map<string
   for (const entry of config.environments) {
     const key = envKeyOf(entry);
     if (out.has(key)) throw new Error(`two environment entries share the key ${JSON.stringify(key)}: give one a distinct \`key\``);
-    const env = await resolveEnvironment(entry.id, entry.args);
+    const env = await loadEnvironmentEntry(entry);
     out.set(key, { key, id: `${env.name}@${env.version}`, weight: entry.weight, env });
   }
   return out;

@@ -10,7 +10,7 @@
 // activity is start-up, counted in neither.
 import { AsyncLocalStorage } from "node:async_hooks";
 import type { Gauge } from "prom-client";
-import type { EngineFigures, Heartbeat, HealthBoard, HealthEntry, LogLine } from "../../streams/index.js";
+import type { EngineFigures, Heartbeat, HealthBoard, HealthEntry, LogLine, RemoteEnvHealth } from "../../streams/index.js";
 import type { ActorMetrics } from "./metrics.js";
 
 /** How often a heartbeat is written. A config knob to wire (e.g. actors.heartbeatMs); doctor's default staleness is 5 of these. */
@@ -67,6 +67,7 @@ export class Health {
   private inFlightCount = 0;
   private blockedBy: string | null = null;
   private engine: (() => EngineFigures) | null = null;
+  private remote: (() => RemoteEnvHealth[]) | null = null;
   private timer: NodeJS.Timeout | null = null;
   private beating: Promise<void> | null = null;
   /** Stopped or exited: a signal that arrives later must not write the key again. */
@@ -119,6 +120,11 @@ export class Health {
     if (reason === this.blockedBy) return;
     this.blockedBy = reason;
     if (this.timer) this.beat();
+  }
+
+  /** The remote environment servers' last health checks, written in every heartbeat (null: none). */
+  remoteEnvs(report: (() => RemoteEnvHealth[]) | null): void {
+    this.remote = report;
   }
 
   /** An inference engine's scheduler figures, written in every heartbeat (null: no more). */
@@ -186,6 +192,7 @@ export class Health {
       intervalMs: this.intervalMs,
       ...(this.blockedBy ? { blocked: this.blockedBy } : {}),
       ...(this.engine ? { engine: this.engine() } : {}),
+      ...(this.remote ? { remoteEnvs: this.remote() } : {}),
     };
   }
 

@@ -27,6 +27,21 @@ export interface Environment {
   scoreGroup(rollouts: RolloutResult[], row: DatasetRow, ctx: { sandbox?: CodeSandbox }): Promise<ScoreResult[]>;
   /** A gold assistant reply (worked solution) for the SFT stage, when the env can make one. */
   sftTarget?(row: DatasetRow): string;
+  /**
+   * A remote environment (environments/remote/): its rollouts need ctx.endpoint (the server calls the model
+   * itself), its server answers `health` (the runtime's heartbeat asks), and `close` lets go of its connection.
+   */
+  readonly remote?: RemoteEnvironmentInfo;
+  health?(): Promise<boolean>;
+  close?(): Promise<void>;
+}
+
+export interface RemoteEnvironmentInfo {
+  protocol: "verifiers" | "openenv";
+  /** Where its server is (tcp:// or ws://). */
+  address: string;
+  /** True when its rollouts need ctx.endpoint. */
+  needsEndpoint: boolean;
 }
 
 /** A module's single entry point. */

@@ -7,9 +7,10 @@ export { samplingArgsSchema, defaultSampling } from "./model.js";
 export type { DatasetRow, Dataset, DatasetSplit, SplitName } from "./dataset.js";
 export { datasetRowSchema, listDataset, generatorDataset, validatedDataset } from "./dataset.js";
 export type { RolloutContext, RolloutResult } from "./rollout.js";
+export type { ModelEndpoint, EndpointSession, EndpointCall } from "./model-endpoint.js";
 export { completionMessages } from "./rollout.js";
 export type { ScoreResult } from "./score.js";
-export type { Environment, LoadEnvironment, EnvironmentDefinition } from "./environment.js";
+export type { Environment, LoadEnvironment, EnvironmentDefinition, RemoteEnvironmentInfo } from "./environment.js";
 export { createEnvironment, envId, heldOutSplits } from "./environment.js";
 export type {
   CodeSandbox,

@@ -1,5 +1,6 @@
 import type { DatasetRow } from "./dataset.js";
 import type { ChatMessage } from "./messages.js";
+import type { ModelEndpoint } from "./model-endpoint.js";
 import type { ModelClient, SamplingArgs, VersionSpan } from "./model.js";
 import type { CodeSandbox } from "./sandbox.js";
 
@@ -9,6 +10,10 @@ export interface RolloutContext {
   sampling: SamplingArgs;
   /** Aborted by the runtime (shutdown, cancelled task): the rollout rejects. */
   signal?: AbortSignal;
+  /** The policy over HTTP, for a remote environment whose server calls the model itself (verifiers env-server). */
+  endpoint?: ModelEndpoint;
+  /** Names the rollout in logs and in the server's requests (task id and index), when the runtime has one. */
+  rolloutId?: string;
 }
 
 export interface RolloutResult {
