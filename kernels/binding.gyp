@@ -3,6 +3,11 @@
   #   librollstream_cpu.so  - all the math behind the C ABI in kernels.h (also loadable from Python ctypes)
   #   rollstream_kernels.node - the N-API addon; it does NOT link the math, it dlopen()s a backend .so by path
   #                            at run time, so librollstream_cuda.so can drop in with the same header.
+  # MPI (the learner ranks' collectives, addon/comm.cc) when mpicc exists at build time; without it the addon
+  # builds the same and its comm calls say why they cannot run.
+  "variables": {
+    "have_mpi": "<!(sh -c 'mpicc --showme:compile >/dev/null 2>&1 && echo 1 || echo 0')"
+  },
   "targets": [
     {
       "target_name": "rollstream_cpu",
@@ -27,13 +32,21 @@
     },
     {
       "target_name": "rollstream_kernels",
-      "sources": ["addon/addon.cc", "addon/backend.cc", "addon/kernels_api.cc", "addon/model_api.cc", "addon/engine_api.cc"],
+      "sources": ["addon/addon.cc", "addon/backend.cc", "addon/kernels_api.cc", "addon/model_api.cc", "addon/engine_api.cc",
+                  "addon/comm.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")", "."],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions", "-std=gnu++17", "-std=gnu++20"],
       "cflags_cc": ["-std=c++17", "-O2", "-fexceptions"],
-      "libraries": ["-ldl"]
+      "libraries": ["-ldl"],
+      "conditions": [
+        ["have_mpi==1", {
+          "defines": ["RS_HAVE_MPI"],
+          "cflags_cc": ["<!@(mpicc --showme:compile)"],
+          "libraries": ["<!@(mpicc --showme:link)"]
+        }]
+      ]
     }
   ]
 }

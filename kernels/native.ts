@@ -367,9 +367,26 @@ export interface NativeBackend {
   ): void;
 }
 
+/** The learner ranks' MPI collectives (kernels/addon/comm.cc); every call throws when the build has no MPI. */
+export interface NativeComm {
+  available: boolean;
+  init(): { rank: number; size: number };
+  reduceScatter(send: Float32Array, recv: Float32Array, counts: number[]): void;
+  allGather(send: Float32Array, recv: Float32Array, counts: number[]): void;
+  allReduceSum(values: Float64Array): void;
+  barrier(): void;
+  finalize(): void;
+}
+
 interface Addon {
   openBackend(path: string): NativeBackend;
   abiVersion: number;
+  comm: NativeComm;
+}
+
+/** The addon's communicator functions. */
+export function nativeComm(): NativeComm {
+  return loadAddon().comm;
 }
 
 /** The folder holding package.json and kernels/binding.gyp, found by walking up from this file (works from dist-*). */

@@ -70,6 +70,8 @@ export interface TensorEntry {
   /** In floats, into the flat buffers (params, grads, AdamW moments share the layout). */
   offset: number;
   size: number;
+  /** AdamW decays it (matrices; not norms and biases). */
+  weightDecay: boolean;
 }
 
 export interface OptimizerState {
@@ -106,7 +108,7 @@ export class PolicyModel {
     this.native = native;
     this.device = device;
     this.numParams = native.numParams();
-    this.entries = native.tensors().map(({ name, shape, offset, size }) => ({ name, shape, offset, size }));
+    this.entries = native.tensors().map(({ name, shape, offset, size, weightDecay }) => ({ name, shape, offset, size, weightDecay }));
   }
 
   static create(config: ModelConfig, opts: CreateOptions = {}): PolicyModel {

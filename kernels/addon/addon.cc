@@ -144,6 +144,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   env.SetInstanceData(data);
   exports.Set("openBackend", Napi::Function::New(env, OpenBackend));
   exports.Set("abiVersion", Napi::Number::New(env, RS_ABI_VERSION));
+  exports.Set("comm", comm_exports(env));
   return exports;
 }
 

@@ -39,3 +39,6 @@ Napi::Value create_engine(const EngineInit& init, Napi::Object model, const Napi
 class Args;
 rs_loss_spec read_loss_spec(const Args& a, Napi::Object o);
 Napi::Object loss_stats_object(Napi::Env env, const rs_loss_stats& s);
+
+// comm.cc: the learner ranks' MPI collectives (`comm`; every call throws when the build has no MPI).
+Napi::Object comm_exports(Napi::Env env);
