@@ -73,6 +73,16 @@ export function adapterValues(
   return params;
 }
 
+/** A LoRA training state's adapters as the files of a checkpoint's adapter/ folder; none without LoRA. */
+export function peftCheckpointFiles(state: Uint8Array): { path: string; data: Uint8Array | string }[] {
+  const peft = peftFromTrainState(state);
+  if (!peft) return [];
+  return [
+    { path: `adapter/${PEFT_WEIGHTS_FILE}`, data: peft.weights },
+    { path: `adapter/${PEFT_CONFIG_FILE}`, data: peft.config },
+  ];
+}
+
 /** PEFT's files for a training state written with LoRA (the checkpoint folder's adapter/), or null without LoRA. */
 export function peftFromTrainState(state: Uint8Array): { config: string; weights: Uint8Array } | null {
   const meta = readSafetensorsMetadata(state);

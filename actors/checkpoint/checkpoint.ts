@@ -7,6 +7,7 @@ import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { CheckpointDir } from "../runtime/checkpoint-dir.js";
+import { peftCheckpointFiles } from "../../kernels/lora-peft.js";
 import { evalSchedule } from "../../rl/eval-schedule.js";
 import {
   StateKeys,
@@ -62,7 +63,7 @@ export class CheckpointActor implements Actor {
       if (onDisk.includes(ann.step) || (onDisk[0] ?? -1) > ann.step) return;
       throw new Error(`state object ${ann.object} is not in the object store`);
     }
-    const manifest = await ctx.health.work(`write checkpoint step ${ann.step}`, () => this.dir.write(ann.step, state));
+    const manifest = await ctx.health.work(`write checkpoint step ${ann.step}`, () => this.dir.write(ann.step, state, peftCheckpointFiles(state)));
     const removed = this.dir.prune(ctx.config.checkpoint.keepLast);
     await this.state.put(StateKeys.checkpointLatest, ann.step);
     await this.checkpoints.deleteObject(ann.object);

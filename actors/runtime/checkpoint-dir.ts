@@ -4,11 +4,14 @@
 // looks whole; the manifest's sha256 is checked before a checkpoint is used.
 import { sha256Hex, StorageBlockedError } from "../../streams/index.js";
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from "node:fs";
-import { join } from "node:path";
-import { PEFT_CONFIG_FILE, PEFT_WEIGHTS_FILE, peftFromTrainState } from "../../kernels/lora-peft.js";
+import { dirname, join } from "node:path";
 
-/** The folder of a checkpoint that holds its LoRA adapters in PEFT's format. */
-export const ADAPTER_DIR = "adapter";
+/** A file written beside the state, inside the checkpoint folder (a LoRA run's adapter/ in PEFT's format). */
+export interface CheckpointExtra {
+  /** Relative to the checkpoint folder. */
+  path: string;
+  data: Uint8Array | string;
+}
 
 export interface CheckpointManifest {
   format: "rollstream-checkpoint-1";
@@ -91,17 +94,17 @@ export class CheckpointDir {
 
   /** Writes it whole or not at all: a failed write leaves no temp folder; a folder that cannot take it is a
    *  StorageBlockedError naming it and what to do. */
-  write(step: number, state: Uint8Array): CheckpointManifest {
+  write(step: number, state: Uint8Array, extras: CheckpointExtra[] = []): CheckpointManifest {
     const tmp = `${this.dirFor(step)}.tmp-${process.pid}`;
     try {
-      return this.writeVia(tmp, step, state);
+      return this.writeVia(tmp, step, state, extras);
     } catch (e) {
       rmSync(tmp, { recursive: true, force: true });
       throw blocked(e, this.root, step) ?? e;
     }
   }
 
-  private writeVia(tmp: string, step: number, state: Uint8Array): CheckpointManifest {
+  private writeVia(tmp: string, step: number, state: Uint8Array, extras: CheckpointExtra[]): CheckpointManifest {
     const sha256 = sha256Hex(state);
     const final = this.dirFor(step);
     rmSync(tmp, { recursive: true, force: true });
@@ -116,23 +119,17 @@ export class CheckpointDir {
       createdAt: new Date().toISOString(),
     };
     writeFileDurable(join(tmp, manifest.file), state);
-    this.writeAdapter(tmp, state);
+    for (const x of extras) {
+      mkdirSync(join(tmp, dirname(x.path)), { recursive: true });
+      writeFileDurable(join(tmp, x.path), x.data);
+      fsyncDir(join(tmp, dirname(x.path)));
+    }
     writeFileDurable(join(tmp, "manifest.json"), JSON.stringify(manifest, null, 2) + "\n");
     fsyncDir(tmp);
     if (existsSync(final)) rmSync(final, { recursive: true, force: true });
     renameSync(tmp, final);
     fsyncDir(this.root);
     return manifest;
-  }
-
-  /** A LoRA run's adapters beside the state, in PEFT's format (adapter/), for PEFT, vLLM or `rollstream eval`. */
-  private writeAdapter(dir: string, state: Uint8Array): void {
-    const peft = peftFromTrainState(state);
-    if (!peft) return;
-    mkdirSync(join(dir, ADAPTER_DIR));
-    writeFileDurable(join(dir, ADAPTER_DIR, PEFT_WEIGHTS_FILE), peft.weights);
-    writeFileDurable(join(dir, ADAPTER_DIR, PEFT_CONFIG_FILE), peft.config);
-    fsyncDir(join(dir, ADAPTER_DIR));
   }
 
   /** Steps of complete checkpoints, newest first. */

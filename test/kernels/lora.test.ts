@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { PolicyModel } from "../../kernels/index.js";
 import { LoraAdapters, LoraSchema, loraTargets } from "../../kernels/lora.js";
-import { fromPeft, toPeft } from "../../kernels/lora-peft.js";
+import { fromPeft, peftCheckpointFiles, toPeft } from "../../kernels/lora-peft.js";
 import { decodeTrainStateWithLora, encodeTrainState } from "../../kernels/train-state.js";
 import { writeSafetensors } from "../../kernels/safetensors.js";
 import { CheckpointDir } from "../../actors/runtime/checkpoint-dir.js";
@@ -191,19 +191,22 @@ test("PEFT: our export loads back; an adapter in PEFT's documented layout loads 
   }
 });
 
-test("a checkpoint of a LoRA run holds its adapters in PEFT's format under adapter/", () => {
+test("a checkpoint of a LoRA run (as the checkpoint actor writes it) holds its adapters in PEFT's format under adapter/", () => {
   const { model, lora } = setup();
   const dir = mkdtempSync(join(tmpdir(), "rs-lora-ckpt-"));
   try {
     const counters = { step: 1, sftDone: true, readerSeq: 1, droppedStale: 0, samplesSeen: 0, optimizerStep: 0 };
     const ckpt = new CheckpointDir(dir, "lora-run");
-    ckpt.write(1, encodeTrainState(model, counters, lora, "/models/base"));
+    const state = encodeTrainState(model, counters, lora, "/models/base");
+    ckpt.write(1, state, peftCheckpointFiles(state));
     const folder = join(dir, "step-00000001", "adapter");
     const cfgJson = readFileSync(join(folder, "adapter_config.json"), "utf8");
     assert.equal(JSON.parse(cfgJson).base_model_name_or_path, "/models/base");
     const back = fromPeft(cfgJson, readFileSync(join(folder, "adapter_model.safetensors")), { tensors: model.tensors(), base: lora.base });
     assert.deepEqual(back.params, lora.params);
-    ckpt.write(2, encodeTrainState(model, counters));
+    const full = encodeTrainState(model, counters);
+    assert.deepEqual(peftCheckpointFiles(full), []);
+    ckpt.write(2, full, peftCheckpointFiles(full));
     assert.throws(() => readFileSync(join(dir, "step-00000002", "adapter", "adapter_config.json")), /ENOENT/, "no adapter/ without LoRA");
   } finally {
     model.dispose();
