@@ -175,7 +175,6 @@ export class HfTokenizer implements Tokenizer {
     });
     const text = this.template.render({
       messages,
-      ...(opts.tools ? { tools: opts.tools } : {}),
       add_generation_prompt: opts.addGenerationPrompt === true,
       // As transformers: templates that know tools render them (Qwen's lists them in the system turn); others ignore them.
       ...(opts.tools?.length ? { tools: opts.tools } : {}),

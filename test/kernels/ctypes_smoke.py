@@ -16,7 +16,7 @@ class Config(C.Structure):
     _fields_ = [("rope_theta", C.c_double), ("rms_norm_eps", C.c_float)] + [
         (n, C.c_int32)
         for n in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
-                  "max_position_embeddings", "tie_word_embeddings", "attention_bias", "threads")
+                  "max_position_embeddings", "tie_word_embeddings", "attention_bias", "threads", "head_dim", "qk_norm")
     ]
 
 
