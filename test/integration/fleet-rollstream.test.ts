@@ -5,10 +5,10 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { join } from "node:path";
-import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { StateKeys } from "../../streams/index.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
-import { ServeProcess } from "../helpers/serve-process.js";
+import { ServeProcess } from "../../deploy/local/serve-process.js";
 
 test("an RL run on two rollstream serve processes: one SIGKILLed and restarted mid-run, every task scored once", async () => {
   const steps = 10;
@@ -21,9 +21,15 @@ test("an RL run on two rollstream serve processes: one SIGKILLed and restarted m
   });
   const servers: ServeProcess[] = [];
   try {
-    for (const i of [0, 1]) servers.push(await ServeProcess.start(run.configPath, join(run.dir, `updates-${i}.jsonl`), join(run.dir, `serve-${i}.log`)));
+    for (const i of [0, 1]) {
+      const files = { updateLog: join(run.dir, `updates-${i}.jsonl`), stderrLog: join(run.dir, `serve-${i}.log`) };
+      servers.push(await ServeProcess.start({ binPath: cliMain, source: ["-c", run.configPath], extraArgs: ["--threads", "1"], ...files }));
+    }
     // The servers' ports are known only now: the inference actor reads them from the config it is started with.
-    await rewriteServers(run.configPath, servers.map((s) => s.url));
+    await rewriteServers(
+      run.configPath,
+      servers.map((s) => s.url),
+    );
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
     const names = run.topology.names;
     const countOn = async (subject: string) =>
@@ -72,7 +78,9 @@ test("an RL run on two rollstream serve processes: one SIGKILLed and restarted m
     const newest = (pid: number) => Math.max(...logs[1]!.filter((u) => u.pid === pid && u.version !== "init").map((u) => Number(u.version)));
     assert.ok(newest(pids[1]!) >= newest(pids[0]!), "the restarted server rejoined on newer weights");
     assert.ok(versionsSeen.size >= 2, "rows from more than one policy version");
-    process.stdout.write(`fleet-rollstream: ${taskIds.size} tasks, versions ${[...versionsSeen].sort((a, b) => a - b)}, rows with several spans: ${multiSpan}\n`);
+    process.stdout.write(
+      `fleet-rollstream: ${taskIds.size} tasks, versions ${[...versionsSeen].sort((a, b) => a - b)}, rows with several spans: ${multiSpan}\n`,
+    );
   } finally {
     await run.close().catch(() => undefined);
     for (const s of servers) await s.stop();

@@ -122,7 +122,6 @@ test("update_weights_from_disk changes what is served and the version answers ca
   }
 });
 
-
 /** Starts a long streamed generation and resolves once its first token arrived; `rest` is the whole answer. */
 async function streamStarted(prompt: number[]): Promise<{ rest: Promise<Json[]> }> {
   const res = await fetch(`${server.url}/inference/v1/generate`, {

@@ -1,9 +1,10 @@
-// `rollstream serve` as a child process, as a user runs it: started on a run config (the run's model, its initial
-// weights until the fleet pushes a version), SIGKILLed, and restarted on the same port. Each process appends its
-// weight loads to one update log, which outlives the processes.
+// `rollstream serve` as a child process, as a user runs it (bench inference, the fleet's integration tests): started
+// on a model source (`-c <run config>` or `--checkpoint <folder>`), killed (SIGKILL, as a crash), and restarted on
+// the same port, as a restarted server comes back at its address. Each process appends its weight loads to one
+// update log, which outlives the processes.
 import { type ChildProcess, spawn } from "node:child_process";
 import { appendFileSync, existsSync, readFileSync } from "node:fs";
-import { cliMain } from "./run-fixture.js";
+import { killWithParent } from "./child-reaper.js";
 
 export interface UpdateLine {
   version: string;
@@ -18,15 +19,17 @@ export class ServeProcess {
   private child: ChildProcess | null = null;
   port = 0;
 
+  /** binPath: the CLI's main.js; source: ["-c", config] or ["--checkpoint", folder]; extraArgs: more flags. */
   constructor(
-    private readonly configPath: string,
+    private readonly binPath: string,
+    private readonly source: string[],
     readonly updateLog: string,
     private readonly stderrLog: string,
     private readonly extraArgs: string[] = [],
   ) {}
 
-  static async start(configPath: string, updateLog: string, stderrLog: string, extraArgs: string[] = []): Promise<ServeProcess> {
-    const s = new ServeProcess(configPath, updateLog, stderrLog, extraArgs);
+  static async start(o: { binPath: string; source: string[]; updateLog: string; stderrLog: string; extraArgs?: string[] }): Promise<ServeProcess> {
+    const s = new ServeProcess(o.binPath, o.source, o.updateLog, o.stderrLog, o.extraArgs);
     await s.restart();
     return s;
   }
@@ -41,8 +44,9 @@ export class ServeProcess {
 
   async restart(): Promise<void> {
     if (this.alive) return;
-    const args = [cliMain, "serve", "-c", this.configPath, "--port", String(this.port), "--threads", "1", "--update-log", this.updateLog, ...this.extraArgs];
+    const args = [this.binPath, "serve", ...this.source, "--port", String(this.port), "--update-log", this.updateLog, ...this.extraArgs];
     const child = spawn(process.execPath, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, NATS_URL: "", LOG_LEVEL: "warn" } });
+    killWithParent(child);
     this.child = child;
     child.stderr!.on("data", (d: Buffer) => appendFileSync(this.stderrLog, d));
     const url = await new Promise<string>((resolve, reject) => {
