@@ -1,7 +1,9 @@
 // The model `rollstream serve` starts with: a folder (an HF folder or a run checkpoint, as `rollstream eval
-// --checkpoint` loads them), or a run's weights in its NATS object store (the run config gives the model and
-// tokenizer; the version is the one asked for, else the run's current policy version). A server started on a run
-// keeps its connection, so POST /update_weights {version} can load any later version of that run.
+// --checkpoint` loads them), or a run's model (the run config gives the model and tokenizer): with its NATS server,
+// the weights of the version asked for, else of the run's current policy version, else (a run not started yet)
+// its initial weights, as are they without a NATS server: labelled "init" until an inference actor pushes a
+// version. A server started on a run's NATS keeps its connection, so POST /update_weights {version} can load any
+// later version of that run.
 import { connect, type NatsConnection } from "@nats-io/transport-node";
 import { Kvm } from "@nats-io/kv";
 import type { PolicyModel } from "../kernels/index.js";
@@ -27,7 +29,7 @@ export interface ServedModel {
   close(): Promise<void>;
 }
 
-export type ServeSource = { kind: "folder"; path: string } | { kind: "run"; configPath: string; natsUrl: string; version?: number };
+export type ServeSource = { kind: "folder"; path: string } | { kind: "run"; configPath: string; natsUrl?: string; version?: number };
 
 export async function openServedModel(src: ServeSource, opts: { threads?: number; label?: string }): Promise<ServedModel> {
   if (src.kind === "folder") {
@@ -36,34 +38,33 @@ export async function openServedModel(src: ServeSource, opts: { threads?: number
     return { ...f, label, source: src.path, close: async () => undefined };
   }
   const runConfig = loadRunConfig(src.configPath);
+  const base = { tokenizer: createTokenizer(runConfig), modelConfig: modelConfigOf(runConfig), runConfig };
+  const model = createPolicyModel(runConfig, { threads: opts.threads });
+  if (!src.natsUrl) return { ...base, model, label: opts.label ?? "init", source: `run ${runConfig.run}: initial weights`, close: async () => undefined };
   const nc = await connect({ servers: src.natsUrl, name: `rollstream-serve-${runConfig.run}` });
   try {
     const weights = new RunChannels(openWire(nc, runConfig.run)).weights;
     const version = src.version ?? (await currentVersion(nc, runConfig.run));
-    const bytes = await weights.fetch(version);
-    const model = createPolicyModel(runConfig, { threads: opts.threads });
-    model.loadSafetensors(bytes);
+    if (version !== null) model.loadSafetensors(await weights.fetch(version));
     return {
+      ...base,
       model,
-      tokenizer: createTokenizer(runConfig),
-      modelConfig: modelConfigOf(runConfig),
-      label: opts.label ?? String(version),
-      source: `run ${runConfig.run} v${version}`,
-      runConfig,
+      label: opts.label ?? (version === null ? "init" : String(version)),
+      source: version === null ? `run ${runConfig.run}: initial weights (no version yet)` : `run ${runConfig.run} v${version}`,
       store: (v) => weights.fetch(v),
       close: () => nc.drain(),
     };
   } catch (e) {
+    model.dispose();
     await nc.close();
     throw e;
   }
 }
 
-async function currentVersion(nc: NatsConnection, run: string): Promise<number> {
-  const kv = await new Kvm(nc).open(runNames(run).kvBucket).catch((e: Error) => {
-    throw new Error(`run ${run} has no state at this NATS server (${e.message}); is the run name right?`);
-  });
+/** The run's current policy version; null when it has none yet (not started, or still in SFT). */
+async function currentVersion(nc: NatsConnection, run: string): Promise<number | null> {
+  const kv = await new Kvm(nc).open(runNames(run).kvBucket).catch(() => null);
+  if (!kv) return null;
   const v = await new RunState(kv).get(StateKeys.policyVersion);
-  if (v === undefined || v < 0) throw new Error(`run ${run} has no policy version yet; give --version or wait for its first weights`);
-  return v;
+  return v === undefined || v < 0 ? null : v;
 }

@@ -29,13 +29,21 @@ export class PolicyTokenEngine implements TokenEngine {
   private loading: Promise<unknown> = Promise.resolve();
   requestsServed = 0;
 
+  private readonly onUpdate: (r: WeightUpdateRecord) => void;
+
   constructor(
     readonly engine: PolicyEngine,
-    opts: { vocabSize: number; contextTokens: number; label: string; source: string },
+    opts: { vocabSize: number; contextTokens: number; label: string; source: string; onUpdate?(r: WeightUpdateRecord): void },
   ) {
     this.limits = { vocabSize: opts.vocabSize, contextTokens: opts.contextTokens };
     this.labelOfNumber[engine.version] = opts.label;
-    this.updates.push({ version: opts.label, source: opts.source, at: Date.now(), ms: 0, aborted: 0 });
+    this.onUpdate = opts.onUpdate ?? (() => undefined);
+    this.record({ version: opts.label, source: opts.source, at: Date.now(), ms: 0, aborted: 0 });
+  }
+
+  private record(r: WeightUpdateRecord): void {
+    this.updates.push(r);
+    this.onUpdate(r);
   }
 
   /** The label of the weights in use. */
@@ -91,7 +99,7 @@ export class PolicyTokenEngine implements TokenEngine {
       this.labelOfNumber[version] = label;
       await this.engine.updateWeights(version, safetensors);
       const rec = { version: label, source: opts.source, at: Date.now(), ms: performance.now() - t0, aborted };
-      this.updates.push(rec);
+      this.record(rec);
       return rec;
     };
     const p = this.loading.then(run, run);

@@ -1,6 +1,7 @@
 // Starts `rollstream serve` on a model source: the PolicyEngine with the run's engine settings (or the flags'),
 // the app, listening; returns what stops it. Used by the CLI command and by tests that want a real server in
 // process.
+import { appendFileSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import type { FastifyInstance } from "fastify";
 import { engineOptionsOf, PolicyEngine, type WeightUpdate } from "../actors/runtime/policy-engine.js";
@@ -21,6 +22,8 @@ export interface ServeSettings {
   weightUpdate?: WeightUpdate;
   maxSeqs?: number;
   kvBlocks?: number;
+  /** A file each weight load is appended to as a JSON line (it outlives the process, unlike GET /weight_updates). */
+  updateLog?: string;
   log: { info(o: object, msg: string): void; error(o: object, msg: string): void };
   /** The engine is wedged (a step past its deadline): default, exit so a supervisor starts a fresh process. */
   onWedged?(e: Error): void;
@@ -51,6 +54,10 @@ export async function startServe(s: ServeSettings): Promise<RunningServer> {
     contextTokens: served.modelConfig.maxPositionEmbeddings,
     label: served.label,
     source: served.source,
+    onUpdate: (r) => {
+      s.log.info({ ...r }, "weights in use");
+      if (s.updateLog) appendFileSync(s.updateLog, `${JSON.stringify({ ...r, pid: process.pid })}\n`);
+    },
   });
   const app = buildServeApp({ engine, tokenizer: served.tokenizer, modelConfig: served.modelConfig, modelName, store: served.store, log: s.log });
   await app.listen({ host: s.host, port: s.port });

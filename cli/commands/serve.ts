@@ -4,7 +4,7 @@
 // object store (--config with --nats, at --version or the run's current one). It prints its URL on stdout once it
 // listens, and stops on SIGINT/SIGTERM.
 import { InvalidArgumentError, type Command } from "commander";
-import { createLogger } from "../../actors/runtime/logger.js";
+import { createLogger, LastLogLine } from "../../actors/runtime/logger.js";
 import { startServe } from "../../serve/start.js";
 import type { ServeSource } from "../../serve/model-source.js";
 import { UsageError } from "../errors.js";
@@ -23,6 +23,7 @@ interface ServeFlags {
   weightUpdate?: "keep" | "recompute" | "barrier";
   maxSeqs?: number;
   kvBlocks?: number;
+  updateLog?: string;
 }
 
 const int = (min: number) => (v: string) => {
@@ -36,8 +37,8 @@ export function registerServeCommand(program: Command): void {
     .command("serve")
     .description("serve a model over HTTP: vLLM's token route, OpenAI completions and chat, SGLang's routes, weight updates")
     .option("--checkpoint <path>", "an HF folder (config.json + model.safetensors) or a run checkpoint (runs/<run>/checkpoints/step-N)")
-    .option("-c, --config <file>", "a run config: serve that run's weights from its NATS object store (with --nats)")
-    .option("--nats <url>", "the run's NATS server (default: NATS_URL)")
+    .option("-c, --config <file>", "a run config: serve that run's model (its current weights from --nats, else its initial ones until a version is pushed)")
+    .option("--nats <url>", "the run's NATS server, with --config (default: NATS_URL)")
     .option("--version <n>", "the run's policy version to start with (default: its current one)", int(0))
     .option("--host <host>", "address to bind", "127.0.0.1")
     .option("--port <port>", "port (0: any free one)", int(0), 8000)
@@ -51,21 +52,22 @@ export function registerServeCommand(program: Command): void {
     })
     .option("--max-seqs <n>", "sequences decoded together", int(1))
     .option("--kv-blocks <n>", "KV blocks in the engine's pool", int(1))
+    .option("--update-log <file>", "append each weight load (version, source, time, duration) to this file as a JSON line")
     .action(async (flags: ServeFlags) => {
       await serve(flags);
     });
 }
 
 function sourceOf(flags: ServeFlags): ServeSource {
-  if (!!flags.checkpoint === !!flags.config) throw new UsageError("give exactly one of --checkpoint <path> or --config <run config> (with --nats)");
+  if (!!flags.checkpoint === !!flags.config) throw new UsageError("give exactly one of --checkpoint <path> or --config <run config>");
   if (flags.checkpoint) return { kind: "folder", path: flags.checkpoint };
   const natsUrl = flags.nats ?? process.env["NATS_URL"];
-  if (!natsUrl) throw new UsageError("--config serves a run's weights from NATS: give --nats <url> (or NATS_URL)");
-  return { kind: "run", configPath: flags.config!, natsUrl, ...(flags.version === undefined ? {} : { version: flags.version }) };
+  if (flags.version !== undefined && !natsUrl) throw new UsageError("--version reads the run's object store: give --nats <url> (or NATS_URL)");
+  return { kind: "run", configPath: flags.config!, ...(natsUrl ? { natsUrl } : {}), ...(flags.version === undefined ? {} : { version: flags.version }) };
 }
 
 async function serve(flags: ServeFlags): Promise<void> {
-  const log = createLogger({ actor: "serve" });
+  const log = createLogger({ actor: "serve" }, undefined, new LastLogLine());
   const server = await startServe({
     source: sourceOf(flags),
     host: flags.host,
@@ -77,6 +79,7 @@ async function serve(flags: ServeFlags): Promise<void> {
     weightUpdate: flags.weightUpdate,
     maxSeqs: flags.maxSeqs,
     kvBlocks: flags.kvBlocks,
+    updateLog: flags.updateLog,
     log,
   });
   process.stdout.write(`rollstream serve: listening on ${server.url}\n`);
