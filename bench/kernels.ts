@@ -102,8 +102,8 @@ function othersShare<T>(fn: () => T): { value: T; others: number } {
   return { value, others: Math.max(0, others) / (wall * availableParallelism()) };
 }
 
-async function trainTokensPerSec(threads: number, seconds: number): Promise<number> {
-  const model = PolicyModel.create(DEMO_CONFIG, { seed: 1, threads });
+async function trainTokensPerSec(threads: number, seconds: number, cfg: ModelConfig = DEMO_CONFIG): Promise<number> {
+  const model = PolicyModel.create(cfg, { seed: 1, threads });
   const T = 2048,
     ctx = CTX;
   const tokens = new Int32Array(T).map((_, i) => (i * 7919) % DEMO_CONFIG.vocabSize);
@@ -136,6 +136,39 @@ async function decodeTokensPerSec(threads: number): Promise<number> {
   const dt = (performance.now() - t0) / 1000;
   model.dispose();
   return res.reduce((a, r) => a + r.tokens.length, 0) / dt;
+}
+
+/** The MoE shape: the demo model as Qwen3-MoE with 8 experts, top-2, each half the demo's MLP width. */
+export const MOE_SHAPE = { numExperts: 8, numExpertsPerTok: 2 };
+
+/**
+ * Train tokens/s of the demo model with 8-expert top-2 MoE MLPs against the dense model of the same active
+ * parameters (its MLP width = 2 experts' width), both Qwen3-style (q/k norms), in interleaved windows.
+ */
+async function moeVsDense(threads: number, seconds: number): Promise<{ moe: number; dense: number }> {
+  const base: ModelConfig = { ...DEMO_CONFIG, qkNorm: true, headDim: DEMO_CONFIG.hiddenSize / DEMO_CONFIG.numHeads };
+  const im = Math.max(1, Math.floor(DEMO_CONFIG.intermediateSize / MOE_SHAPE.numExpertsPerTok));
+  const moe: ModelConfig = {
+    ...base,
+    moe: { ...MOE_SHAPE, moeIntermediateSize: im, normTopkProb: true, routerAuxLossCoef: 0, decoderSparseStep: 1, mlpOnlyLayers: [] },
+  };
+  const dense: ModelConfig = { ...base, intermediateSize: im * MOE_SHAPE.numExpertsPerTok };
+  const rates = { moe: [] as number[], dense: [] as number[] };
+  for (let round = 0; round < 2; round++) {
+    for (const [name, cfg] of round % 2
+      ? ([
+          ["dense", dense],
+          ["moe", moe],
+        ] as const)
+      : ([
+          ["moe", moe],
+          ["dense", dense],
+        ] as const)) {
+      rates[name].push(await trainTokensPerSec(threads, seconds / 4, cfg));
+    }
+  }
+  const mean = (a: number[]) => a.reduce((x, y) => x + y, 0) / a.length;
+  return { moe: mean(rates.moe), dense: mean(rates.dense) };
 }
 
 /** A real chat vocabulary (Qwen2's embedding rows) on a one-layer model, so sampling dominates a decode step. */
@@ -239,6 +272,7 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
   const trainBlasOn = haveBlas ? meanRate("on") : Number.NaN;
   const decode = await decodeTokensPerSec(threads);
   const sampling = await samplingTokensPerSec(threads);
+  const moe = await moeVsDense(threads, opts.seconds ?? 3);
   const result: Record<string, number> = {
     threads,
     tokens,
@@ -260,6 +294,9 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
     sampling_tokens_per_s_temperature: sampling.temperature,
     sampling_tokens_per_s_top_p_0_9: sampling.topP,
     top_p_vs_temperature: sampling.topP / sampling.temperature,
+    moe_train_tokens_per_s: moe.moe,
+    moe_dense_same_active_train_tokens_per_s: moe.dense,
+    moe_vs_dense_same_active: moe.moe / moe.dense,
   };
   for (const r of rows) console.log(r);
   console.log(
@@ -278,6 +315,10 @@ export async function runKernelsBench(opts: { threads?: number; tokens?: number;
   console.log(
     `sampling at a ${SAMPLING_VOCAB}-id vocabulary (batch 16, 1-layer model): temperature ${sampling.temperature.toFixed(0)} tokens/s, ` +
       `top-p 0.9 ${sampling.topP.toFixed(0)} tokens/s (${(sampling.topP / sampling.temperature).toFixed(2)}x)`,
+  );
+  console.log(
+    `moe: ${moe.moe.toFixed(0)} train tokens/s with ${MOE_SHAPE.numExperts} experts top-${MOE_SHAPE.numExpertsPerTok}, ` +
+      `${moe.dense.toFixed(0)} for the dense model of the same active parameters (${(moe.moe / moe.dense).toFixed(2)}x)`,
   );
   console.log(JSON.stringify(result));
   return result;

@@ -5,9 +5,10 @@
 // Field names and defaults follow transformers' Qwen3Config (src/transformers/models/qwen3/configuration_qwen3.py
 // at 008e5743): head_dim 128 when absent, q_norm/k_norm always present, attention_bias on q/k/v AND o_proj.
 import { z } from "zod";
+import { hfMoeFields, hfMoeKeys, moeConfigSchema, moeOf, moeProblems } from "./hf-config-moe.js";
 import { headDimOf, type ModelConfig } from "./model-config.js";
 
-export type HfModelType = "llama" | "qwen2" | "qwen3";
+export type HfModelType = "llama" | "qwen2" | "qwen3" | "qwen3_moe";
 
 const posInt = z.number().int().positive();
 
@@ -16,13 +17,14 @@ const HF_DEFAULTS: Record<HfModelType, { rmsNormEps: number; ropeTheta: number; 
   llama: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 2048 },
   qwen2: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
   qwen3: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
+  qwen3_moe: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
 };
 /** Qwen3Config.head_dim's default: a config.json without the key means 128, not hidden/heads. */
 const QWEN3_HEAD_DIM = 128;
 
 // Per-field checks; unknown keys (initializer_range, torch_dtype, token ids, ...) are allowed and ignored.
 const hfConfigSchema = z.looseObject({
-  model_type: z.enum(["llama", "qwen2", "qwen3"]),
+  model_type: z.enum(["llama", "qwen2", "qwen3", "qwen3_moe"]),
   vocab_size: posInt,
   hidden_size: posInt,
   intermediate_size: posInt,
@@ -50,6 +52,7 @@ const hfConfigSchema = z.looseObject({
       rope_theta: z.number().positive().finite().optional(),
     })
     .nullish(),
+  ...hfMoeFields,
 });
 
 type HfConfig = z.infer<typeof hfConfigSchema>;
@@ -67,7 +70,8 @@ function crossFieldProblems(raw: Record<string, unknown>): string[] {
   const problems: string[] = [];
   const { hidden_size: hidden, num_attention_heads: heads, head_dim: headDim, model_type: modelType } = raw;
   const kv = raw.num_key_value_heads ?? heads;
-  if (modelType === "qwen3") {
+  if (modelType === "qwen3_moe") problems.push(...moeProblems(raw));
+  if (modelType === "qwen3" || modelType === "qwen3_moe") {
     // Qwen3 decouples head_dim from hidden/heads; only RoPE's evenness constrains it.
     if (isPosInt(headDim) && headDim % 2 !== 0) problems.push(`head_dim: ${headDim} must be even for RoPE`);
     if (raw.attention_bias === true) problems.push("attention_bias: Qwen3 attention_bias (which includes an o_proj bias) is not supported");
@@ -93,7 +97,10 @@ function crossFieldProblems(raw: Record<string, unknown>): string[] {
 
 function toModelConfig(hf: HfConfig): ModelConfig {
   const d = HF_DEFAULTS[hf.model_type];
-  const qwen3 = hf.model_type === "qwen3" ? { headDim: hf.head_dim ?? QWEN3_HEAD_DIM, qkNorm: true } : {};
+  // Qwen3MoeConfig has no head_dim default of its own: absent means hidden/heads there.
+  const headDim = hf.head_dim ?? (hf.model_type === "qwen3" ? QWEN3_HEAD_DIM : hf.hidden_size / hf.num_attention_heads);
+  const qwen3 = hf.model_type === "qwen3" || hf.model_type === "qwen3_moe" ? { headDim, qkNorm: true } : {};
+  const moe = hf.model_type === "qwen3_moe" ? moeOf(hf) : undefined;
   return {
     vocabSize: hf.vocab_size,
     hiddenSize: hf.hidden_size,
@@ -108,6 +115,7 @@ function toModelConfig(hf: HfConfig): ModelConfig {
     // Qwen2's modeling code always builds q/k/v with bias, whatever attention_bias says.
     attentionBias: hf.model_type === "qwen2",
     ...qwen3,
+    ...(moe ? { moe } : {}),
   };
 }
 
@@ -139,6 +147,7 @@ const modelConfigSchema = z
     attentionBias: z.boolean(),
     headDim: posInt.optional(),
     qkNorm: z.boolean().optional(),
+    moe: moeConfigSchema.optional(),
   })
   .superRefine((c, ctx) => {
     if (c.headDim !== undefined) {
@@ -150,6 +159,9 @@ const modelConfigSchema = z
     }
     if (c.numHeads % c.numKvHeads !== 0) {
       ctx.addIssue({ code: "custom", path: ["numKvHeads"], message: `numHeads ${c.numHeads} is not divisible by numKvHeads ${c.numKvHeads}` });
+    }
+    if (c.moe && c.moe.numExpertsPerTok > c.moe.numExperts) {
+      ctx.addIssue({ code: "custom", path: ["moe", "numExpertsPerTok"], message: `${c.moe.numExpertsPerTok} is more than numExperts ${c.moe.numExperts}` });
     }
   });
 
@@ -166,10 +178,12 @@ export function validateModelConfig(cfg: unknown): ModelConfig {
  */
 export function toHfConfig(cfg: ModelConfig, modelType?: HfModelType): Record<string, unknown> {
   const c = validateModelConfig(cfg);
-  const type = modelType ?? (c.qkNorm ? "qwen3" : c.attentionBias ? "qwen2" : "llama");
-  if (type === "qwen3" && (!c.qkNorm || c.attentionBias)) throw new Error("toHfConfig: qwen3 always has q/k norms and no q/k/v-only biases");
-  if (type !== "qwen3" && c.qkNorm) throw new Error(`toHfConfig: ${type} has no q/k norms; use qwen3`);
-  if (type !== "qwen3" && headDimOf(c) !== c.hiddenSize / c.numHeads) throw new Error(`toHfConfig: ${type} needs headDim = hiddenSize/numHeads; use qwen3`);
+  const type = modelType ?? (c.moe ? "qwen3_moe" : c.qkNorm ? "qwen3" : c.attentionBias ? "qwen2" : "llama");
+  const qwen = type === "qwen3" || type === "qwen3_moe";
+  if (qwen && (!c.qkNorm || c.attentionBias)) throw new Error(`toHfConfig: ${type} always has q/k norms and no q/k/v-only biases`);
+  if (!qwen && c.qkNorm) throw new Error(`toHfConfig: ${type} has no q/k norms; use qwen3`);
+  if (!qwen && headDimOf(c) !== c.hiddenSize / c.numHeads) throw new Error(`toHfConfig: ${type} needs headDim = hiddenSize/numHeads; use qwen3`);
+  if ((type === "qwen3_moe") !== (c.moe !== undefined)) throw new Error(`toHfConfig: experts need qwen3_moe, and qwen3_moe needs experts`);
   if (type === "llama" && c.attentionBias) throw new Error("toHfConfig: llama cannot express q/k/v-only attention biases; use qwen2");
   if (type === "qwen2" && !c.attentionBias) throw new Error("toHfConfig: qwen2 always has q/k/v biases but attentionBias is false; use llama");
   const common = {
@@ -187,6 +201,9 @@ export function toHfConfig(cfg: ModelConfig, modelType?: HfModelType): Record<st
     max_position_embeddings: c.maxPositionEmbeddings,
   };
   if (type === "qwen3") return { architectures: ["Qwen3ForCausalLM"], model_type: "qwen3", ...common, ...qwen3Extras(c) };
+  if (type === "qwen3_moe" && c.moe) {
+    return { architectures: ["Qwen3MoeForCausalLM"], model_type: "qwen3_moe", ...common, ...qwen3Extras(c), ...hfMoeKeys(c.moe) };
+  }
   if (type === "llama") {
     return {
       architectures: ["LlamaForCausalLM"],

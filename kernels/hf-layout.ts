@@ -2,11 +2,12 @@
 // would allocate params, grads and moments): what `rollstream model info` checks a folder's safetensors
 // headers against. The native layout (kernels/shared/model_layout.h) is the one the model uses; a test keeps
 // the two equal (test/kernels/model-info.test.ts).
-import { headDimOf, type ModelConfig } from "./model-config.js";
+import { headDimOf, type ModelConfig, moeLayerFlags } from "./model-config.js";
 
 export function hfTensorShapes(cfg: ModelConfig): Map<string, number[]> {
   const { vocabSize: V, hiddenSize: D, intermediateSize: I, numHeads: H, numKvHeads: KV } = cfg;
   const hd = headDimOf(cfg);
+  const sparse = moeLayerFlags(cfg);
   const s = new Map<string, number[]>([["model.embed_tokens.weight", [V, D]]]);
   for (let l = 0; l < cfg.numLayers; l++) {
     const p = `model.layers.${l}.`;
@@ -25,6 +26,16 @@ export function hfTensorShapes(cfg: ModelConfig): Map<string, number[]> {
       s.set(`${p}self_attn.k_norm.weight`, [hd]);
     }
     s.set(`${p}post_attention_layernorm.weight`, [D]);
+    if (sparse?.[l] && cfg.moe) {
+      const { numExperts: E, moeIntermediateSize: Im } = cfg.moe;
+      s.set(`${p}mlp.gate.weight`, [E, D]);
+      for (let e = 0; e < E; e++) {
+        s.set(`${p}mlp.experts.${e}.gate_proj.weight`, [Im, D]);
+        s.set(`${p}mlp.experts.${e}.up_proj.weight`, [Im, D]);
+        s.set(`${p}mlp.experts.${e}.down_proj.weight`, [D, Im]);
+      }
+      continue;
+    }
     s.set(`${p}mlp.gate_proj.weight`, [I, D]);
     s.set(`${p}mlp.up_proj.weight`, [I, D]);
     s.set(`${p}mlp.down_proj.weight`, [D, I]);

@@ -27,9 +27,13 @@
  *     model.layers.i.self_attn.q_norm.weight       [hd]        (only when qk_norm)
  *     model.layers.i.self_attn.k_norm.weight       [hd]        (only when qk_norm)
  *     model.layers.i.post_attention_layernorm.weight [D]
- *     model.layers.i.mlp.gate_proj.weight          [I, D]
+ *     model.layers.i.mlp.gate_proj.weight          [I, D]      (dense layers)
  *     model.layers.i.mlp.up_proj.weight            [I, D]
  *     model.layers.i.mlp.down_proj.weight          [D, I]
+ *     model.layers.i.mlp.gate.weight               [E, D]      (MoE layers: the router, then for e = 0..E-1)
+ *     model.layers.i.mlp.experts.e.gate_proj.weight [Im, D]
+ *     model.layers.i.mlp.experts.e.up_proj.weight  [Im, D]
+ *     model.layers.i.mlp.experts.e.down_proj.weight [D, Im]
  *   model.norm.weight                              [D]
  *   lm_head.weight                                 [V, D]      (only when not tie_word_embeddings)
  * with hd = head_dim, or D / H when head_dim is 0. q/k/v (and gate/up) are adjacent so each group runs as one fused matmul. Tensors are packed
@@ -275,6 +279,19 @@ typedef struct rs_model_config {
   /* Appended fields (zero = the Llama/Qwen2 behaviour, so a zero-initialised struct keeps its old meaning). */
   int32_t head_dim; /* 0 = hidden_size / num_heads; Qwen3 decouples it (q/k/v widths H*hd, KV*hd) */
   int32_t qk_norm;  /* 0/1: per-head RMSNorm of q and k before RoPE (Qwen3 q_norm / k_norm, weights [hd]) */
+  /* Mixture of experts (Qwen3-MoE's sparse block): a router gate [E, D], softmax over the E experts in f32, the
+   * top-k picked, their probabilities renormalised to sum 1 when norm_topk_prob, each a SwiGLU MLP of width
+   * moe_intermediate_size; the block's output is the probability-weighted sum of the k experts' outputs. */
+  int32_t num_experts;           /* 0 = a dense MLP in every layer */
+  int32_t num_experts_per_tok;   /* k, in [1, num_experts] */
+  int32_t moe_intermediate_size;
+  int32_t norm_topk_prob;        /* 0/1 */
+  /* Switch-Transformer load-balancing loss (transformers' load_balancing_loss_func over all MoE layers of a
+   * packed row) times this coefficient, weighted by the row's loss tokens / normalizer, added to the loss;
+   * 0 = none. */
+  float router_aux_loss_coef;
+  const uint8_t* moe_layers; /* [num_layers]: 1 = sparse MoE block, 0 = dense MLP; NULL = every layer. Read by
+                              * rs_model_create only. */
 } rs_model_config;
 
 typedef struct rs_model rs_model;

@@ -10,12 +10,34 @@ export interface ModelConfig {
   headDim?: number;
   /** Qwen3: per-head RMSNorm of q and k (weights q_norm / k_norm of headDim) before RoPE; absent = false. */
   qkNorm?: boolean;
+  /** Mixture-of-experts MLPs (Qwen3-MoE); absent = dense. */
+  moe?: MoeConfig;
   rmsNormEps: number;
   ropeTheta: number;
   tieWordEmbeddings: boolean;
   maxPositionEmbeddings: number;
   /** Qwen2-style biases on q/k/v projections. */
   attentionBias: boolean;
+}
+
+/** Qwen3-MoE's sparse block, in transformers' Qwen3MoeConfig terms (see kernels.h rs_model_config). */
+export interface MoeConfig {
+  numExperts: number;
+  numExpertsPerTok: number;
+  moeIntermediateSize: number;
+  normTopkProb: boolean;
+  /** Load-balancing loss coefficient; 0 = none. */
+  routerAuxLossCoef: number;
+  /** Layer l is sparse when l is not in mlpOnlyLayers and (l + 1) % decoderSparseStep == 0 (Qwen3MoeDecoderLayer). */
+  decoderSparseStep: number;
+  mlpOnlyLayers: number[];
+}
+
+/** Per layer: 1 = sparse MoE block, 0 = dense MLP; null for a dense model. */
+export function moeLayerFlags(c: Pick<ModelConfig, "numLayers" | "moe">): Uint8Array | null {
+  const m = c.moe;
+  if (!m) return null;
+  return Uint8Array.from({ length: c.numLayers }, (_, l) => (!m.mlpOnlyLayers.includes(l) && (l + 1) % m.decoderSparseStep === 0 ? 1 : 0));
 }
 
 /** The per-head width: headDim when set, else hiddenSize / numHeads. */

@@ -85,7 +85,8 @@ export interface NativeLossStats {
 }
 
 /** The model config as the addon takes it: the shape plus the thread count. */
-export type NativeModelConfig = ModelConfig & { threads: number };
+/** moeLayers: moeLayerFlags(config), the per-layer flags the library reads (rs_model_config.moe_layers). */
+export type NativeModelConfig = ModelConfig & { threads: number; moeLayers?: Uint8Array | null };
 
 export interface NativeTensorInfo {
   name: string;

@@ -2,7 +2,7 @@
 // native kernels. Long calls run off the JS thread and are serialised per model (a call waits for the previous
 // one), so callers may fire them without coordinating; synchronous buffer access while one runs throws.
 import { validateModelConfig } from "./hf-config.js";
-import type { ModelConfig } from "./model-config.js";
+import { type ModelConfig, moeLayerFlags } from "./model-config.js";
 import { isPolicyLoss, toNativeLossSpec, type LossSpec } from "./loss-spec.js";
 import { OptimizerSchema } from "./optimizer.js";
 import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeLossStats, type NativeModel } from "./native.js";
@@ -121,7 +121,7 @@ export class PolicyModel {
     }
     const { backend, device, reason } = resolveBackend(opts.device ?? "auto");
     opts.log?.(`kernels: ${device} backend (${reason}); ${backend.info()}`);
-    const native = backend.createModel({ ...cfg, threads }, BigInt(seed));
+    const native = backend.createModel({ ...cfg, threads, moeLayers: moeLayerFlags(cfg) }, BigInt(seed));
     return new PolicyModel(cfg, native, device);
   }
 

@@ -428,6 +428,25 @@ Napi::Value create_model(Backend* be, const Napi::CallbackInfo& info) {
   // Qwen3 fields: optional in ModelConfig (absent = hidden/heads, no q/k norm).
   c.head_dim = o.Get("headDim").IsUndefined() ? 0 : int_field("headDim", 1);
   c.qk_norm = !o.Get("qkNorm").IsUndefined() && field_bool(a, o, "qkNorm") ? 1 : 0;
+  // MoE: optional; the per-layer flags come computed (moeLayerFlags in kernels/model-config.ts).
+  std::vector<uint8_t> moe_layers;
+  Napi::Value mv = o.Get("moe");
+  if (!mv.IsUndefined() && !mv.IsNull()) {
+    if (!mv.IsObject()) a.type_error("moe must be an object");
+    Napi::Object mo = mv.As<Napi::Object>();
+    auto moe_int = [&](const char* key) { return (int32_t)a.int_in(field_num(a, mo, key), key, 1, kMax); };
+    c.num_experts = moe_int("numExperts");
+    c.num_experts_per_tok = moe_int("numExpertsPerTok");
+    c.moe_intermediate_size = moe_int("moeIntermediateSize");
+    c.norm_topk_prob = field_bool(a, mo, "normTopkProb") ? 1 : 0;
+    c.router_aux_loss_coef = (float)field_num(a, mo, "routerAuxLossCoef");
+    Napi::Value lv = o.Get("moeLayers");
+    if (!lv.IsTypedArray() || lv.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) a.type_error("moeLayers must be a Uint8Array");
+    Napi::Uint8Array flags = lv.As<Napi::Uint8Array>();
+    if ((int64_t)flags.ElementLength() != c.num_layers) a.type_error("moeLayers must hold one flag per layer");
+    moe_layers.assign(flags.Data(), flags.Data() + flags.ElementLength());
+    c.moe_layers = moe_layers.data();
+  }
   if (a.size() < 2 || !a[1].IsBigInt()) a.type_error("seed must be a bigint");
   bool lossless = true;
   const uint64_t seed = a[1].As<Napi::BigInt>().Uint64Value(&lossless);

@@ -72,7 +72,7 @@ class CpuRunner : public rs_shared::EngineRunner {
 
   // One decoder layer over the rows; h_ holds the layer's normed input and receives the next one's.
   void layer(int l, const StepRows& rows, int R) {
-    const int D = d_.D, A = d_.H * d_.hd, KVD = kv_.KVD, QKV = d_.QKV, I = d_.I, nt = m_->threads;
+    const int D = d_.D, A = d_.H * d_.hd, KVD = kv_.KVD, QKV = d_.QKV, nt = m_->threads;
     const float* P = m_->params.p;
     const LayerOffsets& o = m_->lo[l];
     linear_fwd(GemmImpl::Own, h_.data(), R, D, P + o.wqkv, QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, qkv_.data(), nt);
@@ -84,9 +84,7 @@ class CpuRunner : public rs_shared::EngineRunner {
     paged_attention(kv_, l, qkv_.data(), QKV, R, d_.H, d_.KV, d_.hd, rows.pos.data(), rows.seq.data(), rows.tables.data(), att_.data(), A, nt);
     linear_fwd(GemmImpl::Own, att_.data(), R, A, P + o.wo, D, nullptr, tmp_.data(), nt);
     residual_rmsnorm_fwd(X_.data(), tmp_.data(), P + o.ln2, R, D, d_.eps, Xmid_.data(), h_.data(), rstd_.data(), nt);
-    linear_fwd(GemmImpl::Own, h_.data(), R, D, P + o.wgu, 2 * I, nullptr, gu_.data(), nt);
-    swiglu_fwd_rows(gu_.data(), R, I, hm_.data(), nt);
-    linear_fwd(GemmImpl::Own, hm_.data(), R, I, P + o.wdown, D, nullptr, tmp_.data(), nt);
+    mlp_fwd(m_, GemmImpl::Own, l, h_.data(), R, gu_.data(), hm_.data(), moe_, tmp_.data());
     const bool last = l + 1 == d_.L;
     residual_rmsnorm_fwd(Xmid_.data(), tmp_.data(), P + (last ? m_->off_norm : m_->lo[l + 1].ln1), R, D, d_.eps, X_.data(), h_.data(),
                          rstd_.data(), nt);
@@ -97,6 +95,7 @@ class CpuRunner : public rs_shared::EngineRunner {
   PagedKv kv_{};
   FloatBuf pool_;
   std::vector<float> X_, Xmid_, h_, tmp_, sel_, rstd_, qkv_, att_, gu_, hm_;
+  MoeBuf moe_;
 };
 
 }  // namespace

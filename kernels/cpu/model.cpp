@@ -70,6 +70,7 @@ bool Acts::ensure(const Dims& d, int T) {
   dgu = take(2 * I);
   dhm = take(I);
   attn = p;
+  moe.resize(d.L);
   cap = newcap;
   return true;
 }
@@ -94,11 +95,12 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
     return nullptr;
   }
   m->cfg = *cfg;
+  m->cfg.moe_layers = nullptr;  // the caller's array: read now, never kept
   m->d = rs_shared::dims_of(*cfg);
   const Dims& d = m->d;
   m->threads = cfg->threads > 0 ? cfg->threads : default_threads();
 
-  rs_shared::build_layout(m);
+  rs_shared::build_layout(m, rs_shared::moe_layer_flags(*cfg));
   const int64_t off = m->n_params;
 
   if (!m->params.resize(off) || !m->grads.resize(off) || !m->adam_m.resize(off) || !m->adam_v.resize(off)) {

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common.h"
+#include "moe.h"
 #include "ops.h"
 #include "../shared/model_layout.h"
 #include "../shared/row_layout.h"
@@ -29,6 +30,8 @@ struct Acts {
   float* attn = nullptr;  // attention scratch (AttnScratch layout), sized for cap tokens
   rs_shared::RowLayout row;  // who attends to whom, positions, and which row predicts each token
   AttnMask mask() const { return {row.seg_begin.data(), row.key_end.data(), row.pre_begin.data(), row.pre_end.data()}; }
+  std::vector<MoeBuf> moe;  // per layer; used by MoE layers only
+  MoeScratch moe_scratch;
   bool ensure(const Dims& d, int T);
 };
 
@@ -67,6 +70,8 @@ struct KvSink {
 };
 // Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).
 void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink);
+// The MLP of layer l (dense SwiGLU or MoE block) on x [T, D] into out [T, D].
+void mlp_fwd(rs_model* m, GemmImpl impl, int l, const float* x, int T, float* gu, float* hm, MoeBuf& moe, float* out);
 
 // Qwen3 q_norm / k_norm on q|k|v rows [T, QKV] in place (no-op without qk_norm). raw/rstd (the layer's
 // qk_raw/qk_rstd) keep what the backward needs, or are NULL at inference.

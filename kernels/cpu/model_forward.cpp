@@ -26,13 +26,21 @@ void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, Kv
     attention_fwd(y.qkv, y.qkv + A, y.qkv + A + d.KV * d.hd, ad, a.mask(), y.att, y.lse, a.attn, nt);
     linear_fwd(impl, y.att, T, A, P + o.wo, d.D, nullptr, a.tmpD, nt);
     residual_rmsnorm_fwd(a.X[l], a.tmpD, P + o.ln2, T, d.D, d.eps, y.xmid, y.ln2, y.rstd2, nt);
-    linear_fwd(impl, y.ln2, T, d.D, P + o.wgu, 2 * d.I, nullptr, y.gu, nt);
-    swiglu_fwd_rows(y.gu, T, d.I, y.hm, nt);
-    linear_fwd(impl, y.hm, T, d.I, P + o.wdown, d.D, nullptr, a.tmpD, nt);
+    mlp_fwd(m, impl, l, y.ln2, T, y.gu, y.hm, a.moe[l], a.tmpD);
     const bool last = l + 1 == d.L;
     residual_rmsnorm_fwd(y.xmid, a.tmpD, P + (last ? m->off_norm : m->lo[l + 1].ln1), T, d.D, d.eps, a.X[l + 1],
                          last ? a.lnf : a.layers[l + 1].ln1, last ? a.rstdf : a.layers[l + 1].rstd1, nt);
   }
+}
+
+void mlp_fwd(rs_model* m, GemmImpl impl, int l, const float* x, int T, float* gu, float* hm, MoeBuf& moe, float* out) {
+  const Dims& d = m->d;
+  const LayerOffsets& o = m->lo[l];
+  const float* P = m->params.p;
+  if (o.router >= 0) return moe_fwd(MoeArgs{d, o, P, impl, m->threads}, x, T, moe, out);
+  linear_fwd(impl, x, T, d.D, P + o.wgu, 2 * d.I, nullptr, gu, m->threads);
+  swiglu_fwd_rows(gu, T, d.I, hm, m->threads);
+  linear_fwd(impl, hm, T, d.I, P + o.wdown, d.D, nullptr, out, m->threads);
 }
 
 void qk_norm_fwd(const rs_model* m, int l, float* qkv, int T, float* raw, float* rstd) {

@@ -62,7 +62,50 @@ void head_and_loss(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, con
   }
 }
 
-void backward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, const float* dlnf) {
+// The Switch-Transformer load-balancing loss over every MoE layer of the row (transformers'
+// load_balancing_loss_func: E * sum_e f_e P_e, f_e the share of picks and P_e the mean probability of expert e over
+// all layers' tokens), times coef * loss tokens / normalizer. Adds it to stats->loss; returns dLoss/dp per expert
+// (the same for every token and layer; f is piecewise constant). Empty when the model has no aux loss.
+std::vector<float> aux_loss(rs_model* m, int T, const uint8_t* mask, const rs_loss_spec& spec, rs_loss_stats* stats) {
+  const Dims& d = m->d;
+  if (!(d.aux_coef > 0) || d.moe_layers == 0) return {};
+  std::vector<double> picks(d.E, 0.0), probs(d.E, 0.0);
+  for (int l = 0; l < d.L; l++) {
+    if (m->lo[l].router < 0) continue;
+    moe_count_picks(m->acts.moe[l], T, d.K, picks);
+    moe_sum_probs(m->acts.moe[l], T, d.E, probs);
+  }
+  double loss_tokens = 0;
+  for (int t = 0; t < T; t++) loss_tokens += mask[t] != 0;
+  const double N = (double)d.moe_layers * T, scale = d.aux_coef * loss_tokens / spec.normalizer;
+  double aux = 0;
+  std::vector<float> dp(d.E);
+  for (int e = 0; e < d.E; e++) {
+    aux += (picks[e] / N) * (probs[e] / N);
+    dp[e] = (float)(scale * d.E * (picks[e] / N) / N);
+  }
+  stats->loss += scale * d.E * aux;
+  return dp;
+}
+
+// The MLP's backward (dense or MoE) from dout = dLoss/d(MLP output), into a.dln = dLoss/d(its normed input).
+void mlp_bwd(rs_model* m, GemmImpl impl, int l, int T, const float* dout, const std::vector<float>& aux_dp) {
+  const Dims& d = m->d;
+  Acts& a = m->acts;
+  Acts::Layer& y = a.layers[l];
+  const LayerOffsets& o = m->lo[l];
+  const float* P = m->params.p;
+  float* G = m->grads.p;
+  const int nt = m->threads;
+  if (o.router >= 0) return moe_bwd(MoeArgs{d, o, P, impl, nt}, y.ln2, T, a.moe[l], dout, aux_dp, a.moe_scratch, G, a.dln);
+  linear_bwd_dx(impl, dout, T, d.D, P + o.wdown, d.I, 0.f, a.dhm, nt);
+  linear_bwd_dw(impl, dout, y.hm, T, d.I, d.D, G + o.wdown, nt);
+  swiglu_bwd_rows(a.dhm, y.gu, T, d.I, a.dgu, nt);
+  linear_bwd_dx(impl, a.dgu, T, 2 * d.I, P + o.wgu, d.D, 0.f, a.dln, nt);
+  linear_bwd_dw(impl, a.dgu, y.ln2, T, d.D, 2 * d.I, G + o.wgu, nt);
+}
+
+void backward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, const float* dlnf, const std::vector<float>& aux_dp) {
   const Dims& d = m->d;
   Acts& a = m->acts;
   const float* P = m->params.p;
@@ -75,11 +118,7 @@ void backward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, c
     const LayerOffsets& o = m->lo[l];
     Acts::Layer& y = a.layers[l];
     // a.dres = dLoss/dX[l+1], which is also the gradient of the MLP output.
-    linear_bwd_dx(impl, a.dres, T, d.D, P + o.wdown, d.I, 0.f, a.dhm, nt);
-    linear_bwd_dw(impl, a.dres, y.hm, T, d.I, d.D, G + o.wdown, nt);
-    swiglu_bwd_rows(a.dhm, y.gu, T, d.I, a.dgu, nt);
-    linear_bwd_dx(impl, a.dgu, T, 2 * d.I, P + o.wgu, d.D, 0.f, a.dln, nt);
-    linear_bwd_dw(impl, a.dgu, y.ln2, T, d.D, 2 * d.I, G + o.wgu, nt);
+    mlp_bwd(m, impl, l, T, a.dres, aux_dp);
     rmsnorm_bwd(a.dln, y.xmid, P + o.ln2, y.rstd2, T, d.D, a.dres, a.dres, G + o.ln2, nt);
     // a.dres = dLoss/dxmid, also the gradient of the attention output projection.
     linear_bwd_dx(impl, a.dres, T, d.D, P + o.wo, A, 0.f, a.datt, nt);
@@ -123,7 +162,8 @@ int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, cons
     // The final-norm gradient reuses the MLP-output scratch, which the backward only needs afterwards.
     float* dlnf = m->acts.tmpD;
     head_and_loss(m, GemmImpl::Auto, tokens, T, mask, adv, slp, *spec, stats, token_logp, dlnf);
-    backward_layers(m, GemmImpl::Auto, tokens, T, dlnf);
+    const std::vector<float> aux_dp = aux_loss(m, T, mask, *spec, stats);
+    backward_layers(m, GemmImpl::Auto, tokens, T, dlnf, aux_dp);
   } catch (const std::bad_alloc&) {
     return fail(err, RS_ERR_OUT_OF_MEMORY, "train: out of memory");
   }

@@ -47,6 +47,9 @@ int32_t check_config(const rs_model_config* c, rs_error* err) {
   // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
   const int hd = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads;
   if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
+  if (c->num_experts > 0)
+    return fail(err, RS_ERR_UNSUPPORTED, "model config: mixture-of-experts layers (numExperts %d) run on the CPU backend only for now",
+                c->num_experts);
   if (c->num_heads / c->num_kv_heads > 32)
     return fail(err, RS_ERR_UNSUPPORTED, "model config: %d query heads per kv head is above the CUDA backend's 32",
                 c->num_heads / c->num_kv_heads);
@@ -164,10 +167,11 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
     require_device(0);
     m->device = 0;
     m->cfg = *cfg;
+    m->cfg.moe_layers = nullptr;  // the caller's array: read now, never kept
     m->d = rs_shared::dims_of(*cfg);
     const Dims& d = m->d;
     m->threads = cfg->threads > 0 ? cfg->threads : host_threads();
-    rs_shared::build_layout(m);
+    rs_shared::build_layout(m, rs_shared::moe_layer_flags(*cfg));
 
     check_cuda(cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking), "cudaStreamCreate");
     m->gemm.stream = m->stream;

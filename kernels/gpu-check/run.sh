@@ -7,6 +7,7 @@
 #   bash kernels/gpu-check/run.sh                 # everything
 #   STAGES="build check" bash kernels/gpu-check/run.sh
 #   BENCH_ARGS="--shapes qwen0.5b --steps 3" bash kernels/gpu-check/run.sh
+#   STAGES="build arch" bash kernels/gpu-check/run.sh     # only the qwen3 / qwen3_moe / glm4_moe check vs transformers
 #
 # If the device has no nvcc, a librollstream_cuda.so carried from a build machine is used (built with CUDA 13:
 # needs a driver >= 580).
@@ -14,7 +15,7 @@ set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 out="${OUT:-/tmp/rollstream-gpu}"
 mkdir -p "$out"
-stages="${STAGES:-build check bench}"
+stages="${STAGES:-build check arch bench}"
 rel=kernels/build/Release
 lib="$rel/librollstream_cuda.so"
 cpu="$rel/librollstream_cpu.so"
@@ -76,6 +77,13 @@ if [[ " $stages " == *" check "* ]]; then
   fi
   stamp "engine_check.py (step-level engine, paged attention)"
   timeout 120 python3 -u kernels/gpu-check/engine_check.py "$lib" 2>&1 | tee "$out/engine.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if [[ " $stages " == *" arch "* ]]; then
+  stamp "hf_arch_check.py (qwen3, qwen3_moe, glm4_moe vs the device's transformers, CPU and CUDA backends)"
+  cpu_arg=()
+  [ -f "$cpu" ] && cpu_arg=(--cpu "$cpu")
+  timeout "${ARCH_TIMEOUT:-180}" python3 -u kernels/gpu-check/hf_arch_check.py --cuda "$lib" --cublas "${ROLLSTREAM_CUBLAS:-}" "${cpu_arg[@]}" ${ARCH_ARGS:-} 2>&1 | tee "$out/arch.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if [[ " $stages " == *" bench "* ]]; then

@@ -18,12 +18,40 @@ struct Dims {
   float eps;
   double theta;
   bool tied, bias, qkn;  // qkn: per-head q/k RMSNorm (Qwen3)
+  int E = 0, K = 0, Im = 0;  // experts, experts per token, expert MLP width (E = 0: dense)
+  bool norm_topk = false;
+  float aux_coef = 0.f;
+  int moe_layers = 0;  // how many layers hold a sparse block
 };
 
 struct LayerOffsets {
   int64_t ln1, wqkv, bqkv, wo, ln2, wgu, wdown;  // bqkv = -1 without attention bias
   int64_t qn, kn;                                // q_norm / k_norm weights [hd]; -1 without qk_norm
+  int64_t router, experts;                       // MoE: gate [E, D] and expert 0's gate_proj; -1 in a dense layer
+  // Expert e's gate|up [2Im, D] sits at experts + e * expert_size(d), its down [D, Im] 2 Im D after that.
 };
+
+inline int32_t check_moe_config(const rs_model_config* c, rs_error* err) {
+  if (c->num_experts == 0) return RS_OK;
+  if (c->num_experts < 0 || c->num_experts > 4096)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: numExperts must be in [0, 4096] (got %d)", c->num_experts);
+  if (c->num_experts_per_tok < 1 || c->num_experts_per_tok > c->num_experts)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: numExpertsPerTok must be in [1, numExperts %d] (got %d)", c->num_experts,
+                c->num_experts_per_tok);
+  if (c->moe_intermediate_size < 1 || c->moe_intermediate_size > (1 << 29))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: moeIntermediateSize must be a positive integer (got %d)", c->moe_intermediate_size);
+  if (c->norm_topk_prob != 0 && c->norm_topk_prob != 1)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: normTopkProb must be 0 or 1 (got %d)", c->norm_topk_prob);
+  if (!(c->router_aux_loss_coef >= 0) || !std::isfinite(c->router_aux_loss_coef))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: routerAuxLossCoef must be a finite number >= 0 (got %g)", c->router_aux_loss_coef);
+  if (c->moe_layers)
+    for (int l = 0; l < c->num_layers; l++)
+      if (c->moe_layers[l] > 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: moeLayers[%d] must be 0 or 1 (got %d)", l, c->moe_layers[l]);
+  return RS_OK;
+}
+
+inline int64_t expert_size(const Dims& d) { return 3LL * d.Im * d.D; }
+inline bool is_moe_layer(const rs_model_config& c, int l) { return c.num_experts > 0 && (!c.moe_layers || c.moe_layers[l]); }
 
 // The checks every backend applies; a backend may add its own limits after these.
 inline int32_t check_model_config(const rs_model_config* c, rs_error* err) {
@@ -58,7 +86,7 @@ inline int32_t check_model_config(const rs_model_config* c, rs_error* err) {
   const int64_t widest = std::max<int64_t>({(int64_t)c->vocab_size, 2LL * c->intermediate_size, 3LL * c->hidden_size});
   if (widest > (1LL << 30)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: a dimension is too large");
   if (c->max_position_embeddings > (1 << 24)) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: maxPositionEmbeddings above 2^24");
-  return RS_OK;
+  return check_moe_config(c, err);
 }
 
 inline Dims dims_of(const rs_model_config& c) {
@@ -77,13 +105,22 @@ inline Dims dims_of(const rs_model_config& c) {
   d.tied = c.tie_word_embeddings != 0;
   d.bias = c.attention_bias != 0;
   d.qkn = c.qk_norm != 0;
+  if (c.num_experts > 0) {
+    d.E = c.num_experts;
+    d.K = c.num_experts_per_tok;
+    d.Im = c.moe_intermediate_size;
+    d.norm_topk = c.norm_topk_prob != 0;
+    d.aux_coef = c.router_aux_loss_coef;
+    for (int l = 0; l < d.L; l++) d.moe_layers += is_moe_layer(c, l) ? 1 : 0;
+  }
   return d;
 }
 
 // Fills m->tensors, m->lo, m->off_embed / off_norm / off_head and m->n_params from m->d. q/k/v and
 // gate/up sit next to each other so each pair runs as one matmul.
+// moe: which layers hold a sparse block (rs_model_config.moe_layers, read at create; empty = none).
 template <class Model>
-void build_layout(Model* m) {
+void build_layout(Model* m, const std::vector<uint8_t>& moe) {
   const Dims& d = m->d;
   int64_t off = 0;
   auto add = [&](const std::string& name, int64_t r, int64_t c, bool decay) {
@@ -121,9 +158,21 @@ void build_layout(Model* m) {
       o.kn = add(p + "self_attn.k_norm.weight", d.hd, 0, false);
     }
     o.ln2 = add(p + "post_attention_layernorm.weight", d.D, 0, false);
-    o.wgu = add(p + "mlp.gate_proj.weight", d.I, d.D, true);
-    add(p + "mlp.up_proj.weight", d.I, d.D, true);
-    o.wdown = add(p + "mlp.down_proj.weight", d.D, d.I, true);
+    o.router = o.experts = o.wgu = o.wdown = -1;
+    if (!moe.empty() && moe[l]) {
+      o.router = add(p + "mlp.gate.weight", d.E, d.D, true);
+      for (int e = 0; e < d.E; e++) {
+        const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
+        const int64_t g = add(x + "gate_proj.weight", d.Im, d.D, true);
+        if (e == 0) o.experts = g;
+        add(x + "up_proj.weight", d.Im, d.D, true);
+        add(x + "down_proj.weight", d.D, d.Im, true);
+      }
+    } else {
+      o.wgu = add(p + "mlp.gate_proj.weight", d.I, d.D, true);
+      add(p + "mlp.up_proj.weight", d.I, d.D, true);
+      o.wdown = add(p + "mlp.down_proj.weight", d.D, d.I, true);
+    }
     m->lo.push_back(o);
   }
   m->off_norm = add("model.norm.weight", d.D, 0, false);
@@ -131,4 +180,14 @@ void build_layout(Model* m) {
   m->n_params = off;
 }
 
+}  // namespace rs_shared
+
+namespace rs_shared {
+// Which layers hold a sparse block, from the config (moe_layers or every layer when experts are on).
+inline std::vector<uint8_t> moe_layer_flags(const rs_model_config& c) {
+  std::vector<uint8_t> f;
+  if (c.num_experts > 0)
+    for (int l = 0; l < c.num_layers; l++) f.push_back(is_moe_layer(c, l) ? 1 : 0);
+  return f;
+}
 }  // namespace rs_shared

@@ -18,8 +18,13 @@ import { tinyConfig } from "./helpers.js";
 
 const qwen3: ModelConfig = tinyConfig({ headDim: 6, qkNorm: true, tieWordEmbeddings: false });
 
-test("hfTensorShapes is the native layout's names and shapes, for llama, qwen2 and qwen3", () => {
-  for (const cfg of [tinyConfig(), tinyConfig({ attentionBias: true, tieWordEmbeddings: false }), qwen3]) {
+const qwen3Moe: ModelConfig = {
+  ...qwen3,
+  moe: { numExperts: 3, numExpertsPerTok: 2, moeIntermediateSize: 8, normTopkProb: false, routerAuxLossCoef: 0, decoderSparseStep: 2, mlpOnlyLayers: [] },
+};
+
+test("hfTensorShapes is the native layout's names and shapes, for llama, qwen2, qwen3 and qwen3_moe", () => {
+  for (const cfg of [tinyConfig(), tinyConfig({ attentionBias: true, tieWordEmbeddings: false }), qwen3, qwen3Moe]) {
     const m = PolicyModel.create(cfg, { threads: 1 });
     assert.deepEqual(new Map(m.tensors().map((t) => [t.name, t.shape])), hfTensorShapes(cfg));
     assert.equal(parameterCount(cfg), m.numParams);
@@ -54,11 +59,19 @@ test("model info: a Qwen3 folder is recognised; unsupported keys, missing tensor
     assert.match(facts.get("weights")!, /BF16 x\d+ \(config says bfloat16\)$/);
     assert.match(formatModelInfo("x", good), /loads: yes/);
 
-    const moe = describeModelFolder(
-      folder(root, "moe", qwen3, { extra: { model_type: "qwen3_moe", num_experts: 8, num_experts_per_tok: 2, architectures: ["Qwen3MoeForCausalLM"] } }),
-    );
+    const moeCfg: ModelConfig = {
+      ...qwen3,
+      moe: { numExperts: 8, numExpertsPerTok: 2, moeIntermediateSize: 8, normTopkProb: true, routerAuxLossCoef: 0, decoderSparseStep: 1, mlpOnlyLayers: [0] },
+    };
+    const moe = describeModelFolder(folder(root, "moe", moeCfg));
+    assert.deepEqual(moe.problems, []);
     assert.equal(new Map(moe.facts).get("experts"), "8 routed, top-2");
-    assert.match(moe.problems[0]!, /^config\.json is not supported: model_type: /);
+    assert.equal(new Map(moe.facts).get("architecture"), "qwen3_moe (Qwen3MoeForCausalLM)");
+    const glm = describeModelFolder(
+      folder(root, "glm", qwen3, { extra: { model_type: "glm4_moe", n_routed_experts: 8, n_shared_experts: 1, num_experts_per_tok: 2 } }),
+    );
+    assert.equal(new Map(glm.facts).get("experts"), "8 routed, top-2 + 1 shared");
+    assert.match(glm.problems[0]!, /^config\.json is not supported: model_type: /);
     const yarn = describeModelFolder(folder(root, "yarn", qwen3, { extra: { rope_scaling: { rope_type: "yarn", factor: 4 } } }));
     assert.match(yarn.problems.join("\n"), /rope_scaling\.rope_type/);
     const missing = describeModelFolder(folder(root, "missing", qwen3, { drop: "model.layers.1.self_attn.k_norm.weight" }));
@@ -81,7 +94,7 @@ test("model info: a Qwen3 folder is recognised; unsupported keys, missing tensor
     const ok = spawnSync(process.execPath, [cliMain, "model", "info", join(root, "qwen3")], { encoding: "utf8", timeout: 60_000 });
     assert.equal(ok.status, 0, ok.stderr);
     assert.match(ok.stdout, /architecture +qwen3 \(Qwen3ForCausalLM\)/);
-    const bad = spawnSync(process.execPath, [cliMain, "model", "info", join(root, "moe")], { encoding: "utf8", timeout: 60_000 });
+    const bad = spawnSync(process.execPath, [cliMain, "model", "info", join(root, "glm")], { encoding: "utf8", timeout: 60_000 });
     assert.equal(bad.status, 2);
     assert.match(bad.stderr, /loads: no \(1 problem\)\n +- config\.json is not supported: model_type/);
   } finally {

@@ -5,7 +5,8 @@
 // Tensors use HF names and row-major HF shapes; Linear is y = x W^T + b with W of shape [out, in].
 // Input is packed: several sequences ("segments") laid end to end; positions restart at 0 at each segment
 // start and no token attends across a segment boundary.
-import { headDimOf, type ModelConfig } from "../../kernels/model-config.js";
+import { headDimOf, type ModelConfig, moeLayerFlags } from "../../kernels/model-config.js";
+import { moeBlock, swigluMlp } from "./moe-f64.js";
 import { mulberry32 } from "../helpers/rng.js";
 
 export type Weights = Map<string, Float64Array>;
@@ -35,6 +36,16 @@ export function weightShapes(cfg: ModelConfig): Map<string, number[]> {
       shapes.set(`${p}.self_attn.k_norm.weight`, [hd]);
     }
     shapes.set(`${p}.post_attention_layernorm.weight`, [D]);
+    if (moeLayerFlags(cfg)?.[l] && cfg.moe) {
+      const { numExperts: E, moeIntermediateSize: Im } = cfg.moe;
+      shapes.set(`${p}.mlp.gate.weight`, [E, D]);
+      for (let e = 0; e < E; e++) {
+        shapes.set(`${p}.mlp.experts.${e}.gate_proj.weight`, [Im, D]);
+        shapes.set(`${p}.mlp.experts.${e}.up_proj.weight`, [Im, D]);
+        shapes.set(`${p}.mlp.experts.${e}.down_proj.weight`, [D, Im]);
+      }
+      continue;
+    }
     shapes.set(`${p}.mlp.gate_proj.weight`, [I, D]);
     shapes.set(`${p}.mlp.up_proj.weight`, [I, D]);
     shapes.set(`${p}.mlp.down_proj.weight`, [D, I]);
@@ -205,6 +216,11 @@ export interface LayoutOptions {
   positions?: Int32Array;
 }
 
+/** forwardLogits' options: the layout, and routerProbs, which receives each MoE layer's router probabilities [T, E]. */
+export interface ForwardOptions extends LayoutOptions {
+  routerProbs?: Float64Array[];
+}
+
 /** Per token: the parent's token indices it sees, and its position. */
 function layoutOf(T: number, segmentStarts: Int32Array, opts: LayoutOptions) {
   const segStart = segmentStartOf(T, segmentStarts);
@@ -229,7 +245,7 @@ function layoutOf(T: number, segmentStarts: Int32Array, opts: LayoutOptions) {
 }
 
 /** Logits [T * V] for a packed batch. */
-export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array, opts: LayoutOptions = {}): Float64Array {
+export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array, opts: ForwardOptions = {}): Float64Array {
   const { vocabSize: V, hiddenSize: D, intermediateSize: I, numHeads: H, numKvHeads: KV } = cfg;
   const hd = headDimOf(cfg);
   const T = tokens.length;
@@ -266,13 +282,11 @@ export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32A
     const o = linear(att, T, H * hd, w(`${p}.self_attn.o_proj.weight`), D);
     for (let i = 0; i < T * D; i++) x[i] += o[i];
 
-    // MLP block: x += down(silu(gate(h2)) * up(h2)).
+    // MLP block: x += down(silu(gate(h2)) * up(h2)), or the MoE block (moe-f64.ts) in a sparse layer.
     const h2 = rmsNorm(x, T, D, w(`${p}.post_attention_layernorm.weight`), cfg.rmsNormEps);
-    const gate = linear(h2, T, D, w(`${p}.mlp.gate_proj.weight`), I);
-    const up = linear(h2, T, D, w(`${p}.mlp.up_proj.weight`), I);
-    const act = new Float64Array(T * I);
-    for (let i = 0; i < T * I; i++) act[i] = silu(gate[i]) * up[i];
-    const down = linear(act, T, I, w(`${p}.mlp.down_proj.weight`), D);
+    const down = moeLayerFlags(cfg)?.[l]
+      ? moeBlock(cfg, linear, w, p, h2, T, opts.routerProbs)
+      : swigluMlp(linear, h2, T, D, I, w(`${p}.mlp.gate_proj.weight`), w(`${p}.mlp.up_proj.weight`), w(`${p}.mlp.down_proj.weight`));
     for (let i = 0; i < T * D; i++) x[i] += down[i];
   }
 

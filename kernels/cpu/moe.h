@@ -1,0 +1,52 @@
+// The mixture-of-experts MLP block (Qwen3-MoE's Qwen3MoeSparseMoeBlock, transformers modeling_qwen3_moe.py at
+// 00d4b3d2): router logits x Wg^T, softmax over the experts in f32, the top-k picks (ties to the lower expert),
+// their probabilities renormalised when norm_topk_prob, each pick's SwiGLU expert, the picks' outputs summed
+// with those weights in pick order. Picks are grouped by expert so each expert runs one matmul over its rows.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "common.h"
+#include "ops.h"
+#include "../shared/model_layout.h"
+
+namespace rs {
+
+// One MoE layer's routing and grouped activations for T tokens (kept for the backward).
+struct MoeBuf {
+  std::vector<float> probs;   // [T, E] softmax of the router logits
+  std::vector<float> w;       // [T, K] weight of each pick
+  std::vector<int32_t> sel;   // [T, K] expert of each pick
+  std::vector<int32_t> slot;  // [T, K] row of each pick in the grouped arrays
+  std::vector<int32_t> eoff;  // [E + 1] first grouped row of each expert
+  std::vector<float> x, gu, hm, y;  // grouped rows: input [TK, D], gate|up [TK, 2Im], SwiGLU [TK, Im], expert out [TK, D]
+};
+
+// Backward scratch, shared by the layers.
+struct MoeScratch {
+  std::vector<float> dy, dhm, dgu, dx, dp;
+};
+
+struct MoeArgs {
+  const rs_shared::Dims& d;
+  const rs_shared::LayerOffsets& o;
+  const float* P;
+  GemmImpl impl;
+  int nt;
+};
+
+// out [T, D] = the block's output for x [T, D] (the post-attention-normed rows).
+void moe_fwd(const MoeArgs& a, const float* x, int T, MoeBuf& b, float* out);
+
+// The gradient of the block: dx [T, D] is overwritten with dL/dx; the router's and experts' weight gradients are
+// added into G. aux_dp [E]: the load-balancing loss's gradient with respect to each probability of this layer
+// (empty = no aux loss).
+void moe_bwd(const MoeArgs& a, const float* x, int T, const MoeBuf& b, const float* dout, const std::vector<float>& aux_dp, MoeScratch& s,
+             float* G, float* dx);
+
+// How many of the T x K picks of this layer went to each expert (added into counts [E]).
+void moe_count_picks(const MoeBuf& b, int T, int K, std::vector<double>& counts);
+// Sum over the layer's T tokens of each expert's probability (added into sums [E]), in token order.
+void moe_sum_probs(const MoeBuf& b, int T, int E, std::vector<double>& sums);
+
+}  // namespace rs
