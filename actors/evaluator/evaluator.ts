@@ -10,6 +10,7 @@ import type { PolicyModel } from "../../kernels/index.js";
 import { Tokens } from "../runtime/tokens.js";
 import type { Actor, ActorContext } from "../runtime/actor.js";
 import { loadRunEnvironments, type LoadedEnvironment } from "../runtime/environments.js";
+import { startRemoteRuntime, type RemoteRuntime } from "../runtime/remote-envs.js";
 import { createPolicyModel, createTokenizer } from "../runtime/model-factory.js";
 import { engineOptionsOf, exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
 import { reportEngineFigures } from "../runtime/engine-meter.js";
@@ -63,6 +64,8 @@ interface Evaluation {
   model: PolicyModel;
   /** The inference actor's engine (continuous batching, shared prefixes), on the evaluator's own threads. */
   engine: PolicyEngine;
+  /** The policy over HTTP for remote environments whose server calls the model (verifiers). */
+  remote: RemoteRuntime;
   evaluated: Counter;
   passGauge: Gauge;
 }
@@ -145,8 +148,11 @@ export class EvaluatorActor implements Actor {
     const { ctx } = this;
     const { config, metrics } = ctx;
     const model = createPolicyModel(config, { threads: config.actors.evaluator.threads, log: ctx.log });
+    const envs = [...(await loadRunEnvironments(config)).values()];
     return {
-      envs: [...(await loadRunEnvironments(config)).values()],
+      envs,
+      // A port of its own: the inference actor may hold the configured one.
+      remote: await startRemoteRuntime(ctx, envs, { port: 0 }),
       model,
       engine: new PolicyEngine(model, createTokenizer(config), 0, { ...engineOptionsOf(config), onWedged: (e) => exitWedged(ctx, e) }),
       evaluated: metrics.counter("evaluations_total", "policy versions evaluated"),
@@ -161,7 +167,9 @@ export class EvaluatorActor implements Actor {
     const weights = () => this.weights.fetch(version, config.actors.inference.weightsDeadlineMs);
     // Between evaluations nothing runs: the weights are in use at once (rollback: versions may come in any order).
     ev.engine.swapWeights(version, await ctx.health.wait("weights", weights, { detail: `v${version}` }), true);
-    const { samples, results, summary } = await ctx.health.work(`evaluate v${version}`, () => evaluateVersion(ev.engine, ev.envs, config, version, ctx.signal));
+    const { samples, results, summary } = await ctx.health.work(`evaluate v${version}`, () =>
+      evaluateVersion(ev.engine, ev.envs, config, version, ctx.signal, ev.remote.endpoint),
+    );
     if (ctx.signal.aborted) return false;
     // Samples first, the version's summary in KV last: a restart before the KV write evaluates the
     // version again, and the msg-ids keep its messages from being stored twice.

@@ -3,7 +3,7 @@
 // eval messages (one per completion, one result per environment and split) plus the version's summary for KV.
 // The summary's headline is the eval split, which follows train's distribution; a split an environment offers
 // besides (arithmetic's "hard") is evaluated the same way and reported under its own name in `splits`.
-import { heldOutSplits, type DatasetRow, type SamplingArgs } from "../../environments/api/index.js";
+import { heldOutSplits, type DatasetRow, type ModelEndpoint, type SamplingArgs } from "../../environments/api/index.js";
 import { passAtK, reportedKs } from "../../environments/eval/index.js";
 import type { EvalMessage, HeldOutResult } from "../../streams/index.js";
 import type { RunConfig } from "../runtime/config.js";
@@ -29,6 +29,7 @@ export async function evaluateVersion(
   config: RunConfig,
   version: number,
   signal?: AbortSignal,
+  endpoint?: ModelEndpoint,
 ): Promise<HeldOutEvaluation> {
   const t0 = Date.now();
   const perEnv = Math.max(1, Math.floor(config.eval.n / envs.length));
@@ -38,7 +39,7 @@ export async function evaluateVersion(
   for (const loaded of envs) {
     const splits = config.eval.extraSplits ? heldOutSplits(loaded.env) : ["eval"];
     for (const split of splits) {
-      const one = await evaluateSplit(engine, loaded, split, perEnv, config, version, signal);
+      const one = await evaluateSplit({ engine, loaded, split, perEnv, config, version, signal, endpoint });
       samples.push(...one.samples);
       results.push(one.result);
       let totals = bySplit.get(split);
@@ -98,17 +99,20 @@ interface SplitRun {
   /** Sampled completions per problem (eval.samples), for pass@k. */
   k: number;
   signal?: AbortSignal;
+  endpoint?: ModelEndpoint;
 }
 
-async function evaluateSplit(
-  engine: PolicyEngine,
-  loaded: LoadedEnvironment,
-  split: string,
-  perEnv: number,
-  config: RunConfig,
-  version: number,
-  signal?: AbortSignal,
-): Promise<{ samples: EvalSample[]; result: EvalResult; passes: number; rewardSum: number }> {
+async function evaluateSplit(o: {
+  engine: PolicyEngine;
+  loaded: LoadedEnvironment;
+  split: string;
+  perEnv: number;
+  config: RunConfig;
+  version: number;
+  signal?: AbortSignal;
+  endpoint?: ModelEndpoint;
+}): Promise<{ samples: EvalSample[]; result: EvalResult; passes: number; rewardSum: number }> {
+  const { engine, loaded, split, perEnv, config, version, signal, endpoint } = o;
   const envStart = Date.now();
   const maxTokens = config.eval.maxTokens ?? config.rl.sampling.maxTokens;
   const run: SplitRun = {
@@ -121,6 +125,7 @@ async function evaluateSplit(
     sampled: { ...config.rl.sampling, maxTokens },
     k: config.eval.samples,
     signal,
+    endpoint,
   };
   const ds = loaded.env.dataset(split);
   const count = Math.min(perEnv, Number.isFinite(ds.size) ? ds.size : perEnv);
@@ -136,7 +141,7 @@ async function evaluateProblem(run: SplitRun, row: DatasetRow, i: number): Promi
   for (let s = 0; s < run.k; s++) runs.push({ greedy: false, sampling: run.sampled, seed: (version * 1_000_003 + i * 131 + s) >>> 0 });
   return Promise.all(
     runs.map(async (r, sampleIndex) => {
-      const rollout = await loaded.env.rollout({ model: run.engine.client(r.seed), sampling: r.sampling, signal: run.signal }, row);
+      const rollout = await loaded.env.rollout({ model: run.engine.client(r.seed), sampling: r.sampling, signal: run.signal, endpoint: run.endpoint }, row);
       const [score] = await loaded.env.scoreGroup([rollout], row, {});
       const sample: EvalSample = {
         kind: "sample",

@@ -51,6 +51,7 @@ export class InferenceActor implements Actor {
       this.remote = await startRemoteRuntime(ctx, this.envs.values());
       await this.serve();
     } finally {
+      // Shut down here rather than at process exit: rollouts in flight are cancelled on their servers first.
       await this.remote?.close();
       await closeRunEnvironments(this.envs.values());
     }

@@ -23,6 +23,23 @@ export async function closeRunEnvironments(envs: Iterable<LoadedEnvironment>): P
   await Promise.all([...envs].map((l) => l.env.close?.().catch(() => undefined)));
 }
 
+// What this process opened for remote environments (server connections, the model endpoint): an actor process
+// lets go of them when its actor ends, whichever actor loaded them, so none keeps the process alive.
+const openResources = new Set<() => Promise<void>>();
+
+/** Registers something to close when the actor process ends (returns its unregister). */
+export function closeAtExit(close: () => Promise<void>): () => void {
+  openResources.add(close);
+  return () => openResources.delete(close);
+}
+
+/** Closes everything registered with closeAtExit (lifecycle calls it when the actor ends). */
+export async function closeRunResources(): Promise<void> {
+  const all = [...openResources];
+  openResources.clear();
+  await Promise.all(all.map((c) => c().catch(() => undefined)));
+}
+
 export function envKeyOf(entry: { id: string; key?: string }): string {
   if (entry.key) return entry.key;
   const at = entry.id.lastIndexOf("@");
@@ -35,6 +52,7 @@ export async function loadRunEnvironments(config: RunConfig): Promise<Map<string
     const key = envKeyOf(entry);
     if (out.has(key)) throw new Error(`two environment entries share the key ${JSON.stringify(key)}: give one a distinct \`key\``);
     const env = await loadEnvironmentEntry(entry);
+    if (env.close) closeAtExit(() => env.close!());
     out.set(key, { key, id: `${env.name}@${env.version}`, weight: entry.weight, env });
   }
   return out;

@@ -2,6 +2,7 @@
 // -> container -> actor.run(), with a clean drain on SIGTERM/SIGINT and meaningful exit codes (0 done, 1 error,
 // 2 bad config, 3 NATS, 4 lease lost, 130 interrupted).
 import "reflect-metadata";
+import { closeRunResources } from "./environments.js";
 import { hostname } from "node:os";
 import { resolve } from "node:path";
 import { mkdirSync } from "node:fs";
@@ -157,6 +158,7 @@ export async function runActorProcess(actor: string, cls: ActorClass, opts: RunA
   try {
     return await runHoldingLease(cls, wiring, () => interrupted);
   } finally {
+    await closeRunResources();
     await ctx.metrics.close();
     await ctx.nc.drain().catch(() => undefined);
   }

@@ -5,7 +5,7 @@ import type { Environment, ModelEndpoint } from "../../environments/api/index.js
 import type { RemoteEnvHealth } from "../../streams/index.js";
 import type { ActorContext } from "./actor.js";
 import { EndpointServer } from "./model-endpoint/endpoint-server.js";
-import type { LoadedEnvironment } from "./environments.js";
+import { closeAtExit, type LoadedEnvironment } from "./environments.js";
 
 export interface RemoteRuntime {
   /** Present when some environment's server calls the model (verifiers). */
@@ -13,22 +13,22 @@ export interface RemoteRuntime {
   close(): Promise<void>;
 }
 
-export async function startRemoteRuntime(ctx: ActorContext, envs: Iterable<LoadedEnvironment>): Promise<RemoteRuntime> {
+export async function startRemoteRuntime(ctx: ActorContext, envs: Iterable<LoadedEnvironment>, over: { port?: number } = {}): Promise<RemoteRuntime> {
   const remote = [...envs].filter((l) => l.env.remote);
   if (remote.length === 0) return { close: async () => undefined };
-  const settings = ctx.config.actors.inference.endpoint;
+  const settings = { ...ctx.config.actors.inference.endpoint, ...over };
   const endpoint = remote.some((l) => l.env.remote!.needsEndpoint)
     ? await EndpointServer.start({ host: settings.host, port: settings.port, advertiseHost: settings.advertiseHost, signal: ctx.signal })
     : undefined;
   if (endpoint) ctx.log.info({ baseUrl: endpoint.baseUrl }, "serving /inference/v1/generate for remote environments");
   const stopHealth = watchHealth(ctx, remote, settings.healthCheckMs, () => endpoint?.openSessions ?? 0);
-  return {
-    endpoint,
-    close: async () => {
-      stopHealth();
-      await endpoint?.close();
-    },
+  const close = async () => {
+    unregister();
+    stopHealth();
+    await endpoint?.close();
   };
+  const unregister = closeAtExit(close);
+  return { endpoint, close };
 }
 
 function watchHealth(ctx: ActorContext, remote: LoadedEnvironment[], everyMs: number, inFlight: () => number): () => void {

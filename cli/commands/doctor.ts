@@ -11,7 +11,7 @@ import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { connectNats } from "../../actors/runtime/nats-connect.js";
 import { loadRunConfig, type RunConfig } from "../../actors/runtime/config.js";
-import { loadRunEnvironments } from "../../actors/runtime/environments.js";
+import { closeRunEnvironments, loadRunEnvironments } from "../../actors/runtime/environments.js";
 import { natsForRun } from "../run-nats.js";
 import { JetStreamApiCodes, JetStreamApiError } from "@nats-io/jetstream";
 import {
@@ -192,7 +192,11 @@ async function examine(nc: Awaited<ReturnType<typeof connectNats>>, o: Examinati
 /** The run's state KV against its streams (and, with --repair, put right): rl.steps and environments from its config. */
 function examineState(channels: RunChannels, state: RunState, o: Examination, alive: number): Promise<StateCheck> {
   const c = o.config;
-  const environments = async () => [...(await loadRunEnvironments(c!)).values()].map((e) => ({ key: e.key, id: e.id, weight: e.weight }));
+  const environments = async () => {
+    const loaded = [...(await loadRunEnvironments(c!)).values()];
+    await closeRunEnvironments(loaded);
+    return loaded.map((e) => ({ key: e.key, id: e.id, weight: e.weight }));
+  };
   const config = c && c.run === o.run ? { rlSteps: c.rl.steps, environments } : undefined;
   return checkRunState({ channels, state, config, runDir: o.runDir, alive }, o.repair);
 }

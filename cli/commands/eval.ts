@@ -8,10 +8,12 @@ import { UsageError } from "../errors.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
 import { isRunCheckpoint, runConfigPathOf } from "../../actors/runtime/run-checkpoint.js";
 import cliProgress from "cli-progress";
-import type { CodeSandbox, ModelClient, SamplingArgs, TokenizerLike } from "../../environments/api/index.js";
+import type { CodeSandbox, Environment, ModelClient, SamplingArgs, TokenizerLike } from "../../environments/api/index.js";
 import { OpenAICompletionsClient } from "../../environments/clients/openai.js";
 import { formatSummary, runEval, type EvalProgress, type EvalReport } from "../../environments/eval/index.js";
 import { resolveEnvironment } from "../../environments/registry.js";
+import { isRemoteEnvironmentId, loadRemoteEnvironment } from "../../environments/remote/index.js";
+import { EndpointServer } from "../../actors/runtime/model-endpoint/endpoint-server.js";
 
 export interface EvalCommandDeps {
   /** A client over one of our checkpoints (supplied by the CLI wiring: it needs the kernels). */
@@ -46,6 +48,11 @@ interface EvalFlags {
   passThreshold: number;
   json?: boolean;
   progress: boolean;
+  server?: string;
+  url?: string;
+  tasks?: string;
+  envVersion?: string;
+  deadlineMs: number;
 }
 
 const int = (min: number) => (v: string) => {
@@ -104,6 +111,11 @@ export function registerEvalCommand(program: Command, deps: EvalCommandDeps): vo
     .option("-o, --out <dir>", "output folder (default: evals/<env>@<version>/<model>)")
     .option("--overwrite", "start over instead of resuming")
     .option("--pass-threshold <x>", "a sample passes (pass@k) when reward >= x", num(Number.NEGATIVE_INFINITY), 1)
+    .option("--server <address>", "verifiers:<name>: the env-server, tcp://host:port")
+    .option("--url <url>", "openenv:<name>: the OpenEnv server, ws://host:port")
+    .option("--tasks <file>", "verifiers:<name>: the split's tasks, a JSON-lines file of task data")
+    .option("--env-version <v>", "verifiers:<name>: the version recorded (the server reports none)", "0.0.0")
+    .option("--deadline-ms <ms>", "remote: one rollout at most this long, then cancelled on the server", int(1), 300_000)
     .option("--json", "print the summary as JSON")
     .option("--no-progress", "no progress bar")
     .action(async (spec: string, flags: EvalFlags) => {
@@ -115,8 +127,10 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
   if (!!flags.checkpoint === !!flags.baseUrl) throw new UsageError("give exactly one of --checkpoint <path> or --base-url <url>");
   if (flags.baseUrl && !flags.model) throw new UsageError("--base-url needs --model <name>");
   const envArgs = Object.keys(flags.envArgs).length > 0 || !flags.checkpoint ? flags.envArgs : (runEnvArgs(flags.checkpoint, spec) ?? flags.envArgs);
-  const env = await resolveEnvironment(spec, envArgs);
+  const env = isRemoteEnvironmentId(spec) ? await remoteEnvironment(spec, flags, envArgs) : await resolveEnvironment(spec, envArgs);
   const { model, modelTag } = await modelOf(flags, deps);
+  // A verifiers env-server calls the model itself: serve ours to it over vLLM's generate route.
+  const endpoint = env.remote?.needsEndpoint ? await EndpointServer.start() : undefined;
   const natsUrl = flags.nats ?? process.env["NATS_URL"];
   const sandbox = natsUrl ? await (deps.makeSandbox ?? natsSandbox)(natsUrl) : undefined;
   // Another split's results go beside the eval split's, not over them (a folder resumes one split only).
@@ -138,6 +152,7 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
       concurrency: flags.concurrency,
       split: flags.split,
       sandbox: sandbox?.sandbox,
+      endpoint,
       signal: ac.signal,
       passThreshold: flags.passThreshold,
       overwrite: flags.overwrite,
@@ -154,7 +169,27 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
     bar.stop();
     process.off("SIGINT", onSigint);
     await sandbox?.close();
+    await endpoint?.close();
+    await env.close?.();
   }
+}
+
+/** A verifiers or OpenEnv server named on the command line, as the run config's entry would name it. */
+async function remoteEnvironment(spec: string, flags: EvalFlags, args: Record<string, unknown>): Promise<Environment> {
+  if (spec.startsWith("verifiers:") && (!flags.server || !flags.tasks)) throw new UsageError(`${spec} needs --server tcp://host:port and --tasks <file.jsonl>`);
+  if (spec.startsWith("openenv:") && !flags.url) throw new UsageError(`${spec} needs --url ws://host:port`);
+  const tasks = flags.tasks ? { train: flags.tasks, eval: flags.tasks } : undefined;
+  return loadRemoteEnvironment({
+    id: spec,
+    server: flags.server,
+    url: flags.url,
+    tasks,
+    version: flags.envVersion ?? "0.0.0",
+    deadlineMs: flags.deadlineMs,
+    retries: 2,
+    connectMs: 30_000,
+    args,
+  });
 }
 
 function samplingOf(flags: EvalFlags): SamplingArgs {

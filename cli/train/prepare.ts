@@ -6,7 +6,7 @@ import { copyFileSync, mkdirSync, readdirSync, rmSync } from "node:fs";
 import { join, resolve } from "node:path";
 import type { RunConfig } from "../../actors/runtime/config.js";
 import { checkConfigFile, describeCheck } from "../../actors/runtime/config-check.js";
-import { loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtime/environments.js";
+import { closeRunEnvironments, loadRunEnvironments, type LoadedEnvironment } from "../../actors/runtime/environments.js";
 
 export interface PreparedRun {
   configPath: string;
@@ -33,6 +33,9 @@ export async function prepareRun(configPath: string): Promise<PreparedRun | numb
   let envs: Map<string, LoadedEnvironment>;
   try {
     envs = await loadRunEnvironments(config);
+    // train reads what the environments are (names, versions, sandbox needs), never rolls out: a remote one's
+    // connection to its server is let go at once (it would keep this process alive).
+    await closeRunEnvironments(envs.values());
   } catch (e) {
     process.stderr.write(`${(e as Error).message}\n`);
     return 2;

@@ -3,6 +3,7 @@ import { envId, type Environment } from "../api/environment.js";
 import type { ModelClient, SamplingArgs } from "../api/model.js";
 import { completionMessages, type RolloutResult } from "../api/rollout.js";
 import type { CodeSandbox } from "../api/sandbox.js";
+import type { ModelEndpoint } from "../api/model-endpoint.js";
 import type { EvalIdentity, EvalMetadata, EvalRecord } from "./records.js";
 import { ResultsStore, type PendingRollout } from "./results-store.js";
 import { summarize, type EvalSummary } from "./summary.js";
@@ -32,6 +33,8 @@ export interface RunEvalOptions {
   /** Default "eval"; an environment's other held-out splits (arithmetic's "hard") by name. */
   split?: SplitName;
   sandbox?: CodeSandbox;
+  /** The model over HTTP, for a remote environment whose server calls it (verifiers). */
+  endpoint?: ModelEndpoint;
   /** Abort = interrupt: in-flight rollouts are dropped, everything finished is on disk. */
   signal?: AbortSignal;
   /** A sample passes (for pass@k) when reward >= passThreshold. Default 1. */
@@ -191,7 +194,7 @@ export async function runEval(opts: RunEvalOptions): Promise<EvalReport> {
       if (!job) return;
       try {
         const row = rowOf(job.example);
-        const result = await env.rollout({ model, sampling, sandbox: opts.sandbox, signal: opts.signal }, row);
+        const result = await env.rollout({ model, sampling, sandbox: opts.sandbox, signal: opts.signal, endpoint: opts.endpoint }, row);
         sessionModelTokens += result.completionMask.reduce((s, m) => s + m, 0);
         arrive({ ...job, result });
       } catch (err) {

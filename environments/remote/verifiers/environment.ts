@@ -55,7 +55,11 @@ export async function loadVerifiersEnvironment(opts: VerifiersEnvOptions): Promi
     dataset,
     rollout: (ctx, row) => runRollout(client, opts, ctx, row),
     scoreGroup: async (rollouts: RolloutResult[]): Promise<ScoreResult[]> => rollouts.map(remoteScoreOf),
-    sftTarget: (row: DatasetRow) => row.answer,
+    // The task's own SFT reply when its file gives one (sft_target: a deliberately weak teacher, say), else its answer.
+    sftTarget: (row: DatasetRow) => {
+      const t = (row.info["task"] as Record<string, unknown>)["sft_target"];
+      return typeof t === "string" ? t : row.answer;
+    },
     health: () => client.health(),
     close: () => client.close(),
   };
