@@ -15,7 +15,17 @@ import { labelSpans, type TokenEngine, type TokenRequest, type TokenResult } fro
 
 const int = z.number().int();
 
-/** vLLM SamplingParams, the fields a token engine honours; others a client may send are refused by name. */
+/** A field the engine does not implement, accepted only at its no-op value (clients often send the defaults). */
+const noop = <T extends number | boolean>(v: T, what: string) =>
+  z
+    .literal(v, { message: `${what} is not served (only ${v})` })
+    .nullable()
+    .optional();
+
+/**
+ * vLLM SamplingParams: the fields a token engine honours, and the common ones at their no-op values (a client
+ * sending its defaults is served); any other field or value is refused by name.
+ */
 export const VllmSamplingParams = z.strictObject({
   // vLLM's dataclass default when the caller sets none.
   max_tokens: int.min(1).default(16),
@@ -23,18 +33,29 @@ export const VllmSamplingParams = z.strictObject({
   top_p: z.number().gt(0).max(1).default(1),
   // -1 and 0 both mean off, as in vLLM.
   top_k: int.min(-1).default(0),
-  min_p: z.literal(0).optional(),
   logprobs: int.min(0).max(20).nullable().default(null),
   seed: int
     .min(0)
     .max(2 ** 53 - 1)
     .nullable()
     .default(null),
+  stop: z
+    .union([z.string().min(1), z.array(z.string().min(1)).max(16)])
+    .nullable()
+    .default(null),
   stop_token_ids: z.array(int.min(0)).nullable().default(null),
   ignore_eos: z.boolean().default(false),
-  n: z.literal(1).optional(),
+  n: noop(1, "n > 1"),
+  min_p: noop(0, "min_p"),
+  min_tokens: noop(0, "min_tokens"),
+  presence_penalty: noop(0, "presence_penalty"),
+  frequency_penalty: noop(0, "frequency_penalty"),
+  repetition_penalty: noop(1, "repetition_penalty"),
+  prompt_logprobs: z.null({ message: "prompt_logprobs are not served" }).optional(),
+  include_stop_str_in_output: z.boolean().optional(),
   detokenize: z.boolean().optional(),
   skip_special_tokens: z.boolean().optional(),
+  spaces_between_special_tokens: z.boolean().optional(),
 });
 
 export const VllmGenerateRequest = z.strictObject({
@@ -78,6 +99,7 @@ export function tokenRequestOf(b: VllmGenerate, requestId: string, signal: Abort
     ...(sp.seed === null ? {} : { seed: sp.seed }),
     stopTokenIds: sp.stop_token_ids ?? [],
     ignoreEos: sp.ignore_eos,
+    ...(sp.stop === null ? {} : { stop: typeof sp.stop === "string" ? [sp.stop] : sp.stop }),
     ...(b.cache_salt === null ? {} : { cacheSalt: b.cache_salt }),
     signal,
   };

@@ -137,6 +137,8 @@ test("generate: bad requests get a 400 with one line naming the field; the serve
       [{ ...ok, output_mode: "text" }, /output_mode/],
       [{ ...ok, cache_salt: "" }, /cache_salt/],
       [{ ...ok, unknown_field: 1 }, /unknown_field/],
+      [{ ...ok, sampling_params: { repetition_penalty: 1.2 } }, /repetition_penalty is not served/],
+      [{ ...ok, sampling_params: { n: 2 } }, /n > 1 is not served/],
     ];
     for (const [body, why] of cases) {
       const res = await post(app, body);
@@ -147,7 +149,9 @@ test("generate: bad requests get a 400 with one line naming the field; the serve
     }
     const bad = await app.inject({ method: "POST", url: "/inference/v1/generate", headers: { "content-type": "application/json" }, payload: "{not json" });
     assert.equal(bad.statusCode, 400);
-    // Positive control: the same server answers a good request.
+    // Positive controls: a client sending vLLM's defaults is served, and so is the plain request.
+    const defaults = { n: 1, min_p: 0, min_tokens: 0, presence_penalty: 0, frequency_penalty: 0, repetition_penalty: 1, skip_special_tokens: true };
+    assert.equal((await post(app, { ...ok, sampling_params: { ...ok.sampling_params, ...defaults } })).statusCode, 200);
     const res = await post(app, ok);
     assert.equal(res.statusCode, 200);
     assert.equal(res.json().choices[0].token_ids.length, 2);
