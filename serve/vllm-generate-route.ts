@@ -45,7 +45,8 @@ export const VllmSamplingParams = z.strictObject({
     .default(null),
   stop_token_ids: z.array(int.min(0)).nullable().default(null),
   ignore_eos: z.boolean().default(false),
-  n: noop(1, "n > 1"),
+  // n choices of one prompt: choice i is its own request (request_id:i when n > 1) with seed + i; one prefill.
+  n: int.min(1).max(64).nullable().default(1),
   min_p: noop(0, "min_p"),
   min_tokens: noop(0, "min_tokens"),
   presence_penalty: noop(0, "presence_penalty"),
@@ -115,24 +116,25 @@ function usageOf(prompt: number, completion: number) {
 }
 
 /** The non-streaming answer (GenerateTokensResponse). */
-export function generateResponse(b: VllmGenerate, requestId: string, modelName: string, r: TokenResult) {
+export function generateResponse(b: VllmGenerate, requestId: string, modelName: string, results: TokenResult[]) {
   return {
     request_id: requestId,
     model: modelName,
     created: Math.floor(Date.now() / 1000),
     output_mode: "tokens",
-    choices: [
-      {
-        index: 0,
-        finish_reason: r.finish,
-        token_ids: r.tokenIds,
-        logprobs: logprobsOf(b, r.tokenIds, r.logprobs),
-        routed_experts: null,
-        sampling_mask: null,
-        weight_versions: labelSpans(r.versions),
-      },
-    ],
-    usage: usageOf(b.token_ids.length, r.tokenIds.length),
+    choices: results.map((r, index) => ({
+      index,
+      finish_reason: r.finish,
+      token_ids: r.tokenIds,
+      logprobs: logprobsOf(b, r.tokenIds, r.logprobs),
+      routed_experts: null,
+      sampling_mask: null,
+      weight_versions: labelSpans(r.versions),
+    })),
+    usage: usageOf(
+      b.token_ids.length,
+      results.reduce((k, r) => k + r.tokenIds.length, 0),
+    ),
     prompt_logprobs: null,
     prompt_token_ids: b.return_token_ids ? b.token_ids : null,
   };
@@ -144,8 +146,14 @@ export function registerVllmGenerateRoute(app: FastifyInstance, engine: TokenEng
     checkPrompt(engine, b.token_ids, "token_ids");
     const requestId = b.request_id ?? randomUUID();
     const tr = tokenRequestOf(b, requestId, callerGone(reply));
-    if (!b.stream) return generateResponse(b, requestId, opts.modelName, await engine.generate(tr));
-    await streamGenerate(reply, engine, b, tr, opts.modelName);
+    const n = b.sampling_params.n ?? 1;
+    if (b.stream && n > 1) throw new BadRequest("sampling_params.n: a stream serves one choice (n 1)");
+    if (b.stream) return streamGenerate(reply, engine, b, tr, opts.modelName);
+    // Started in one turn, so the engine admits them together: one prefill of the prompt for all n.
+    const choices = Array.from({ length: n }, (_, i) =>
+      engine.generate(n === 1 ? tr : { ...tr, requestId: `${requestId}:${i}`, ...(tr.seed === undefined ? {} : { seed: tr.seed + i }) }),
+    );
+    return generateResponse(b, requestId, opts.modelName, await Promise.all(choices));
   });
 }
 

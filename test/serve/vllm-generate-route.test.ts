@@ -61,6 +61,15 @@ test("generate: every field of the answer, against the model alone", async () =>
     assert.equal(other.prompt_token_ids, null);
     assert.equal(other.choices[0].logprobs, null);
     assert.match(other.request_id, /^[0-9a-f-]{36}$/);
+
+    // n choices: choice i is what seed + i gives alone.
+    const three = (await post(app, { token_ids: prompt, sampling_params: { max_tokens: 12, seed: 7, n: 3, logprobs: 0 } })).json();
+    assert.equal(three.choices.length, 3);
+    for (const [i, ch] of three.choices.entries()) {
+      assert.equal(ch.index, i);
+      assert.deepEqual(ch.token_ids, (await alone(model, prompt, { maxTokens: 12, seed: 7 + i })).tokenIds);
+      assert.equal(ch.logprobs.content.length, ch.token_ids.length);
+    }
   } finally {
     await app.close();
     await policy.dispose();
@@ -138,7 +147,7 @@ test("generate: bad requests get a 400 with one line naming the field; the serve
       [{ ...ok, cache_salt: "" }, /cache_salt/],
       [{ ...ok, unknown_field: 1 }, /unknown_field/],
       [{ ...ok, sampling_params: { repetition_penalty: 1.2 } }, /repetition_penalty is not served/],
-      [{ ...ok, sampling_params: { n: 2 } }, /n > 1 is not served/],
+      [{ ...ok, stream: true, sampling_params: { n: 2 } }, /sampling_params\.n/],
     ];
     for (const [body, why] of cases) {
       const res = await post(app, body);
