@@ -128,7 +128,7 @@ async function rlStepSeconds(backend: "local" | "rollstream", steps: number, dir
       cfg.actors.inference = { ...cfg.actors.inference, backend, servers: [proc.url] };
       writeFileSync(path, stringify(cfg));
     }
-    const code = await train(path, { fresh: true, eval: false });
+    const code = await train(path, { fresh: true, eval: false, dashboard: false });
     if (code !== 0) throw new Error(`the ${backend} run failed (exit ${code}); its logs: ${join(dir, cfg.run, "logs")}`);
   } finally {
     await proc?.stop();
