@@ -87,7 +87,7 @@ test("the serve fleet: each server its own address (StatefulSet behind a headles
     const set = all.find(({ doc }) => doc.kind === "StatefulSet" && doc.metadata?.name === name)!.doc;
     assert.equal(svc.spec?.["clusterIP"], "None", `${name}: a headless Service (one address per pod)`);
     assert.equal(set.spec?.["serviceName"], name);
-    const port = ((svc.spec ?? {})["ports"] as { port: number }[])[0]!.port;
+    const port = (svc.spec!["ports"] as { port: number }[])[0]!.port;
     const c = containers(set)[0]! as { args?: string[]; ports?: { containerPort: number }[]; volumeMounts?: { name: string; mountPath: string }[] };
     assert.equal(c.ports?.[0]?.containerPort, port);
     assert.ok(
