@@ -38,16 +38,21 @@ export function demoTasks(n: number, seed: number): TaskSpec[] {
   }));
 }
 
-/** Runs every task's group of rollouts, IN_FLIGHT tasks at a time; each rollout's seeds are its own. */
+/**
+ * Runs every task's group of rollouts, IN_FLIGHT tasks at a time; each rollout's seeds are its own: rollout g of
+ * task t starts at t * 1000 + g * seedStride (16: room for its later turns; 1: a group's seeds consecutive, as
+ * one request of n choices draws them).
+ */
 export async function runTasks(
   tasks: TaskSpec[],
   clientOf: (seedBase: number) => ModelClient,
+  seedStride = 16,
 ): Promise<{ seconds: number; generated: number; outputs: string[] }> {
   const outputs: string[] = new Array(tasks.length * GROUP);
   let generated = 0;
   let next = 0;
   const rollout = async (t: TaskSpec, g: number) => {
-    const client = clientOf(t.index * 1000 + g * 16);
+    const client = clientOf(t.index * 1000 + g * seedStride);
     let convo = t.prompt;
     const parts: number[] = [];
     for (let turn = 0; ; turn++) {

@@ -13,6 +13,8 @@
 // - the demo's own rollouts (2-digit additions, 24 tokens, its 64-token context): what its RL loop asks of inference.
 // - weights: new weights mid-generation of 32 sequences: how long until they are in use, in ms and engine steps,
 //   for keep, recompute and barrier.
+// - backend rollstream vs local (inference-serve.ts): the demo's RL step time, its rollouts alone over HTTP, and
+//   one weight update per server.
 // Last line: one JSON object.
 import { availableParallelism } from "node:os";
 import { resolve } from "node:path";

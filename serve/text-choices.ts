@@ -85,8 +85,9 @@ export class TextDeltas {
     private readonly tok: Tokenizer,
     stop: readonly string[],
   ) {
-    // A stop string not yet complete must not be shown: it is cut from the final text.
-    this.holdBack = Math.max(0, ...stop.map((x) => x.length - 1));
+    // A stop string must never be shown (it is cut from the final text), and the token that completes one arrives
+    // here before the engine says the request stopped: the last max-stop-length characters wait for the next token.
+    this.holdBack = Math.max(0, ...stop.map((x) => x.length));
   }
 
   push(tokenId: number): string {

@@ -15,7 +15,17 @@ import { labelSpans, type TokenEngine, type TokenRequest, type TokenResult } fro
 
 const int = z.number().int();
 
-/** vLLM SamplingParams, the fields a token engine honours; others a client may send are refused by name. */
+/** A field the engine does not implement, accepted only at its no-op value (clients often send the defaults). */
+const noop = <T extends number | boolean>(v: T, what: string) =>
+  z
+    .literal(v, { message: `${what} is not served (only ${v})` })
+    .nullable()
+    .optional();
+
+/**
+ * vLLM SamplingParams: the fields a token engine honours, and the common ones at their no-op values (a client
+ * sending its defaults is served); any other field or value is refused by name.
+ */
 export const VllmSamplingParams = z.strictObject({
   // vLLM's dataclass default when the caller sets none.
   max_tokens: int.min(1).default(16),
@@ -23,18 +33,30 @@ export const VllmSamplingParams = z.strictObject({
   top_p: z.number().gt(0).max(1).default(1),
   // -1 and 0 both mean off, as in vLLM.
   top_k: int.min(-1).default(0),
-  min_p: z.literal(0).optional(),
   logprobs: int.min(0).max(20).nullable().default(null),
   seed: int
     .min(0)
     .max(2 ** 53 - 1)
     .nullable()
     .default(null),
+  stop: z
+    .union([z.string().min(1), z.array(z.string().min(1)).max(16)])
+    .nullable()
+    .default(null),
   stop_token_ids: z.array(int.min(0)).nullable().default(null),
   ignore_eos: z.boolean().default(false),
-  n: z.literal(1).optional(),
+  // n choices of one prompt: choice i is its own request (request_id:i when n > 1) with seed + i; one prefill.
+  n: int.min(1).max(64).nullable().default(1),
+  min_p: noop(0, "min_p"),
+  min_tokens: noop(0, "min_tokens"),
+  presence_penalty: noop(0, "presence_penalty"),
+  frequency_penalty: noop(0, "frequency_penalty"),
+  repetition_penalty: noop(1, "repetition_penalty"),
+  prompt_logprobs: z.null({ message: "prompt_logprobs are not served" }).optional(),
+  include_stop_str_in_output: z.boolean().optional(),
   detokenize: z.boolean().optional(),
   skip_special_tokens: z.boolean().optional(),
+  spaces_between_special_tokens: z.boolean().optional(),
 });
 
 export const VllmGenerateRequest = z.strictObject({
@@ -78,6 +100,7 @@ export function tokenRequestOf(b: VllmGenerate, requestId: string, signal: Abort
     ...(sp.seed === null ? {} : { seed: sp.seed }),
     stopTokenIds: sp.stop_token_ids ?? [],
     ignoreEos: sp.ignore_eos,
+    ...(sp.stop === null ? {} : { stop: typeof sp.stop === "string" ? [sp.stop] : sp.stop }),
     ...(b.cache_salt === null ? {} : { cacheSalt: b.cache_salt }),
     signal,
   };
@@ -93,24 +116,25 @@ function usageOf(prompt: number, completion: number) {
 }
 
 /** The non-streaming answer (GenerateTokensResponse). */
-export function generateResponse(b: VllmGenerate, requestId: string, modelName: string, r: TokenResult) {
+export function generateResponse(b: VllmGenerate, requestId: string, modelName: string, results: TokenResult[]) {
   return {
     request_id: requestId,
     model: modelName,
     created: Math.floor(Date.now() / 1000),
     output_mode: "tokens",
-    choices: [
-      {
-        index: 0,
-        finish_reason: r.finish,
-        token_ids: r.tokenIds,
-        logprobs: logprobsOf(b, r.tokenIds, r.logprobs),
-        routed_experts: null,
-        sampling_mask: null,
-        weight_versions: labelSpans(r.versions),
-      },
-    ],
-    usage: usageOf(b.token_ids.length, r.tokenIds.length),
+    choices: results.map((r, index) => ({
+      index,
+      finish_reason: r.finish,
+      token_ids: r.tokenIds,
+      logprobs: logprobsOf(b, r.tokenIds, r.logprobs),
+      routed_experts: null,
+      sampling_mask: null,
+      weight_versions: labelSpans(r.versions),
+    })),
+    usage: usageOf(
+      b.token_ids.length,
+      results.reduce((k, r) => k + r.tokenIds.length, 0),
+    ),
     prompt_logprobs: null,
     prompt_token_ids: b.return_token_ids ? b.token_ids : null,
   };
@@ -122,8 +146,14 @@ export function registerVllmGenerateRoute(app: FastifyInstance, engine: TokenEng
     checkPrompt(engine, b.token_ids, "token_ids");
     const requestId = b.request_id ?? randomUUID();
     const tr = tokenRequestOf(b, requestId, callerGone(reply));
-    if (!b.stream) return generateResponse(b, requestId, opts.modelName, await engine.generate(tr));
-    await streamGenerate(reply, engine, b, tr, opts.modelName);
+    const n = b.sampling_params.n ?? 1;
+    if (b.stream && n > 1) throw new BadRequest("sampling_params.n: a stream serves one choice (n 1)");
+    if (b.stream) return streamGenerate(reply, engine, b, tr, opts.modelName);
+    // Started in one turn, so the engine admits them together: one prefill of the prompt for all n.
+    const choices = Array.from({ length: n }, (_, i) =>
+      engine.generate(n === 1 ? tr : { ...tr, requestId: `${requestId}:${i}`, ...(tr.seed === undefined ? {} : { seed: tr.seed + i }) }),
+    );
+    return generateResponse(b, requestId, opts.modelName, await Promise.all(choices));
   });
 }
 

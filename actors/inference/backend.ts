@@ -12,6 +12,7 @@ import { HfExporter } from "./fleet/hf-export.js";
 import type { EngineServer } from "./fleet/engine-server.js";
 import { SglangServer } from "./fleet/sglang.js";
 import { RollstreamServer, VllmServer } from "./fleet/vllm.js";
+import { CoalescingServer } from "./fleet/coalesce.js";
 
 export interface InferenceBackend {
   /** The policy version served: once swapWeights resolved, every server in rotation has it. */
@@ -93,5 +94,6 @@ function serverFor(
 ): EngineServer {
   const vllm = { pauseMode: f.vllmPauseMode, weightsRoute: f.vllmWeightsRoute };
   if (kind === "sglang") return new SglangServer(url);
-  return kind === "vllm" ? new VllmServer(url, vllm) : new RollstreamServer(url, vllm);
+  // rollstream serve takes n choices per request: a group's rollouts starting together share one request.
+  return kind === "vllm" ? new VllmServer(url, vllm) : new CoalescingServer(new RollstreamServer(url, vllm));
 }

@@ -30,7 +30,7 @@ const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = 
     load: async () => (await import("../../bench/algos.js")).runAlgosBench as unknown as BenchFn,
   },
   inference: {
-    what: "the inference engine (continuous batching, shared prefixes, KV reuse) vs static batches on a tool/multi-turn-shaped workload; prefill saved; the wait for new weights mid-generation",
+    what: "the inference engine (continuous batching, shared prefixes, KV reuse) vs static batches on a tool/multi-turn-shaped workload; prefill saved; the wait for new weights mid-generation; the demo's RL step with backend rollstream (one serve process) vs local, and one weight update per server",
     load: async () => (await import("../../bench/inference.js")).runInferenceBench as BenchFn,
   },
   lora: {

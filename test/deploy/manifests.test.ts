@@ -87,12 +87,18 @@ test("the serve fleet: each server its own address (StatefulSet behind a headles
     const set = all.find(({ doc }) => doc.kind === "StatefulSet" && doc.metadata?.name === name)!.doc;
     assert.equal(svc.spec?.["clusterIP"], "None", `${name}: a headless Service (one address per pod)`);
     assert.equal(set.spec?.["serviceName"], name);
-    const port = (svc.spec?.["ports"] as { port: number }[])[0]!.port;
+    const port = (svc.spec!["ports"] as { port: number }[])[0]!.port;
     const c = containers(set)[0]! as { args?: string[]; ports?: { containerPort: number }[]; volumeMounts?: { name: string; mountPath: string }[] };
     assert.equal(c.ports?.[0]?.containerPort, port);
-    assert.ok(c.volumeMounts?.some((v) => v.mountPath === "/weights"), `${name} reads the exported versions`);
+    assert.ok(
+      c.volumeMounts?.some((v) => v.mountPath === "/weights"),
+      `${name} reads the exported versions`,
+    );
   }
   const inference = all.find(({ doc }) => doc.kind === "Deployment" && doc.metadata?.name === "rollstream-inference")!.doc;
   const mounts = (containers(inference)[0] as { volumeMounts?: { mountPath: string }[] }).volumeMounts ?? [];
-  assert.ok(mounts.some((m) => m.mountPath === "/weights"), "the inference actor writes the versions the servers load");
+  assert.ok(
+    mounts.some((m) => m.mountPath === "/weights"),
+    "the inference actor writes the versions the servers load",
+  );
 });

@@ -2,7 +2,7 @@
 // Qwen-style chat template, generation_config EOS ids), loaded through the run config as a user would.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { rmSync, writeFileSync } from "node:fs";
+import { readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { HfTokenizer } from "../../kernels/hf-tokenizer.js";
 import { loadTokenizer } from "../../kernels/tokenizer.js";
@@ -88,6 +88,26 @@ test("HF tokenizer: chosen through the run config; missing files and templates g
     assert.throws(() => HfTokenizer.fromDir(dir), /tokenizer_config\.json is not valid JSON/);
     writeFileSync(join(dir, "tokenizer_config.json"), JSON.stringify({ eos_token: "<|missing|>" }));
     assert.throws(() => HfTokenizer.fromDir(dir), /eos_token "<\|missing\|>" is not in the vocabulary/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("HF chat template: tools reach the template (as transformers passes them); a template without tools is unchanged", () => {
+  const { dir } = writeTokenizerDir();
+  try {
+    const messages = [{ role: "user" as const, content: "hi" }];
+    const tools = [{ type: "function", function: { name: "add" } }];
+    const plain = HfTokenizer.fromDir(dir);
+    // The Qwen-style template here ignores tools: the same ids either way (positive control of the next check).
+    assert.deepEqual(plain.applyChatTemplate(messages, { tools }), plain.applyChatTemplate(messages));
+    const cfgPath = join(dir, "tokenizer_config.json");
+    const cfg = JSON.parse(readFileSync(cfgPath, "utf8"));
+    cfg.chat_template = "{% if tools %}{{ 'tools:' }}{% for t in tools %}{{ t.function.name }}{% endfor %}{{ '\\n' }}{% endif %}" + cfg.chat_template;
+    writeFileSync(cfgPath, JSON.stringify(cfg));
+    const withTools = HfTokenizer.fromDir(dir);
+    assert.equal(withTools.decode(withTools.applyChatTemplate(messages, { tools })).split("\n")[0], "tools:add");
+    assert.deepEqual(withTools.applyChatTemplate(messages), plain.applyChatTemplate(messages), "no tools, nothing rendered for them");
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }

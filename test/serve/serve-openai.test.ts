@@ -177,3 +177,27 @@ test("openai client: bad requests are 400s with one line; models, health and met
   const ok = await client.completions.create({ model: "tiny", prompt: "x", max_tokens: 2 });
   assert.equal(ok.choices.length, 1);
 });
+
+test("stop strings: the text ends before the stop string, stop_reason names it, the stream never shows it", async () => {
+  const model = tinyModel(3);
+  try {
+    const prompt = tok.encode("abc");
+    // Greedy output; its characters 2..3 as the stop string (a string the model does produce).
+    const free = await alone(model, prompt, { maxTokens: 20, seed: 0, temperature: 0 });
+    const freeText = tok.decode(free.tokenIds, { skipSpecial: true });
+    const stop = freeText.slice(2, 4);
+    assert.equal(stop.length, 2, `a greedy text long enough: ${JSON.stringify(freeText)}`);
+    const res = await client.completions.create({ model: "tiny", prompt, max_tokens: 20, temperature: 0, stop: [stop] });
+    const c = res.choices[0]! as (typeof res.choices)[0] & { stop_reason: string | number | null };
+    assert.equal(c.text, freeText.slice(0, freeText.indexOf(stop)));
+    assert.equal(c.finish_reason, "stop");
+    assert.equal(c.stop_reason, stop);
+    const stream = await client.completions.create({ model: "tiny", prompt, max_tokens: 20, temperature: 0, stop: [stop], stream: true });
+    const parts: string[] = [];
+    for await (const chunk of stream) parts.push(chunk.choices[0]!.text);
+    assert.equal(parts.join(""), c.text);
+    assert.ok(!parts.join("").includes(stop));
+  } finally {
+    model.dispose();
+  }
+});

@@ -61,6 +61,15 @@ test("generate: every field of the answer, against the model alone", async () =>
     assert.equal(other.prompt_token_ids, null);
     assert.equal(other.choices[0].logprobs, null);
     assert.match(other.request_id, /^[0-9a-f-]{36}$/);
+
+    // n choices: choice i is what seed + i gives alone.
+    const three = (await post(app, { token_ids: prompt, sampling_params: { max_tokens: 12, seed: 7, n: 3, logprobs: 0 } })).json();
+    assert.equal(three.choices.length, 3);
+    for (const [i, ch] of three.choices.entries()) {
+      assert.equal(ch.index, i);
+      assert.deepEqual(ch.token_ids, (await alone(model, prompt, { maxTokens: 12, seed: 7 + i })).tokenIds);
+      assert.equal(ch.logprobs.content.length, ch.token_ids.length);
+    }
   } finally {
     await app.close();
     await policy.dispose();
@@ -137,6 +146,8 @@ test("generate: bad requests get a 400 with one line naming the field; the serve
       [{ ...ok, output_mode: "text" }, /output_mode/],
       [{ ...ok, cache_salt: "" }, /cache_salt/],
       [{ ...ok, unknown_field: 1 }, /unknown_field/],
+      [{ ...ok, sampling_params: { repetition_penalty: 1.2 } }, /repetition_penalty is not served/],
+      [{ ...ok, stream: true, sampling_params: { n: 2 } }, /sampling_params\.n/],
     ];
     for (const [body, why] of cases) {
       const res = await post(app, body);
@@ -147,7 +158,9 @@ test("generate: bad requests get a 400 with one line naming the field; the serve
     }
     const bad = await app.inject({ method: "POST", url: "/inference/v1/generate", headers: { "content-type": "application/json" }, payload: "{not json" });
     assert.equal(bad.statusCode, 400);
-    // Positive control: the same server answers a good request.
+    // Positive controls: a client sending vLLM's defaults is served, and so is the plain request.
+    const defaults = { n: 1, min_p: 0, min_tokens: 0, presence_penalty: 0, frequency_penalty: 0, repetition_penalty: 1, skip_special_tokens: true };
+    assert.equal((await post(app, { ...ok, sampling_params: { ...ok.sampling_params, ...defaults } })).statusCode, 200);
     const res = await post(app, ok);
     assert.equal(res.statusCode, 200);
     assert.equal(res.json().choices[0].token_ids.length, 2);

@@ -60,8 +60,8 @@ export function vllmGenerateBody(req: SegmentRequest): Record<string, unknown> {
   };
 }
 
-export function segmentOfVllm(url: string, sent: number[], res: z.output<typeof VllmGenerateResponse>): Segment {
-  const c = res.choices[0]!;
+export function segmentOfVllm(url: string, sent: number[], res: z.output<typeof VllmGenerateResponse>, index = 0): Segment {
+  const c = res.choices[index]!;
   const tokenIds = c.token_ids ?? [];
   const content = c.logprobs?.content ?? [];
   if (content.length !== tokenIds.length || content.some((x, i) => x.token_id !== tokenIds[i])) {
@@ -90,6 +90,15 @@ export class VllmServer implements EngineServer {
   async generate(req: SegmentRequest, opts: { deadlineMs: number; signal?: AbortSignal }): Promise<Segment> {
     const res = await callJson(`${this.url}/inference/v1/generate`, vllmGenerateBody(req), VllmGenerateResponse, opts);
     return segmentOfVllm(this.url, req.tokenIds, res);
+  }
+
+  /** n samples of one request (SamplingParams.n): one prompt, one prefill; choice i in order. */
+  async generateMany(req: SegmentRequest, n: number, opts: { deadlineMs: number; signal?: AbortSignal }): Promise<Segment[]> {
+    const body = vllmGenerateBody(req);
+    (body.sampling_params as Record<string, unknown>).n = n;
+    const res = await callJson(`${this.url}/inference/v1/generate`, body, VllmGenerateResponse, opts);
+    if (res.choices.length !== n) throw new ServerDown(this.url, `asked for n=${n} choices, got ${res.choices.length}`);
+    return res.choices.map((_, i) => segmentOfVllm(this.url, req.tokenIds, res, i));
   }
 
   /** Pause, reload from the folder, label the weights with our version, resume: always resumed, even after a failure. */
