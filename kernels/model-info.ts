@@ -117,10 +117,16 @@ function tensorProblems(tensors: SafetensorsHeaderEntry[], cfg: ModelConfig): st
     else if (got.join(",") !== shape.join(",")) problems.push(`weights: tensor "${name}" is [${got.join(", ")}], the config needs [${shape.join(", ")}]`);
   }
   for (const name of have.keys()) {
-    if (want.has(name) || IGNORABLE.test(name) || (name === "lm_head.weight" && cfg.tieWordEmbeddings)) continue;
+    if (want.has(name) || IGNORABLE.test(name) || (name === "lm_head.weight" && cfg.tieWordEmbeddings) || ignoredLayer(name, cfg)) continue;
     problems.push(`weights: unexpected tensor "${name}" (not part of this config's model)`);
   }
   return problems.length > 6 ? [...problems.slice(0, 6), `weights: ... and ${problems.length - 6} more tensor problems`] : problems;
+}
+
+/** GLM's multi-token-prediction layers past numLayers (ModelConfig.ignoredCheckpointLayers): skipped on load. */
+function ignoredLayer(name: string, cfg: ModelConfig): boolean {
+  const l = /^model\.layers\.(\d+)\./.exec(name);
+  return l !== null && Number(l[1]) >= cfg.numLayers && Number(l[1]) < cfg.numLayers + (cfg.ignoredCheckpointLayers ?? 0);
 }
 
 function describeTokenizer(dir: string, cfg: ModelConfig | undefined, out: ModelFolderInfo): void {

@@ -87,7 +87,7 @@ void prepare_positions(rs_model* m, const int32_t* seg, int32_t S, int32_t T) {
     a.pos[t] = t - a.seg_begin[t];
     maxp = std::max(maxp, a.pos[t]);
   }
-  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.hd, m->d.theta);
+  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.rd, m->d.theta);
 }
 
 }  // namespace rs

@@ -47,6 +47,8 @@ int32_t check_config(const rs_model_config* c, rs_error* err) {
   // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
   const int hd = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads;
   if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
+  if (c->rotary_dim > 0 && c->rotary_dim != (c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads))
+    return fail(err, RS_ERR_UNSUPPORTED, "model config: partial RoPE (rotaryDim %d) runs on the CPU backend only for now", c->rotary_dim);
   if (c->num_experts > 0)
     return fail(err, RS_ERR_UNSUPPORTED, "model config: mixture-of-experts layers (numExperts %d) run on the CPU backend only for now",
                 c->num_experts);

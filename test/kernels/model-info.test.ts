@@ -68,7 +68,7 @@ test("model info: a Qwen3 folder is recognised; unsupported keys, missing tensor
     assert.equal(new Map(moe.facts).get("experts"), "8 routed, top-2");
     assert.equal(new Map(moe.facts).get("architecture"), "qwen3_moe (Qwen3MoeForCausalLM)");
     const glm = describeModelFolder(
-      folder(root, "glm", qwen3, { extra: { model_type: "glm4_moe", n_routed_experts: 8, n_shared_experts: 1, num_experts_per_tok: 2 } }),
+      folder(root, "glm", qwen3, { extra: { model_type: "deepseek_v3", n_routed_experts: 8, n_shared_experts: 1, num_experts_per_tok: 2 } }),
     );
     assert.equal(new Map(glm.facts).get("experts"), "8 routed, top-2 + 1 shared");
     assert.match(glm.problems[0]!, /^config\.json is not supported: model_type: /);
