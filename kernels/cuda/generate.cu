@@ -290,7 +290,7 @@ int32_t rs_model_generate(rs_model* m, const int32_t* flat, const int64_t* off, 
     if (todo.empty()) return;
     if (rows > INT32_MAX) raise(RS_ERR_UNSUPPORTED, "generate: %lld KV-cache rows is too many for one call", (long long)rows);
     gen.alloc_pool(rows);
-    m->rope.ensure(std::min(d.maxPos, std::max(64, max_cap)), d.hd, d.theta, m->stream);
+    m->rope.ensure(std::min(d.maxPos, std::max(64, max_cap)), d.rd, d.theta, m->stream);
     rs_shared::prefill_then_decode(gen, todo, flat, off);
     sync_stream(m->stream, "generate");
   });

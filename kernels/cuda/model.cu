@@ -47,8 +47,6 @@ int32_t check_config(const rs_model_config* c, rs_error* err) {
   // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
   const int hd = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads;
   if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
-  if (c->rotary_dim > 0 && c->rotary_dim != (c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads))
-    return fail(err, RS_ERR_UNSUPPORTED, "model config: partial RoPE (rotaryDim %d) runs on the CPU backend only for now", c->rotary_dim);
   if (c->num_experts > 0)
     return fail(err, RS_ERR_UNSUPPORTED, "model config: mixture-of-experts layers (numExperts %d) run on the CPU backend only for now",
                 c->num_experts);
@@ -153,7 +151,7 @@ void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, 
       maxp = std::max(maxp, t - b);
     }
   }
-  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.hd, m->d.theta, m->stream);
+  m->rope.ensure(std::min(m->d.maxPos, std::max(maxp + 1, 64)), m->d.rd, m->d.theta, m->stream);
   to_device(m->acts.tokens, tokens, sizeof(int32_t) * (size_t)T, m->stream, "tokens");
   to_device(m->acts.pos, m->pos.data(), sizeof(int32_t) * (size_t)T, m->stream, "positions");
   attention_tiles(seg, S, T, m->tiles_host);
