@@ -52,7 +52,8 @@
 extern "C" {
 #endif
 
-#define RS_ABI_VERSION 2
+/* 3: rs_model_config grew (head_dim, qk_norm, the MoE fields, rotary_dim): a caller built for 2 passes a shorter struct. */
+#define RS_ABI_VERSION 3
 #define RS_API __attribute__((visibility("default")))
 
 enum rs_status {

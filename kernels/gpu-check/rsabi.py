@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 
 
 class Error(C.Structure):
