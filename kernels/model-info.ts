@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fromHfConfig } from "./hf-config.js";
 import { hfTensorShapes, parameterCount } from "./hf-layout.js";
 import { HfTokenizer } from "./hf-tokenizer.js";
-import { headDimOf, type ModelConfig } from "./model-config.js";
+import { headDimOf, type ModelConfig, moeLayerFlags } from "./model-config.js";
 import { readSafetensorsHeader, type SafetensorsHeaderEntry } from "./safetensors.js";
 
 export interface ModelFolderInfo {
@@ -48,8 +48,17 @@ function describeShape(c: ModelConfig, out: ModelFolderInfo): void {
     `${c.numLayers} layers, hidden ${c.hiddenSize}, ${c.numHeads} heads / ${c.numKvHeads} kv heads of ${hd}, MLP ${c.intermediateSize}, vocab ${c.vocabSize}`,
   ]);
   const extras = [c.qkNorm ? "q/k RMSNorm" : "", c.attentionBias ? "q/k/v bias" : "", c.tieWordEmbeddings ? "tied embeddings" : "untied embeddings"];
-  out.facts.push(["attention", `${extras.filter(Boolean).join(", ")}; RoPE theta ${c.ropeTheta}; context ${c.maxPositionEmbeddings}`]);
-  out.facts.push(["parameters", human(parameterCount(c))]);
+  const rope = c.rotaryDim !== undefined ? `partial RoPE (${c.rotaryDim} of ${hd} dims)` : "RoPE";
+  out.facts.push(["attention", `${extras.filter(Boolean).join(", ")}; ${rope} theta ${c.ropeTheta}; context ${c.maxPositionEmbeddings}`]);
+  out.facts.push(["parameters", human(parameterCount(c)) + activeOf(c)]);
+}
+
+/** ", N active per token" for a MoE model: the experts a token does not pick do not count. */
+function activeOf(c: ModelConfig): string {
+  const flags = moeLayerFlags(c);
+  if (!c.moe || !flags) return "";
+  const idle = (c.moe.numExperts - c.moe.numExpertsPerTok) * 3 * c.moe.moeIntermediateSize * c.hiddenSize;
+  return `, ${human(parameterCount(c) - idle * flags.reduce((n, f) => n + f, 0))} active per token`;
 }
 
 function expertsOf(raw: Record<string, unknown>): string {
