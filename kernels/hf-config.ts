@@ -5,10 +5,10 @@
 // Field names and defaults follow transformers' Qwen3Config (src/transformers/models/qwen3/configuration_qwen3.py
 // at 008e5743): head_dim 128 when absent, q_norm/k_norm always present, attention_bias on q/k/v AND o_proj.
 import { z } from "zod";
-import { hfMoeFields, hfMoeKeys, moeConfigSchema, moeOf, moeProblems } from "./hf-config-moe.js";
+import { glmMoeOf, glmProblems, glmRotaryDim, hfGlmFields, hfGlmKeys, hfMoeFields, hfMoeKeys, moeConfigSchema, moeOf, moeProblems } from "./hf-config-moe.js";
 import { headDimOf, type ModelConfig } from "./model-config.js";
 
-export type HfModelType = "llama" | "qwen2" | "qwen3" | "qwen3_moe";
+export type HfModelType = "llama" | "qwen2" | "qwen3" | "qwen3_moe" | "glm4_moe";
 
 const posInt = z.number().int().positive();
 
@@ -18,13 +18,14 @@ const HF_DEFAULTS: Record<HfModelType, { rmsNormEps: number; ropeTheta: number; 
   qwen2: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
   qwen3: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
   qwen3_moe: { rmsNormEps: 1e-6, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 32768 },
+  glm4_moe: { rmsNormEps: 1e-5, ropeTheta: 10000, tieWordEmbeddings: false, maxPositionEmbeddings: 131072 },
 };
 /** Qwen3Config.head_dim's default: a config.json without the key means 128, not hidden/heads. */
 const QWEN3_HEAD_DIM = 128;
 
 // Per-field checks; unknown keys (initializer_range, torch_dtype, token ids, ...) are allowed and ignored.
 const hfConfigSchema = z.looseObject({
-  model_type: z.enum(["llama", "qwen2", "qwen3", "qwen3_moe"]),
+  model_type: z.enum(["llama", "qwen2", "qwen3", "qwen3_moe", "glm4_moe"]),
   vocab_size: posInt,
   hidden_size: posInt,
   intermediate_size: posInt,
@@ -53,6 +54,7 @@ const hfConfigSchema = z.looseObject({
     })
     .nullish(),
   ...hfMoeFields,
+  ...hfGlmFields,
 });
 
 type HfConfig = z.infer<typeof hfConfigSchema>;
@@ -71,6 +73,13 @@ function crossFieldProblems(raw: Record<string, unknown>): string[] {
   const { hidden_size: hidden, num_attention_heads: heads, head_dim: headDim, model_type: modelType } = raw;
   const kv = raw.num_key_value_heads ?? heads;
   if (modelType === "qwen3_moe") problems.push(...moeProblems(raw));
+  if (modelType === "glm4_moe") {
+    // GLM decouples head_dim too; its attention_bias is on q/k/v only (o_proj has none), like Qwen2's.
+    const hd = isPosInt(headDim) ? headDim : isPosInt(hidden) && isPosInt(heads) ? hidden / heads : undefined;
+    problems.push(...glmProblems(raw, hd));
+    if (isPosInt(heads) && isPosInt(kv) && heads % kv !== 0) problems.push(`num_key_value_heads: num_attention_heads ${heads} is not divisible by ${kv}`);
+    return problems;
+  }
   if (modelType === "qwen3" || modelType === "qwen3_moe") {
     // Qwen3 decouples head_dim from hidden/heads; only RoPE's evenness constrains it.
     if (isPosInt(headDim) && headDim % 2 !== 0) problems.push(`head_dim: ${headDim} must be even for RoPE`);
@@ -101,6 +110,7 @@ function toModelConfig(hf: HfConfig): ModelConfig {
   const headDim = hf.head_dim ?? (hf.model_type === "qwen3" ? QWEN3_HEAD_DIM : hf.hidden_size / hf.num_attention_heads);
   const qwen3 = hf.model_type === "qwen3" || hf.model_type === "qwen3_moe" ? { headDim, qkNorm: true } : {};
   const moe = hf.model_type === "qwen3_moe" ? moeOf(hf) : undefined;
+  if (hf.model_type === "glm4_moe") return glmModelConfig(hf, d);
   return {
     vocabSize: hf.vocab_size,
     hiddenSize: hf.hidden_size,
@@ -116,6 +126,29 @@ function toModelConfig(hf: HfConfig): ModelConfig {
     attentionBias: hf.model_type === "qwen2",
     ...qwen3,
     ...(moe ? { moe } : {}),
+  };
+}
+
+function glmModelConfig(hf: HfConfig, d: (typeof HF_DEFAULTS)["glm4_moe"]): ModelConfig {
+  const headDim = hf.head_dim ?? hf.hidden_size / hf.num_attention_heads;
+  const rotaryDim = glmRotaryDim(hf, headDim);
+  return {
+    vocabSize: hf.vocab_size,
+    hiddenSize: hf.hidden_size,
+    intermediateSize: hf.intermediate_size,
+    numLayers: hf.num_hidden_layers,
+    numHeads: hf.num_attention_heads,
+    numKvHeads: hf.num_key_value_heads ?? hf.num_attention_heads,
+    rmsNormEps: hf.rms_norm_eps ?? d.rmsNormEps,
+    ropeTheta: hf.rope_theta ?? hf.rope_parameters?.rope_theta ?? d.ropeTheta,
+    tieWordEmbeddings: hf.tie_word_embeddings ?? d.tieWordEmbeddings,
+    maxPositionEmbeddings: hf.max_position_embeddings ?? d.maxPositionEmbeddings,
+    attentionBias: hf.attention_bias ?? false,
+    headDim,
+    ...(hf.use_qk_norm ? { qkNorm: true } : {}),
+    ...(rotaryDim !== headDim ? { rotaryDim } : {}),
+    ...(hf.num_nextn_predict_layers ? { ignoredCheckpointLayers: hf.num_nextn_predict_layers } : {}),
+    moe: glmMoeOf(hf),
   };
 }
 
@@ -148,6 +181,8 @@ const modelConfigSchema = z
     headDim: posInt.optional(),
     qkNorm: z.boolean().optional(),
     moe: moeConfigSchema.optional(),
+    rotaryDim: posInt.optional(),
+    ignoredCheckpointLayers: z.number().int().nonnegative().optional(),
   })
   .superRefine((c, ctx) => {
     if (c.headDim !== undefined) {
@@ -159,6 +194,9 @@ const modelConfigSchema = z
     }
     if (c.numHeads % c.numKvHeads !== 0) {
       ctx.addIssue({ code: "custom", path: ["numKvHeads"], message: `numHeads ${c.numHeads} is not divisible by numKvHeads ${c.numKvHeads}` });
+    }
+    if (c.rotaryDim !== undefined && (c.rotaryDim % 2 !== 0 || c.rotaryDim > headDimOf(c))) {
+      ctx.addIssue({ code: "custom", path: ["rotaryDim"], message: `${c.rotaryDim} must be even and at most the head dim ${headDimOf(c)}` });
     }
     if (c.moe && c.moe.numExpertsPerTok > c.moe.numExperts) {
       ctx.addIssue({ code: "custom", path: ["moe", "numExpertsPerTok"], message: `${c.moe.numExpertsPerTok} is more than numExperts ${c.moe.numExperts}` });
@@ -178,7 +216,9 @@ export function validateModelConfig(cfg: unknown): ModelConfig {
  */
 export function toHfConfig(cfg: ModelConfig, modelType?: HfModelType): Record<string, unknown> {
   const c = validateModelConfig(cfg);
-  const type = modelType ?? (c.moe ? "qwen3_moe" : c.qkNorm ? "qwen3" : c.attentionBias ? "qwen2" : "llama");
+  const type = modelType ?? (c.moe?.sigmoid ? "glm4_moe" : c.moe ? "qwen3_moe" : c.qkNorm ? "qwen3" : c.attentionBias ? "qwen2" : "llama");
+  if (type === "glm4_moe") return toGlmConfig(c);
+  if (c.rotaryDim !== undefined || c.moe?.sigmoid) throw new Error(`toHfConfig: partial RoPE and sigmoid routing need glm4_moe, not ${type}`);
   const qwen = type === "qwen3" || type === "qwen3_moe";
   if (qwen && (!c.qkNorm || c.attentionBias)) throw new Error(`toHfConfig: ${type} always has q/k norms and no q/k/v-only biases`);
   if (!qwen && c.qkNorm) throw new Error(`toHfConfig: ${type} has no q/k norms; use qwen3`);
@@ -233,5 +273,34 @@ function qwen3Extras(c: ModelConfig): Record<string, unknown> {
     use_sliding_window: false,
     sliding_window: null,
     max_window_layers: c.numLayers,
+  };
+}
+
+function toGlmConfig(c: ModelConfig): Record<string, unknown> {
+  if (!c.moe?.sigmoid) throw new Error("toHfConfig: glm4_moe needs sigmoid-routed experts (moe.sigmoid)");
+  const dense = c.moe.mlpOnlyLayers;
+  if (c.moe.decoderSparseStep !== 1 || dense.some((l, i) => l !== i))
+    throw new Error("toHfConfig: glm4_moe's dense layers must be the first k (first_k_dense_replace)");
+  const hd = headDimOf(c);
+  return {
+    architectures: ["Glm4MoeForCausalLM"],
+    model_type: "glm4_moe",
+    vocab_size: c.vocabSize,
+    hidden_size: c.hiddenSize,
+    intermediate_size: c.intermediateSize,
+    num_hidden_layers: c.numLayers,
+    num_attention_heads: c.numHeads,
+    num_key_value_heads: c.numKvHeads,
+    head_dim: hd,
+    hidden_act: "silu",
+    rms_norm_eps: c.rmsNormEps,
+    rope_theta: c.ropeTheta,
+    rope_scaling: null,
+    tie_word_embeddings: c.tieWordEmbeddings,
+    max_position_embeddings: c.maxPositionEmbeddings,
+    attention_bias: c.attentionBias,
+    attention_dropout: 0,
+    use_qk_norm: c.qkNorm ?? false,
+    ...hfGlmKeys(c.moe, c.rotaryDim ?? hd, hd),
   };
 }

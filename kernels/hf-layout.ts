@@ -29,6 +29,13 @@ export function hfTensorShapes(cfg: ModelConfig): Map<string, number[]> {
     if (sparse?.[l] && cfg.moe) {
       const { numExperts: E, moeIntermediateSize: Im } = cfg.moe;
       s.set(`${p}mlp.gate.weight`, [E, D]);
+      if (cfg.moe.sigmoid) s.set(`${p}mlp.gate.e_score_correction_bias`, [E]);
+      const Is = Im * (cfg.moe.nSharedExperts ?? 0);
+      if (Is > 0) {
+        s.set(`${p}mlp.shared_experts.gate_proj.weight`, [Is, D]);
+        s.set(`${p}mlp.shared_experts.up_proj.weight`, [Is, D]);
+        s.set(`${p}mlp.shared_experts.down_proj.weight`, [D, Is]);
+      }
       for (let e = 0; e < E; e++) {
         s.set(`${p}mlp.experts.${e}.gate_proj.weight`, [Im, D]);
         s.set(`${p}mlp.experts.${e}.up_proj.weight`, [Im, D]);

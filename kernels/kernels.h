@@ -31,6 +31,9 @@
  *     model.layers.i.mlp.up_proj.weight            [I, D]
  *     model.layers.i.mlp.down_proj.weight          [D, I]
  *     model.layers.i.mlp.gate.weight               [E, D]      (MoE layers: the router, then for e = 0..E-1)
+ *     model.layers.i.mlp.gate.e_score_correction_bias [E]      (moe_router 1 only)
+ *     model.layers.i.mlp.shared_experts.{gate,up,down}_proj.weight  [Is, D] [Is, D] [D, Is] (n_shared_experts > 0;
+ *                                                  Is = moe_intermediate_size * n_shared_experts), then the experts:
  *     model.layers.i.mlp.experts.e.gate_proj.weight [Im, D]
  *     model.layers.i.mlp.experts.e.up_proj.weight  [Im, D]
  *     model.layers.i.mlp.experts.e.down_proj.weight [D, Im]
@@ -49,6 +52,8 @@
 extern "C" {
 #endif
 
+/* 3: rs_model_config grew (head_dim, qk_norm, the MoE fields, rotary_dim): a caller built for 2 passes a shorter struct;
+   rs_model_forward and rs_model_train_micro take seg_parent (group-prefix packing). */
 #define RS_ABI_VERSION 3
 #define RS_API __attribute__((visibility("default")))
 
@@ -292,6 +297,16 @@ typedef struct rs_model_config {
   float router_aux_loss_coef;
   const uint8_t* moe_layers; /* [num_layers]: 1 = sparse MoE block, 0 = dense MLP; NULL = every layer. Read by
                               * rs_model_create only. */
+  /* GLM-4-MoE (DeepSeek-V3 routing): moe_router 1 = sigmoid scores; the choice adds a correction bias
+   * (mlp.gate.e_score_correction_bias [E], never trained) and keeps the topk_group of n_group expert groups with the
+   * best sum of their two best scores; the picks' weights are their sigmoid scores, renormalised (+1e-20) when
+   * norm_topk_prob, times routed_scaling_factor. moe_router 0 = softmax top-k (Qwen3-MoE). */
+  int32_t moe_router;
+  int32_t n_group;               /* 0 or 1 = no groups */
+  int32_t topk_group;
+  float routed_scaling_factor;   /* 0 = 1 */
+  int32_t n_shared_experts;      /* a shared SwiGLU MLP of width moe_intermediate_size * n on every token (0 = none) */
+  int32_t rotary_dim;            /* RoPE on the first rotary_dim dims of each head (partial_rotary_factor); 0 = head_dim */
 } rs_model_config;
 
 typedef struct rs_model rs_model;

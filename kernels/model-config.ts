@@ -10,8 +10,13 @@ export interface ModelConfig {
   headDim?: number;
   /** Qwen3: per-head RMSNorm of q and k (weights q_norm / k_norm of headDim) before RoPE; absent = false. */
   qkNorm?: boolean;
-  /** Mixture-of-experts MLPs (Qwen3-MoE); absent = dense. */
+  /** Mixture-of-experts MLPs (Qwen3-MoE, GLM-4-MoE); absent = dense. */
   moe?: MoeConfig;
+  /** RoPE on the first rotaryDim dims of each head (GLM's partial_rotary_factor); absent = the whole head. */
+  rotaryDim?: number;
+  /** Layers a checkpoint holds past numLayers that the model does not use (GLM's multi-token-prediction layers):
+   *  their tensors are skipped on load, as transformers skips them. */
+  ignoredCheckpointLayers?: number;
   rmsNormEps: number;
   ropeTheta: number;
   tieWordEmbeddings: boolean;
@@ -31,6 +36,10 @@ export interface MoeConfig {
   /** Layer l is sparse when l is not in mlpOnlyLayers and (l + 1) % decoderSparseStep == 0 (Qwen3MoeDecoderLayer). */
   decoderSparseStep: number;
   mlpOnlyLayers: number[];
+  /** GLM-4-MoE's sigmoid routing with groups and a correction bias (kernels.h rs_model_config.moe_router); absent = softmax. */
+  sigmoid?: { nGroup: number; topkGroup: number; routedScalingFactor: number };
+  /** Shared experts on every token (width moeIntermediateSize * n); absent = none. */
+  nSharedExperts?: number;
 }
 
 /** Per layer: 1 = sparse MoE block, 0 = dense MLP; null for a dense model. */

@@ -8,7 +8,7 @@ import { join } from "node:path";
 import { fromHfConfig } from "./hf-config.js";
 import { hfTensorShapes, parameterCount } from "./hf-layout.js";
 import { HfTokenizer } from "./hf-tokenizer.js";
-import { headDimOf, type ModelConfig } from "./model-config.js";
+import { headDimOf, type ModelConfig, moeLayerFlags } from "./model-config.js";
 import { readSafetensorsHeader, type SafetensorsHeaderEntry } from "./safetensors.js";
 
 export interface ModelFolderInfo {
@@ -48,8 +48,17 @@ function describeShape(c: ModelConfig, out: ModelFolderInfo): void {
     `${c.numLayers} layers, hidden ${c.hiddenSize}, ${c.numHeads} heads / ${c.numKvHeads} kv heads of ${hd}, MLP ${c.intermediateSize}, vocab ${c.vocabSize}`,
   ]);
   const extras = [c.qkNorm ? "q/k RMSNorm" : "", c.attentionBias ? "q/k/v bias" : "", c.tieWordEmbeddings ? "tied embeddings" : "untied embeddings"];
-  out.facts.push(["attention", `${extras.filter(Boolean).join(", ")}; RoPE theta ${c.ropeTheta}; context ${c.maxPositionEmbeddings}`]);
-  out.facts.push(["parameters", human(parameterCount(c))]);
+  const rope = c.rotaryDim !== undefined ? `partial RoPE (${c.rotaryDim} of ${hd} dims)` : "RoPE";
+  out.facts.push(["attention", `${extras.filter(Boolean).join(", ")}; ${rope} theta ${c.ropeTheta}; context ${c.maxPositionEmbeddings}`]);
+  out.facts.push(["parameters", human(parameterCount(c)) + activeOf(c)]);
+}
+
+/** ", N active per token" for a MoE model: the experts a token does not pick do not count. */
+function activeOf(c: ModelConfig): string {
+  const flags = moeLayerFlags(c);
+  if (!c.moe || !flags) return "";
+  const idle = (c.moe.numExperts - c.moe.numExpertsPerTok) * 3 * c.moe.moeIntermediateSize * c.hiddenSize;
+  return `, ${human(parameterCount(c) - idle * flags.reduce((n, f) => n + f, 0))} active per token`;
 }
 
 function expertsOf(raw: Record<string, unknown>): string {
@@ -117,10 +126,16 @@ function tensorProblems(tensors: SafetensorsHeaderEntry[], cfg: ModelConfig): st
     else if (got.join(",") !== shape.join(",")) problems.push(`weights: tensor "${name}" is [${got.join(", ")}], the config needs [${shape.join(", ")}]`);
   }
   for (const name of have.keys()) {
-    if (want.has(name) || IGNORABLE.test(name) || (name === "lm_head.weight" && cfg.tieWordEmbeddings)) continue;
+    if (want.has(name) || IGNORABLE.test(name) || (name === "lm_head.weight" && cfg.tieWordEmbeddings) || ignoredLayer(name, cfg)) continue;
     problems.push(`weights: unexpected tensor "${name}" (not part of this config's model)`);
   }
   return problems.length > 6 ? [...problems.slice(0, 6), `weights: ... and ${problems.length - 6} more tensor problems`] : problems;
+}
+
+/** GLM's multi-token-prediction layers past numLayers (ModelConfig.ignoredCheckpointLayers): skipped on load. */
+function ignoredLayer(name: string, cfg: ModelConfig): boolean {
+  const l = /^model\.layers\.(\d+)\./.exec(name);
+  return l !== null && Number(l[1]) >= cfg.numLayers && Number(l[1]) < cfg.numLayers + (cfg.ignoredCheckpointLayers ?? 0);
 }
 
 function describeTokenizer(dir: string, cfg: ModelConfig | undefined, out: ModelFolderInfo): void {

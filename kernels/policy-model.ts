@@ -294,10 +294,17 @@ export class PolicyModel {
       params.set(t.data, e.offset);
     }
     for (const name of file.keys()) {
-      if (known.has(name) || IGNORABLE.test(name) || (name === "lm_head.weight" && this.config.tieWordEmbeddings)) continue;
+      if (known.has(name) || IGNORABLE.test(name) || (name === "lm_head.weight" && this.config.tieWordEmbeddings) || this.ignoredLayer(name)) continue;
       throw new Error(`loadSafetensors: unexpected tensor "${name}" (not part of this model's config)`);
     }
     this.setParams(params);
+  }
+
+  /** A tensor of a layer past numLayers that the config says the checkpoint carries unused (GLM's MTP layers). */
+  private ignoredLayer(name: string): boolean {
+    const l = /^model\.layers\.(\d+)\./.exec(name);
+    const extra = this.config.ignoredCheckpointLayers ?? 0;
+    return l !== null && Number(l[1]) >= this.config.numLayers && Number(l[1]) < this.config.numLayers + extra;
   }
 
   /** Frees the native model (after any call in flight has finished). */

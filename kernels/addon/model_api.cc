@@ -428,6 +428,7 @@ Napi::Value create_model(Backend* be, const Napi::CallbackInfo& info) {
   // Qwen3 fields: optional in ModelConfig (absent = hidden/heads, no q/k norm).
   c.head_dim = o.Get("headDim").IsUndefined() ? 0 : int_field("headDim", 1);
   c.qk_norm = !o.Get("qkNorm").IsUndefined() && field_bool(a, o, "qkNorm") ? 1 : 0;
+  c.rotary_dim = o.Get("rotaryDim").IsUndefined() ? 0 : int_field("rotaryDim", 1);
   // MoE: optional; the per-layer flags come computed (moeLayerFlags in kernels/model-config.ts).
   std::vector<uint8_t> moe_layers;
   Napi::Value mv = o.Get("moe");
@@ -440,6 +441,16 @@ Napi::Value create_model(Backend* be, const Napi::CallbackInfo& info) {
     c.moe_intermediate_size = moe_int("moeIntermediateSize");
     c.norm_topk_prob = field_bool(a, mo, "normTopkProb") ? 1 : 0;
     c.router_aux_loss_coef = (float)field_num(a, mo, "routerAuxLossCoef");
+    if (!mo.Get("nSharedExperts").IsUndefined()) c.n_shared_experts = (int32_t)a.int_in(field_num(a, mo, "nSharedExperts"), "nSharedExperts", 0, kMax);
+    Napi::Value sv = mo.Get("sigmoid");
+    if (!sv.IsUndefined()) {
+      if (!sv.IsObject()) a.type_error("moe.sigmoid must be an object");
+      Napi::Object so = sv.As<Napi::Object>();
+      c.moe_router = 1;
+      c.n_group = (int32_t)a.int_in(field_num(a, so, "nGroup"), "nGroup", 1, kMax);
+      c.topk_group = (int32_t)a.int_in(field_num(a, so, "topkGroup"), "topkGroup", 1, kMax);
+      c.routed_scaling_factor = (float)field_num(a, so, "routedScalingFactor");
+    }
     Napi::Value lv = o.Get("moeLayers");
     if (!lv.IsTypedArray() || lv.As<Napi::TypedArray>().TypedArrayType() != napi_uint8_array) a.type_error("moeLayers must be a Uint8Array");
     Napi::Uint8Array flags = lv.As<Napi::Uint8Array>();

@@ -46,7 +46,7 @@ class CpuRunner : public rs_shared::EngineRunner {
     const int R = (int)rows.tokens.size(), D = d_.D, nt = m_->threads;
     const float* P = m_->params.p;
     resize(R);
-    m_->rope.ensure(d_.maxPos, d_.hd, d_.theta);
+    m_->rope.ensure(d_.maxPos, d_.rd, d_.theta);
     embedding_fwd(P + m_->off_embed, D, rows.tokens.data(), R, X_.data(), nt);
     rmsnorm_fwd(X_.data(), P + m_->lo[0].ln1, R, D, d_.eps, h_.data(), rstd_.data(), nt);
     for (int l = 0; l < d_.L; l++) layer(l, rows, R);

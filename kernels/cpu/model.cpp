@@ -78,7 +78,7 @@ bool Acts::ensure(const Dims& d, int T) {
 
 void prepare_positions(rs_model* m, const int32_t* seg, const int32_t* parent, int32_t S, int32_t T) {
   m->acts.row.build(seg, parent, S, T);
-  m->rope.ensure(std::min(m->d.maxPos, std::max(m->acts.row.max_pos + 1, 64)), m->d.hd, m->d.theta);
+  m->rope.ensure(std::min(m->d.maxPos, std::max(m->acts.row.max_pos + 1, 64)), m->d.rd, m->d.theta);
 }
 
 }  // namespace rs

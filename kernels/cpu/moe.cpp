@@ -12,28 +12,60 @@ namespace rs {
 
 namespace {
 
-// Softmax of one row of logits in place, then its top-k (ties: the lower expert first).
-void route_row(float* p, int E, int K, bool norm, int32_t* sel, float* w) {
+// The top-k of c (ties: the lower index first).
+void top_k(const float* c, int E, int K, int32_t* sel) {
+  for (int k = 0; k < K; k++) {
+    int best = -1;
+    for (int e = 0; e < E; e++) {
+      bool taken = false;
+      for (int j = 0; j < k; j++) taken |= sel[j] == e;
+      if (!taken && (best < 0 || c[e] > c[best])) best = e;
+    }
+    sel[k] = best;
+  }
+}
+
+// Softmax of one row of logits in place, then its top-k.
+void route_softmax(float* p, int E, int K, bool norm, int32_t* sel, float* w) {
   float mx = p[0];
   for (int e = 1; e < E; e++) mx = std::max(mx, p[e]);
   double sum = 0;
   for (int e = 0; e < E; e++) sum += (p[e] = std::exp(p[e] - mx));
   const float inv = (float)(1.0 / sum);
   for (int e = 0; e < E; e++) p[e] *= inv;
-  for (int k = 0; k < K; k++) {
-    int best = -1;
-    for (int e = 0; e < E; e++) {
-      bool taken = false;
-      for (int j = 0; j < k; j++) taken |= sel[j] == e;
-      if (!taken && (best < 0 || p[e] > p[best])) best = e;
-    }
-    sel[k] = best;
-    w[k] = p[best];
-  }
+  top_k(p, E, K, sel);
+  for (int k = 0; k < K; k++) w[k] = p[sel[k]];
   if (!norm) return;
   float s = 0.f;
   for (int k = 0; k < K; k++) s += w[k];
   for (int k = 0; k < K; k++) w[k] /= s;
+}
+
+// Sigmoid scores in place; the choice on scores + bias inside the best topk_group groups (a group's score: the sum
+// of its two best; experts of other groups score 0, as transformers' masked_fill does); weights from the scores.
+void route_sigmoid(const rs_shared::Dims& d, float* p, const float* bias, int32_t* sel, float* w) {
+  const int E = d.E, K = d.K, G = d.n_group, per = E / G;
+  std::vector<float> c(E);
+  for (int e = 0; e < E; e++) {
+    p[e] = 1.f / (1.f + std::exp(-p[e]));
+    c[e] = p[e] + bias[e];
+  }
+  if (G > 1) {
+    std::vector<float> gs(G);
+    for (int g = 0; g < G; g++) {
+      int32_t two[2];
+      top_k(c.data() + g * per, per, 2, two);
+      gs[g] = c[g * per + two[0]] + c[g * per + two[1]];
+    }
+    std::vector<int32_t> keep(d.topk_group);
+    top_k(gs.data(), G, d.topk_group, keep.data());
+    for (int g = 0; g < G; g++)
+      if (std::find(keep.begin(), keep.end(), g) == keep.end()) std::fill(c.begin() + g * per, c.begin() + (g + 1) * per, 0.f);
+  }
+  top_k(c.data(), E, K, sel);
+  float s = 0.f;
+  for (int k = 0; k < K; k++) s += (w[k] = p[sel[k]]);
+  for (int k = 0; k < K; k++) w[k] = (d.norm_topk ? w[k] / (s + 1e-20f) : w[k]) * d.scale;
 }
 
 // Slots grouped by expert, in (token, pick) order within an expert.
@@ -63,7 +95,11 @@ void moe_fwd(const MoeArgs& a, const float* x, int T, MoeBuf& b, float* out) {
   b.y.resize(TK * D);
   linear_fwd(a.impl, x, T, D, a.P + a.o.router, E, nullptr, b.probs.data(), nt);
 #pragma omp parallel for schedule(static) num_threads(nt)
-  for (int t = 0; t < T; t++) route_row(b.probs.data() + (size_t)t * E, E, K, a.d.norm_topk, b.sel.data() + (size_t)t * K, b.w.data() + (size_t)t * K);
+  for (int t = 0; t < T; t++) {
+    float* p = b.probs.data() + (size_t)t * E;
+    if (a.d.sigmoid_router) route_sigmoid(a.d, p, a.P + a.o.ebias, b.sel.data() + (size_t)t * K, b.w.data() + (size_t)t * K);
+    else route_softmax(p, E, K, a.d.norm_topk, b.sel.data() + (size_t)t * K, b.w.data() + (size_t)t * K);
+  }
   group_picks(b, T, E, K);
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int i = 0; i < (int)TK; i++) std::memcpy(b.x.data() + (size_t)b.slot[i] * D, x + (size_t)(i / K) * D, sizeof(float) * D);
@@ -81,9 +117,32 @@ void moe_fwd(const MoeArgs& a, const float* x, int T, MoeBuf& b, float* out) {
     std::fill(o, o + D, 0.f);
     for (int k = 0; k < K; k++) axpy(b.w[(size_t)t * K + k], b.y.data() + (size_t)b.slot[(size_t)t * K + k] * D, o, D);
   }
+  if (a.o.shared < 0) return;
+  const int Is = a.d.Is;
+  b.sgu.resize((size_t)T * 2 * Is);
+  b.shm.resize((size_t)T * Is);
+  b.sy.resize((size_t)T * D);
+  linear_fwd(a.impl, x, T, D, a.P + a.o.shared, 2 * Is, nullptr, b.sgu.data(), nt);
+  swiglu_fwd_rows(b.sgu.data(), T, Is, b.shm.data(), nt);
+  linear_fwd(a.impl, b.shm.data(), T, Is, a.P + a.o.shared + 2LL * Is * D, D, nullptr, b.sy.data(), nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int t = 0; t < T; t++) axpy(1.f, b.sy.data() + (size_t)t * D, out + (size_t)t * D, D);
 }
 
 namespace {
+
+// Sigmoid routing: dL/dscore of the picks through the renormalisation and scaling, then the sigmoid. The choice
+// (bias, groups) is piecewise constant: no gradient.
+void sigmoid_row_bwd(const rs_shared::Dims& d, const float* p, const int32_t* sel, const float* dw, float* dl) {
+  const int E = d.E, K = d.K;
+  std::fill(dl, dl + E, 0.f);
+  float s = 0.f, udw = 0.f;
+  for (int k = 0; k < K; k++) s += p[sel[k]];
+  const float den = s + 1e-20f;
+  for (int k = 0; k < K; k++) udw += dw[k] * p[sel[k]] / den;
+  for (int k = 0; k < K; k++) dl[sel[k]] = d.norm_topk ? d.scale / den * (dw[k] - udw) : d.scale * dw[k];
+  for (int e = 0; e < E; e++) dl[e] *= p[e] * (1.f - p[e]);
+}
 
 // dL/dp for one token: from the pick weights (through the renormalisation) and the aux loss; then the softmax.
 void router_row_bwd(const float* p, const int32_t* sel, const float* w, const float* dw, int E, int K, bool norm, const std::vector<float>& aux_dp,
@@ -102,6 +161,23 @@ void router_row_bwd(const float* p, const int32_t* sel, const float* w, const fl
   float pdp = 0.f;
   for (int e = 0; e < E; e++) pdp += p[e] * dp[e];
   for (int e = 0; e < E; e++) dp[e] = p[e] * (dp[e] - pdp);  // now dL/dlogit
+}
+
+}  // namespace
+
+namespace {
+
+// The shared expert's backward: its weight gradients into G, its input gradient added into dx.
+void shared_bwd(const MoeArgs& a, const float* x, int T, const MoeBuf& b, const float* dout, MoeScratch& s, float* G, float* dx) {
+  const int D = a.d.D, Is = a.d.Is, nt = a.nt;
+  const int64_t gu = a.o.shared, down = gu + 2LL * Is * D;
+  s.dhm.resize(std::max(s.dhm.size(), (size_t)T * Is));
+  s.dgu.resize(std::max(s.dgu.size(), (size_t)T * 2 * Is));
+  linear_bwd_dx(a.impl, dout, T, D, a.P + down, Is, 0.f, s.dhm.data(), nt);
+  linear_bwd_dw(a.impl, dout, b.shm.data(), T, Is, D, G + down, nt);
+  swiglu_bwd_rows(s.dhm.data(), b.sgu.data(), T, Is, s.dgu.data(), nt);
+  linear_bwd_dx(a.impl, s.dgu.data(), T, 2 * Is, a.P + gu, D, 1.f, dx, nt);
+  linear_bwd_dw(a.impl, s.dgu.data(), x, T, D, 2 * Is, G + gu, nt);
 }
 
 }  // namespace
@@ -142,9 +218,13 @@ void moe_bwd(const MoeArgs& a, const float* x, int T, const MoeBuf& b, const flo
     float* o = dx + (size_t)t * D;
     std::fill(o, o + D, 0.f);
     for (int k = 0; k < K; k++) axpy(1.f, s.dx.data() + (size_t)b.slot[(size_t)t * K + k] * D, o, D);
-    router_row_bwd(b.probs.data() + (size_t)t * E, b.sel.data() + (size_t)t * K, b.w.data() + (size_t)t * K, dw.data() + (size_t)t * K, E, K,
-                   a.d.norm_topk, aux_dp, s.dp.data() + (size_t)t * E);
+    if (a.d.sigmoid_router)
+      sigmoid_row_bwd(a.d, b.probs.data() + (size_t)t * E, b.sel.data() + (size_t)t * K, dw.data() + (size_t)t * K, s.dp.data() + (size_t)t * E);
+    else
+      router_row_bwd(b.probs.data() + (size_t)t * E, b.sel.data() + (size_t)t * K, b.w.data() + (size_t)t * K, dw.data() + (size_t)t * K, E, K,
+                     a.d.norm_topk, aux_dp, s.dp.data() + (size_t)t * E);
   }
+  if (a.o.shared >= 0) shared_bwd(a, x, T, b, dout, s, G, dx);
   linear_bwd_dw(a.impl, s.dp.data(), x, T, D, E, G + a.o.router, nt);
   linear_bwd_dx(a.impl, s.dp.data(), T, E, a.P + a.o.router, D, 1.f, dx, nt);
 }

@@ -2,6 +2,9 @@
 // 00d4b3d2): router logits x Wg^T, softmax over the experts in f32, the top-k picks (ties to the lower expert),
 // their probabilities renormalised when norm_topk_prob, each pick's SwiGLU expert, the picks' outputs summed
 // with those weights in pick order. Picks are grouped by expert so each expert runs one matmul over its rows.
+// GLM-4-MoE (modeling_glm4_moe.py at 000c33fd, Glm4MoeMoE.route_tokens_to_experts): sigmoid scores, the choice on
+// scores + correction bias within the best topk_group groups, weights from the scores (renormalised + 1e-20) times
+// routed_scaling_factor, plus a shared expert on every token. `probs` then holds the sigmoid scores.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -20,6 +23,7 @@ struct MoeBuf {
   std::vector<int32_t> slot;  // [T, K] row of each pick in the grouped arrays
   std::vector<int32_t> eoff;  // [E + 1] first grouped row of each expert
   std::vector<float> x, gu, hm, y;  // grouped rows: input [TK, D], gate|up [TK, 2Im], SwiGLU [TK, Im], expert out [TK, D]
+  std::vector<float> sgu, shm, sy;  // shared expert (GLM-4-MoE): gate|up [T, 2Is], SwiGLU [T, Is], out [T, D]
 };
 
 // Backward scratch, shared by the layers.

@@ -48,7 +48,8 @@ struct RopeTable {
   std::vector<float> cos, sin;
   void ensure(int positions, int head_dim, double rope_theta);
 };
-// In place on x rows [T, ld] holding n_heads head vectors of hd from column 0; inverse = backward.
+// In place on x rows [T, ld] holding n_heads head vectors of hd from column 0; inverse = backward. Rotates the first
+// tab.hd dims of each head (the table's rotary width; < hd for partial RoPE), the rest pass through.
 void rope_apply(float* x, int T, int ld, int n_heads, int hd, const int32_t* pos, const RopeTable& tab, bool inverse,
                 int nt);
 

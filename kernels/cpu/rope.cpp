@@ -35,7 +35,7 @@ void RopeTable::ensure(int positions, int head_dim, double rope_theta) {
 }
 
 void rope_apply(float* x, int T, int ld, int n_heads, int hd, const int32_t* pos, const RopeTable& tab, bool inverse, int nt) {
-  const int half = hd / 2;
+  const int half = tab.hd / 2;  // the table's rotary width: the first tab.hd of each head's hd rotate (partial RoPE)
 #pragma omp parallel for schedule(static) num_threads(nt)
   for (int t = 0; t < T; t++) {
     const float* c = tab.cos.data() + (size_t)pos[t] * half;

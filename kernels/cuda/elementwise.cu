@@ -57,9 +57,10 @@ __global__ void swiglu_bwd_kernel(const float* __restrict__ dh, int64_t ld_h, co
   }
 }
 
-__global__ void rope_kernel(float* __restrict__ x, int T, int ld, int nh, int hd, const int32_t* __restrict__ pos,
+// Rotates the first rd dims of each head of hd (partial RoPE when rd < hd; the rest pass through).
+__global__ void rope_kernel(float* __restrict__ x, int T, int ld, int nh, int hd, int rd, const int32_t* __restrict__ pos,
                             const float* __restrict__ cs, const float* __restrict__ sn, int inverse) {
-  const int half = hd / 2;
+  const int half = rd / 2;
   const int64_t n = (int64_t)T * nh * half;
   for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
     const int64_t t = e / ((int64_t)nh * half);
@@ -177,9 +178,9 @@ void RopeTable::ensure(int positions, int head_dim, double rope_theta, cudaStrea
 }
 
 void rope_apply(cudaStream_t s, float* x, int T, int ld, int n_heads, int hd, const int32_t* pos, const RopeTable& tab, bool inverse) {
-  const int64_t n = (int64_t)T * n_heads * (hd / 2);
+  const int64_t n = (int64_t)T * n_heads * (tab.hd / 2);  // the table's width: the rotary dims of each head
   if (n <= 0) return;
-  rope_kernel<<<capped_grid(n), kNT, 0, s>>>(x, T, ld, n_heads, hd, pos, tab.dcos.p, tab.dsin.p, inverse ? 1 : 0);
+  rope_kernel<<<capped_grid(n), kNT, 0, s>>>(x, T, ld, n_heads, hd, tab.hd, pos, tab.dcos.p, tab.dsin.p, inverse ? 1 : 0);
   check_launch(inverse ? "rope_kernel(inverse)" : "rope_kernel", s);
 }
 

@@ -33,6 +33,7 @@ struct RopeTable {
   void ensure(int positions, int head_dim, double rope_theta, cudaStream_t s);
 };
 // In place on rows [T, ld] holding n_heads head vectors of hd from column 0; inverse = the backward.
+// Rotates the first tab.hd dims of each head of hd (partial RoPE when the table is narrower than the head).
 void rope_apply(cudaStream_t s, float* x, int T, int ld, int n_heads, int hd, const int32_t* pos_dev, const RopeTable& tab,
                 bool inverse);
 

@@ -63,7 +63,7 @@ class CudaRunner : public rs_shared::EngineRunner {
     model_enter(m_);  // uploads weights the caller wrote since the last call
     cudaStream_t s = m_->stream;
     const int R = (int)rows.tokens.size(), n = (int)rows.sample_rows.size();
-    m_->rope.ensure(d_.maxPos, d_.hd, d_.theta, s);
+    m_->rope.ensure(d_.maxPos, d_.rd, d_.theta, s);
     const PagedRows pr = upload_rows(rows, s);
     float* h = activations(R);
     logits_.reserve((size_t)n * d_.V, "engine logits");

@@ -139,7 +139,7 @@ void model_enter(rs_model* m) {
 void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S, const int32_t* parent) {
   m->acts.ensure(m->d, T);
   m->row.build(seg, parent, S, T);
-  m->rope.ensure(std::min(m->d.maxPos, std::max(m->row.max_pos + 1, 64)), m->d.hd, m->d.theta, m->stream);
+  m->rope.ensure(std::min(m->d.maxPos, std::max(m->row.max_pos + 1, 64)), m->d.rd, m->d.theta, m->stream);
   to_device(m->acts.tokens, tokens, sizeof(int32_t) * (size_t)T, m->stream, "tokens");
   to_device(m->acts.pos, m->row.pos.data(), sizeof(int32_t) * (size_t)T, m->stream, "positions");
   attention_tiles(seg, S, m->row, m->tiles_host, m->prefix_host);

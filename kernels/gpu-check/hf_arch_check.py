@@ -8,8 +8,9 @@ backend given (CPU and CUDA):
   - every parameter's gradient vs HF autograd,
   - 5 AdamW steps (weight decay on matrices only, no clipping): each step's loss and the final params vs
     torch.optim.AdamW on the float64 HF model.
-A model our backend does not implement (glm4_moe for now; MoE on the CUDA backend) is reported as unsupported,
-with the backend's own message, never as a pass.
+A model our backend does not implement (MoE and partial RoPE on the CUDA backend, for now) is reported as unsupported,
+with the backend's own message, never as a pass. GLM's e_score_correction_bias is a buffer in transformers (no
+gradient): ours must be 0 there too.
 
   python3 hf_arch_check.py --cpu kernels/build/Release/librollstream_cpu.so --cuda kernels/build/Release/librollstream_cuda.so
 Prints a table, then `N passed, N failed, N unsupported`; exits 1 when anything failed."""
@@ -59,7 +60,7 @@ def hf_model(arch):
         return cfg, tf.Qwen3MoeForCausalLM
     cfg = tf.Glm4MoeConfig(**common, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, moe_intermediate_size=32,
                            first_k_dense_replace=1, n_group=2, topk_group=1, routed_scaling_factor=2.5, norm_topk_prob=True,
-                           partial_rotary_factor=0.5, use_qk_norm=True)
+                           partial_rotary_factor=0.5, use_qk_norm=True, attention_bias=True)
     return cfg, tf.Glm4MoeForCausalLM
 
 
@@ -75,6 +76,9 @@ def build(arch, seed, folder):
                 prm.copy_((1.0 + 0.2 * torch.randn_like(prm)) if "norm" in name else 0.05 * torch.randn_like(prm))
             else:
                 prm.mul_(2.5)
+        for name, buf in m.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buf.copy_(0.1 * torch.randn_like(buf))  # a choice that depends on the bias
     m.save_pretrained(folder, safe_serialization=True)
     ref = cls.from_pretrained(folder, torch_dtype=torch.float64, attn_implementation="eager").eval()
     with open(os.path.join(folder, "config.json")) as f:
@@ -93,20 +97,31 @@ class Unsupported(Exception):
 
 
 def ours_from_hf(c):
-    """rs_model_config fields for a config.json, as kernels/hf-config.ts maps it; Unsupported names the key."""
+    """rs_model_config fields and per-layer MoE flags for a config.json, as kernels/hf-config.ts maps it."""
     t = c["model_type"]
-    if t not in ("qwen3", "qwen3_moe"):
+    if t not in ("qwen3", "qwen3_moe", "glm4_moe"):
         raise Unsupported(f"model_type: {t} is not implemented in rollstream yet")
     rope = c.get("rope_theta") or (c.get("rope_parameters") or {}).get("rope_theta") or 10000.0
     head_dim = c.get("head_dim") or (128 if t == "qwen3" else c["hidden_size"] // c["num_attention_heads"])
-    ours = dict(rope_theta=float(rope), rms_norm_eps=float(c.get("rms_norm_eps", 1e-6)), vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
-                intermediate_size=c["intermediate_size"], num_layers=c["num_hidden_layers"], num_heads=c["num_attention_heads"],
-                num_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"], max_position_embeddings=c["max_position_embeddings"],
-                tie_word_embeddings=int(bool(c.get("tie_word_embeddings", False))), attention_bias=0, threads=0, head_dim=head_dim, qk_norm=1)
+    glm = t == "glm4_moe"
+    ours = dict(rope_theta=float(rope), rms_norm_eps=float(c.get("rms_norm_eps", 1e-5 if glm else 1e-6)), vocab_size=c["vocab_size"],
+                hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"], num_layers=c["num_hidden_layers"],
+                num_heads=c["num_attention_heads"], num_kv_heads=c.get("num_key_value_heads") or c["num_attention_heads"],
+                max_position_embeddings=c["max_position_embeddings"], tie_word_embeddings=int(bool(c.get("tie_word_embeddings", False))),
+                attention_bias=int(bool(glm and c.get("attention_bias"))), threads=0, head_dim=head_dim,
+                qk_norm=int(bool(c.get("use_qk_norm"))) if glm else 1)
+    L = c["num_hidden_layers"]
+    if glm:
+        rd = int(head_dim * c.get("partial_rotary_factor", 0.5))
+        ours.update(rotary_dim=0 if rd == head_dim else rd, num_experts=c.get("n_routed_experts", 128), num_experts_per_tok=c.get("num_experts_per_tok", 8),
+                    moe_intermediate_size=c.get("moe_intermediate_size", 1408), norm_topk_prob=int(bool(c.get("norm_topk_prob", True))),
+                    moe_router=1, n_group=c.get("n_group", 1), topk_group=c.get("topk_group", 1),
+                    routed_scaling_factor=float(c.get("routed_scaling_factor", 1.0)), n_shared_experts=c.get("n_shared_experts", 1))
+        return ours, [0 if l < c.get("first_k_dense_replace", 1) else 1 for l in range(L)]
     layers = None
     if t == "qwen3_moe" and c.get("num_experts", 128) > 0:
         only, step = c.get("mlp_only_layers") or [], c.get("decoder_sparse_step", 1)
-        layers = [0 if (l in only or (l + 1) % step) else 1 for l in range(c["num_hidden_layers"])]
+        layers = [0 if (l in only or (l + 1) % step) else 1 for l in range(L)]
         ours.update(num_experts=c.get("num_experts", 128), num_experts_per_tok=c.get("num_experts_per_tok", 8),
                     moe_intermediate_size=c.get("moe_intermediate_size", 768), norm_topk_prob=int(bool(c.get("norm_topk_prob", False))),
                     router_aux_loss_coef=float(c.get("router_aux_loss_coef", 0.001)) if c.get("output_router_logits") else 0.0)
@@ -252,7 +267,10 @@ def main():
         return 1
     rep = Report()
     for arch in args.arch:
-        check_arch(arch, libs, seed, rep)
+        try:
+            check_arch(arch, libs, seed, rep)
+        except Exception as e:  # a broken check must show as a failure, not end the run
+            rep.add(f"{arch}: the check itself raised", "all", float("inf"), 0.0, f"{type(e).__name__}: {e}")
     failed = sum(r[2] == "FAIL" for r in rep.rows)
     print(f"{sum(r[2] == 'PASS' for r in rep.rows)} passed, {failed} failed, {sum(r[2] == 'UNSUPPORTED' for r in rep.rows)} unsupported")
     return 1 if failed else 0

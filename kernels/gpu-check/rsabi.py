@@ -41,7 +41,8 @@ class ModelConfig(C.Structure):
         for n in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads", "num_kv_heads",
                   "max_position_embeddings", "tie_word_embeddings", "attention_bias", "threads", "head_dim", "qk_norm",
                   "num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob")
-    ] + [("router_aux_loss_coef", C.c_float), ("moe_layers", C.POINTER(C.c_uint8))]
+    ] + [("router_aux_loss_coef", C.c_float), ("moe_layers", C.POINTER(C.c_uint8)), ("moe_router", C.c_int32), ("n_group", C.c_int32),
+         ("topk_group", C.c_int32), ("routed_scaling_factor", C.c_float), ("n_shared_experts", C.c_int32), ("rotary_dim", C.c_int32)]
 
 
 class TensorInfo(C.Structure):

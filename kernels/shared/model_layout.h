@@ -22,12 +22,17 @@ struct Dims {
   bool norm_topk = false;
   float aux_coef = 0.f;
   int moe_layers = 0;  // how many layers hold a sparse block
+  bool sigmoid_router = false;  // GLM-4-MoE routing (see kernels.h)
+  int n_group = 1, topk_group = 1, Is = 0;  // Is: shared expert width (0 = none)
+  float scale = 1.f;                        // routed_scaling_factor
+  int rd = 0;                               // rotary dims per head (rd <= hd)
 };
 
 struct LayerOffsets {
   int64_t ln1, wqkv, bqkv, wo, ln2, wgu, wdown;  // bqkv = -1 without attention bias
   int64_t qn, kn;                                // q_norm / k_norm weights [hd]; -1 without qk_norm
   int64_t router, experts;                       // MoE: gate [E, D] and expert 0's gate_proj; -1 in a dense layer
+  int64_t ebias, shared;                         // MoE: correction bias [E], shared expert's gate|up; -1 when absent
   // Expert e's gate|up [2Im, D] sits at experts + e * expert_size(d), its down [D, Im] 2 Im D after that.
 };
 
@@ -44,6 +49,18 @@ inline int32_t check_moe_config(const rs_model_config* c, rs_error* err) {
     return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: normTopkProb must be 0 or 1 (got %d)", c->norm_topk_prob);
   if (!(c->router_aux_loss_coef >= 0) || !std::isfinite(c->router_aux_loss_coef))
     return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: routerAuxLossCoef must be a finite number >= 0 (got %g)", c->router_aux_loss_coef);
+  if (c->moe_router != 0 && c->moe_router != 1)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: moeRouter must be 0 (softmax) or 1 (sigmoid) (got %d)", c->moe_router);
+  const int groups = c->n_group > 1 ? c->n_group : 1;
+  if (c->n_group < 0 || c->num_experts % groups || c->topk_group < 0 || c->topk_group > groups || (groups > 1 && c->topk_group < 1))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: nGroup %d must divide numExperts %d and topkGroup %d be in [1, nGroup]", c->n_group,
+                c->num_experts, c->topk_group);
+  if (groups > 1 && c->num_experts / groups < 2)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: every expert group needs 2 experts (its score is its 2 best)");
+  if (!(c->routed_scaling_factor >= 0) || !std::isfinite(c->routed_scaling_factor))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: routedScalingFactor must be finite and >= 0 (got %g)", c->routed_scaling_factor);
+  if (c->n_shared_experts < 0 || (int64_t)c->n_shared_experts * c->moe_intermediate_size > (1 << 29))
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: nSharedExperts must be >= 0 and small enough (got %d)", c->n_shared_experts);
   if (c->moe_layers)
     for (int l = 0; l < c->num_layers; l++)
       if (c->moe_layers[l] > 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: moeLayers[%d] must be 0 or 1 (got %d)", l, c->moe_layers[l]);
@@ -72,6 +89,11 @@ inline int32_t check_model_config(const rs_model_config* c, rs_error* err) {
     return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: head dim %d/%d = %d must be even for RoPE", c->hidden_size, c->num_heads,
                 c->hidden_size / c->num_heads);
   if (c->head_dim % 2) return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: headDim %d must be even for RoPE", c->head_dim);
+  {
+    const int hd = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads;
+    if (c->rotary_dim < 0 || c->rotary_dim > hd || c->rotary_dim % 2)
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: rotaryDim must be even and in [0, head dim %d] (got %d)", hd, c->rotary_dim);
+  }
   if ((int64_t)c->head_dim * (c->num_heads + 2LL * c->num_kv_heads) > (1LL << 30))
     return fail(err, RS_ERR_INVALID_ARGUMENT, "model config: headDim * (numHeads + 2 numKvHeads) is too large");
   if (c->num_heads % c->num_kv_heads)
@@ -105,7 +127,13 @@ inline Dims dims_of(const rs_model_config& c) {
   d.tied = c.tie_word_embeddings != 0;
   d.bias = c.attention_bias != 0;
   d.qkn = c.qk_norm != 0;
+  d.rd = c.rotary_dim > 0 ? c.rotary_dim : d.hd;
   if (c.num_experts > 0) {
+    d.sigmoid_router = c.moe_router == 1;
+    d.n_group = c.n_group > 1 ? c.n_group : 1;
+    d.topk_group = d.n_group > 1 ? c.topk_group : 1;
+    d.scale = c.routed_scaling_factor > 0 ? c.routed_scaling_factor : 1.f;
+    d.Is = c.n_shared_experts * c.moe_intermediate_size;
     d.E = c.num_experts;
     d.K = c.num_experts_per_tok;
     d.Im = c.moe_intermediate_size;
@@ -158,9 +186,15 @@ void build_layout(Model* m, const std::vector<uint8_t>& moe) {
       o.kn = add(p + "self_attn.k_norm.weight", d.hd, 0, false);
     }
     o.ln2 = add(p + "post_attention_layernorm.weight", d.D, 0, false);
-    o.router = o.experts = o.wgu = o.wdown = -1;
+    o.router = o.experts = o.wgu = o.wdown = o.ebias = o.shared = -1;
     if (!moe.empty() && moe[l]) {
       o.router = add(p + "mlp.gate.weight", d.E, d.D, true);
+      if (d.sigmoid_router) o.ebias = add(p + "mlp.gate.e_score_correction_bias", d.E, 0, false);
+      if (d.Is > 0) {
+        o.shared = add(p + "mlp.shared_experts.gate_proj.weight", d.Is, d.D, true);
+        add(p + "mlp.shared_experts.up_proj.weight", d.Is, d.D, true);
+        add(p + "mlp.shared_experts.down_proj.weight", d.D, d.Is, true);
+      }
       for (int e = 0; e < d.E; e++) {
         const std::string x = p + "mlp.experts." + std::to_string(e) + ".";
         const int64_t g = add(x + "gate_proj.weight", d.Im, d.D, true);

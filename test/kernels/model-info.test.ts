@@ -66,9 +66,12 @@ test("model info: a Qwen3 folder is recognised; unsupported keys, missing tensor
     const moe = describeModelFolder(folder(root, "moe", moeCfg));
     assert.deepEqual(moe.problems, []);
     assert.equal(new Map(moe.facts).get("experts"), "8 routed, top-2");
+    // Layer 0 dense, layer 1 sparse: 6 of its 8 experts (3 x 8 x 16 each) idle per token.
+    const active = parameterCount(moeCfg) - 6 * 3 * 8 * 16;
+    assert.equal(new Map(moe.facts).get("parameters"), `${(parameterCount(moeCfg) / 1e3).toFixed(1)}K, ${(active / 1e3).toFixed(1)}K active per token`);
     assert.equal(new Map(moe.facts).get("architecture"), "qwen3_moe (Qwen3MoeForCausalLM)");
     const glm = describeModelFolder(
-      folder(root, "glm", qwen3, { extra: { model_type: "glm4_moe", n_routed_experts: 8, n_shared_experts: 1, num_experts_per_tok: 2 } }),
+      folder(root, "glm", qwen3, { extra: { model_type: "deepseek_v3", n_routed_experts: 8, n_shared_experts: 1, num_experts_per_tok: 2 } }),
     );
     assert.equal(new Map(glm.facts).get("experts"), "8 routed, top-2 + 1 shared");
     assert.match(glm.problems[0]!, /^config\.json is not supported: model_type: /);

@@ -39,6 +39,13 @@ export function weightShapes(cfg: ModelConfig): Map<string, number[]> {
     if (moeLayerFlags(cfg)?.[l] && cfg.moe) {
       const { numExperts: E, moeIntermediateSize: Im } = cfg.moe;
       shapes.set(`${p}.mlp.gate.weight`, [E, D]);
+      if (cfg.moe.sigmoid) shapes.set(`${p}.mlp.gate.e_score_correction_bias`, [E]);
+      const Is = Im * (cfg.moe.nSharedExperts ?? 0);
+      if (Is > 0) {
+        shapes.set(`${p}.mlp.shared_experts.gate_proj.weight`, [Is, D]);
+        shapes.set(`${p}.mlp.shared_experts.up_proj.weight`, [Is, D]);
+        shapes.set(`${p}.mlp.shared_experts.down_proj.weight`, [D, Is]);
+      }
       for (let e = 0; e < E; e++) {
         shapes.set(`${p}.mlp.experts.${e}.gate_proj.weight`, [Im, D]);
         shapes.set(`${p}.mlp.experts.${e}.up_proj.weight`, [Im, D]);
@@ -68,7 +75,7 @@ export function randomWeights(cfg: ModelConfig, seed: number): Weights {
     const n = shape.reduce((a, b) => a * b, 1);
     const w = new Float64Array(n);
     if (name.endsWith("norm.weight")) for (let i = 0; i < n; i++) w[i] = 1 + 0.2 * uniform();
-    else if (name.endsWith(".bias")) for (let i = 0; i < n; i++) w[i] = 0.2 * uniform();
+    else if (name.endsWith("bias")) for (let i = 0; i < n; i++) w[i] = 0.2 * uniform();
     else if (name === "model.embed_tokens.weight") for (let i = 0; i < n; i++) w[i] = uniform();
     else {
       const scale = 2 / Math.sqrt(shape[1]);
@@ -111,10 +118,11 @@ export function rmsNorm(x: Float64Array, T: number, D: number, w: Float64Array, 
  *   x' = x * cos + rotate_half(x) * sin,  rotate_half(x) = [-x[hd/2:], x[:hd/2]],
  * where element i and element i + hd/2 share the angle position * theta^(-2i/hd).
  */
-export function applyRope(x: Float64Array, off: number, hd: number, position: number, theta: number): void {
-  const half = hd / 2;
+export function applyRope(x: Float64Array, off: number, hd: number, position: number, theta: number, rotary = hd): void {
+  // Partial RoPE (GLM): only the first `rotary` dims rotate, with frequencies of a head that wide.
+  const half = rotary / 2;
   for (let i = 0; i < half; i++) {
-    const angle = position * theta ** (-(2 * i) / hd);
+    const angle = position * theta ** (-(2 * i) / rotary);
     const c = Math.cos(angle);
     const s = Math.sin(angle);
     const a = x[off + i];
@@ -275,8 +283,8 @@ export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32A
     const v = linear(h, T, D, w(`${p}.self_attn.v_proj.weight`), KV * hd, maybe(`${p}.self_attn.v_proj.bias`));
     for (let t = 0; t < T; t++) {
       const pos = position(t);
-      for (let hh = 0; hh < H; hh++) applyRope(q, (t * H + hh) * hd, hd, pos, cfg.ropeTheta);
-      for (let hh = 0; hh < KV; hh++) applyRope(k, (t * KV + hh) * hd, hd, pos, cfg.ropeTheta);
+      for (let hh = 0; hh < H; hh++) applyRope(q, (t * H + hh) * hd, hd, pos, cfg.ropeTheta, cfg.rotaryDim ?? hd);
+      for (let hh = 0; hh < KV; hh++) applyRope(k, (t * KV + hh) * hd, hd, pos, cfg.ropeTheta, cfg.rotaryDim ?? hd);
     }
     const att = causalAttention(q, k, v, T, H, KV, hd, segStart, prefixOf);
     const o = linear(att, T, H * hd, w(`${p}.self_attn.o_proj.weight`), D);

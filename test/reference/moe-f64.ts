@@ -23,7 +23,43 @@ export function swigluMlp(
   return linear(act, T, I, down, D);
 }
 
-/** The block's output [T, D] for x [T, D]; pushes the router's probabilities [T, E] onto `probsOut`. */
+/** Indices of the k largest of xs (ties: the lower index first). */
+function topK(xs: ArrayLike<number>, k: number): number[] {
+  return Array.from({ length: xs.length }, (_, i) => i)
+    .sort((a, b) => xs[b]! - xs[a]! || a - b)
+    .slice(0, k);
+}
+
+/** Qwen3-MoE: softmax probabilities, the top-k, renormalised when normTopkProb. */
+function routeSoftmax(cfg: ModelConfig, logits: Float64Array): { probs: Float64Array; picks: number[]; weights: number[] } {
+  const max = Math.max(...logits);
+  const ex = Array.from(logits, (z) => Math.exp(z - max));
+  const sum = ex.reduce((a, b) => a + b, 0);
+  const probs = Float64Array.from(ex, (x) => x / sum);
+  const picks = topK(probs, cfg.moe!.numExpertsPerTok);
+  const total = cfg.moe!.normTopkProb ? picks.reduce((s, e) => s + probs[e]!, 0) : 1;
+  return { probs, picks, weights: picks.map((e) => probs[e]! / total) };
+}
+
+/** GLM-4-MoE: sigmoid scores; the choice on scores + bias within the best groups (others score 0); weights from scores. */
+function routeSigmoid(cfg: ModelConfig, logits: Float64Array, bias: Float64Array): { probs: Float64Array; picks: number[]; weights: number[] } {
+  const m = cfg.moe!;
+  const { nGroup: G, topkGroup, routedScalingFactor } = m.sigmoid!;
+  const probs = Float64Array.from(logits, (z) => 1 / (1 + Math.exp(-z)));
+  const choice = Float64Array.from(probs, (p, e) => p + bias[e]!);
+  const per = m.numExperts / G;
+  const groupScore = Array.from({ length: G }, (_, g) => {
+    const sub = choice.subarray(g * per, (g + 1) * per);
+    return topK(sub, 2).reduce((s, i) => s + sub[i]!, 0);
+  });
+  const keep = new Set(G > 1 ? topK(groupScore, topkGroup) : [0]);
+  const masked = Float64Array.from(choice, (c, e) => (keep.has(Math.floor(e / per)) ? c : 0));
+  const picks = topK(masked, m.numExpertsPerTok);
+  const total = m.normTopkProb ? picks.reduce((s, e) => s + probs[e]!, 0) + 1e-20 : 1;
+  return { probs, picks, weights: picks.map((e) => (probs[e]! / total) * routedScalingFactor) };
+}
+
+/** The block's output [T, D] for x [T, D]; pushes the router's probabilities (or sigmoid scores) [T, E] onto `probsOut`. */
 export function moeBlock(
   cfg: ModelConfig,
   linear: Linear,
@@ -34,26 +70,26 @@ export function moeBlock(
   probsOut?: Float64Array[],
 ): Float64Array {
   const { hiddenSize: D } = cfg;
-  const { numExperts: E, numExpertsPerTok: K, moeIntermediateSize: Im, normTopkProb } = cfg.moe!;
+  const { numExperts: E, moeIntermediateSize: Im } = cfg.moe!;
   const logits = linear(x, T, D, w(`${prefix}.mlp.gate.weight`), E);
   const probs = new Float64Array(T * E);
   const out = new Float64Array(T * D);
   for (let t = 0; t < T; t++) {
     const row = logits.subarray(t * E, (t + 1) * E);
-    const max = Math.max(...row);
-    const ex = Array.from(row, (z) => Math.exp(z - max));
-    const sum = ex.reduce((a, b) => a + b, 0);
-    for (let e = 0; e < E; e++) probs[t * E + e] = ex[e] / sum;
-    const order = Array.from({ length: E }, (_, e) => e).sort((a, b) => probs[t * E + b] - probs[t * E + a] || a - b);
-    const picks = order.slice(0, K);
-    const total = normTopkProb ? picks.reduce((s, e) => s + probs[t * E + e], 0) : 1;
+    const r = cfg.moe!.sigmoid ? routeSigmoid(cfg, row, w(`${prefix}.mlp.gate.e_score_correction_bias`)) : routeSoftmax(cfg, row);
+    probs.set(r.probs, t * E);
     const xt = x.subarray(t * D, (t + 1) * D);
-    for (const e of picks) {
+    r.picks.forEach((e, k) => {
       const ep = `${prefix}.mlp.experts.${e}`;
       const y = swigluMlp(linear, xt, 1, D, Im, w(`${ep}.gate_proj.weight`), w(`${ep}.up_proj.weight`), w(`${ep}.down_proj.weight`));
-      const weight = probs[t * E + e] / total;
-      for (let i = 0; i < D; i++) out[t * D + i] += weight * y[i];
-    }
+      for (let i = 0; i < D; i++) out[t * D + i] += r.weights[k]! * y[i]!;
+    });
+  }
+  const Is = Im * (cfg.moe!.nSharedExperts ?? 0);
+  if (Is > 0) {
+    const sp = `${prefix}.mlp.shared_experts`;
+    const y = swigluMlp(linear, x, T, D, Is, w(`${sp}.gate_proj.weight`), w(`${sp}.up_proj.weight`), w(`${sp}.down_proj.weight`));
+    for (let i = 0; i < T * D; i++) out[i] += y[i]!;
   }
   probsOut?.push(probs);
   return out;
