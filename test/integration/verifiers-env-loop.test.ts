@@ -11,6 +11,7 @@ import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { startPythonServer, type PythonServer } from "../helpers/python-env-server.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { decode } from "@msgpack/msgpack";
+import { HealthBoard } from "../../streams/index.js";
 
 const model = {
   vocabSize: 288,
@@ -57,6 +58,11 @@ test("a verifiers env-server in the loop: it dies mid-episode, is restarted, and
   const run = await remoteRun("vfloop", first.address, dir);
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
+    // The inference actor's heartbeat says whether the env server answered its last health check.
+    const remoteHealth = async () =>
+      (await new HealthBoard(run.topology.wire.health).read()).find((e) => e.heartbeat?.actor === "inference" && !e.exited)?.heartbeat?.remoteEnvs?.[0];
+    await waitUntil("the env server's health in inference's heartbeat", async () => (await remoteHealth())?.healthy === true, 60_000, `${run.dir}/logs`);
+    assert.equal((await remoteHealth())!.env, "verifiers:reverse-text@1.2.0");
     await waitUntil("3 RL steps", async () => (await run.state.learnerStep()) >= 3, 180_000, `${run.dir}/logs`);
     assert.notEqual(await first.exited, 0, "the first server died mid-episode");
     await restarted;

@@ -50,7 +50,7 @@ export class EndpointServer implements ModelEndpoint {
   open(model: ModelClient, sampling: SamplingArgs): EndpointSession {
     const key = randomUUID();
     const calls: EndpointCall[] = [];
-    this.sessions.set(key, { model, sampling, record: (promptIds, generation) => calls.push({ promptIds, generation }) });
+    this.sessions.set(key, { model, sampling, record: (promptIds, generation, ms) => calls.push({ promptIds, generation, ms }) });
     return {
       headers: { [ROLLOUT_HEADER]: key },
       calls,

@@ -29,7 +29,7 @@ export type GenerateRequest = z.infer<typeof generateRequestSchema>;
 export interface GenerateSession {
   model: ModelClient;
   sampling: SamplingArgs;
-  record(promptIds: number[], generation: Generation): void;
+  record(promptIds: number[], generation: Generation, ms: number): void;
 }
 
 export interface GenerateRouteOptions {
@@ -53,8 +53,9 @@ export function registerGenerateRoute(app: FastifyInstance, opts: GenerateRouteO
     if (typeof session === "string") return reply.code(404).send({ error: session });
     // The task's sampling is the policy's: a request may ask for fewer tokens, never for another distribution.
     const maxTokens = Math.min(body.sampling_params.max_tokens ?? session.sampling.maxTokens, session.sampling.maxTokens);
+    const t0 = performance.now();
     const gen = await session.model.generate(body.token_ids, { ...session.sampling, maxTokens }, opts.signal);
-    session.record(body.token_ids, gen);
+    session.record(body.token_ids, gen, performance.now() - t0);
     return generateReply(body, gen);
   });
 }
