@@ -21,13 +21,12 @@ import { PolicyModel } from "../kernels/index.js";
 import type { ModelConfig } from "../kernels/model-config.js";
 import { ByteTokenizer } from "../kernels/tokenizer.js";
 import { PolicyEngine, type WeightUpdate } from "../actors/runtime/policy-engine.js";
-import type { ModelClient, SamplingArgs } from "../environments/api/index.js";
 import { DEMO_CONFIG } from "./kernels.js";
 import { StaticBatcher } from "./static-batcher.js";
+import { demoTasks, GROUP, rng, runTasks, type TaskSpec } from "./inference-tasks.js";
+import { rlStepsServeVsLocal, serveVsLocal } from "./inference-serve.js";
 
 const tok = new ByteTokenizer();
-const GROUP = 8;
-const IN_FLIGHT = 8;
 
 /** ~21 M parameters with the byte tokenizer's vocabulary. */
 const M21: ModelConfig = {
@@ -44,26 +43,7 @@ const M21: ModelConfig = {
   attentionBias: false,
 };
 
-function rng(seed: number): () => number {
-  let s = seed >>> 0;
-  return () => {
-    s = (s + 0x6d2b79f5) >>> 0;
-    let t = s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-
 const bytes = (r: () => number, n: number) => Array.from({ length: n }, () => 32 + Math.floor(r() * 95));
-
-interface TaskSpec {
-  index: number;
-  prompt: number[];
-  args: SamplingArgs;
-  /** Per rollout: the environment's reply after each model turn but the last (its length is the turn count - 1). */
-  replies: number[][][];
-}
 
 /** What the tool environment puts before every question (environments/api/tool-protocol.ts), in its shape and size. */
 const TOOL_INSTRUCTIONS = [
@@ -105,18 +85,6 @@ function mixedTasks(n: number, seed: number): TaskSpec[] {
   });
 }
 
-/** The demo's own rollouts (examples/demo.yaml): 2-digit additions, single turn, 24 tokens, groups of 8. */
-function demoTasks(n: number, seed: number): TaskSpec[] {
-  const r = rng(seed);
-  const num = () => 10 + Math.floor(r() * 90);
-  return Array.from({ length: n }, (_, index) => ({
-    index,
-    prompt: tok.applyChatTemplate([{ role: "user", content: `${num()}+${num()}` }], { addGenerationPrompt: true }),
-    args: { temperature: 1, topP: 1, topK: 0, maxTokens: 24 },
-    replies: Array.from({ length: GROUP }, () => []),
-  }));
-}
-
 /** Single-turn groups on distinct prompts of 100-400 bytes: what sharing within a group saves, alone. */
 function groupTasks(n: number, seed: number): TaskSpec[] {
   const r = rng(seed);
@@ -126,36 +94,6 @@ function groupTasks(n: number, seed: number): TaskSpec[] {
     args: { temperature: 1, topP: 1, topK: 0, maxTokens: 32 },
     replies: Array.from({ length: GROUP }, () => []),
   }));
-}
-
-/** Runs every task's group of rollouts, IN_FLIGHT tasks at a time; each rollout's seeds are its own. */
-async function runTasks(tasks: TaskSpec[], clientOf: (seedBase: number) => ModelClient): Promise<{ seconds: number; generated: number; outputs: string[] }> {
-  const outputs: string[] = new Array(tasks.length * GROUP);
-  let generated = 0;
-  let next = 0;
-  const rollout = async (t: TaskSpec, g: number) => {
-    const client = clientOf(t.index * 1000 + g * 16);
-    let convo = t.prompt;
-    const parts: number[] = [];
-    for (let turn = 0; ; turn++) {
-      const out = await client.generate(convo, t.args);
-      generated += out.tokenIds.length;
-      parts.push(...out.tokenIds, -1);
-      const reply = t.replies[g]![turn];
-      if (!reply) break;
-      convo = [...convo, ...out.tokenIds, ...reply];
-    }
-    outputs[t.index * GROUP + g] = parts.join(",");
-  };
-  const worker = async () => {
-    while (next < tasks.length) {
-      const t = tasks[next++]!;
-      await Promise.all(Array.from({ length: GROUP }, (_, g) => rollout(t, g)));
-    }
-  };
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
-  return { seconds: (performance.now() - t0) / 1000, generated, outputs };
 }
 
 /**
@@ -321,7 +259,8 @@ export async function runInferenceBench(opts: { threads?: number; quick?: boolea
   const demo = await benchShape("demo", { ...DEMO_CONFIG, maxPositionEmbeddings: 1024 }, opts.quick ? 4 : 12, opts.quick ? 1 : 3, threads, log);
   const m21 = await benchShape("m21", M21, 1, opts.quick ? 1 : 2, threads, log);
   const rollouts = await demoRollouts(threads, opts.quick ? 16 : 48, opts.quick ? 1 : 3, log);
-  const figures = { threads, ...demo, ...rollouts, ...m21 };
+  const serve = { ...(await rlStepsServeVsLocal(opts.quick ? 6 : 12, opts.quick ? 1 : 2, log)), ...(await serveVsLocal(opts.quick ? 1 : 3, log)) };
+  const figures = { threads, ...demo, ...rollouts, ...m21, ...serve };
   console.log(JSON.stringify(figures));
   return figures;
 }

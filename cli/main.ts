@@ -45,6 +45,7 @@ const optional: Array<[string, (p: Command) => Promise<void>]> = [
   ["eval", async (p) => (await import("./commands/eval-wiring.js")).registerEval(p)],
   ["replay", async (p) => (await import("./commands/replay.js")).registerReplayCommand(p)],
   ["dashboard", async (p) => (await import("./commands/dashboard.js")).registerDashboardCommand(p)],
+  ["serve", async (p) => (await import("./commands/serve.js")).registerServeCommand(p)],
 ];
 for (const [, register] of optional) {
   try {

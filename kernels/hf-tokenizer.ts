@@ -165,7 +165,7 @@ export class HfTokenizer implements Tokenizer {
   }
 
   /** The chat template rendered (as transformers' apply_chat_template does) and tokenized, specials included. */
-  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean } = {}): number[] {
+  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean; tools?: readonly object[] } = {}): number[] {
     if (!this.template) throw new Error("HF tokenizer: tokenizer_config.json has no chat_template (and there is no chat_template.jinja)");
     messages.forEach((m, i) => {
       if (typeof m?.content !== "string") throw new Error(`message ${i}: content must be a string`);
@@ -173,6 +173,8 @@ export class HfTokenizer implements Tokenizer {
     const text = this.template.render({
       messages,
       add_generation_prompt: opts.addGenerationPrompt === true,
+      // As transformers: templates that know tools render them (Qwen's lists them in the system turn); others ignore them.
+      ...(opts.tools?.length ? { tools: opts.tools } : {}),
       bos_token: this.tokens.bos ?? "",
       eos_token: this.tokens.eos,
       pad_token: this.tokens.pad ?? "",

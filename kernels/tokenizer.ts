@@ -18,7 +18,8 @@ export interface Tokenizer {
   encode(text: string): number[];
   /** Ids to text; never throws on ids that form invalid UTF-8 (they decode to U+FFFD). */
   decode(ids: ArrayLike<number>, opts?: { skipSpecial?: boolean }): string;
-  applyChatTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean }): number[];
+  /** tools: function definitions (OpenAI's `tools`) the template shows the model, as transformers passes them. */
+  applyChatTemplate(messages: ChatMessage[], opts?: { addGenerationPrompt?: boolean; tools?: readonly object[] }): number[];
   /** Id of a special token, by "<|name|>" or "name". Throws on an unknown name. */
   specialTokenId(name: string): number;
   /** Ids that end a generated turn. */
@@ -94,8 +95,10 @@ export class ByteTokenizer implements Tokenizer {
     return out;
   }
 
-  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean } = {}): number[] {
+  /** Tools, when given, come first as one system turn holding their JSON definitions (this format has no tool syntax of its own). */
+  applyChatTemplate(messages: ChatMessage[], opts: { addGenerationPrompt?: boolean; tools?: readonly object[] } = {}): number[] {
     const ids = [this.bosId];
+    if (opts.tools?.length) ids.push(this.specialTokenId("system"), ...this.encode(`Tools: ${JSON.stringify(opts.tools)}`), this.endId);
     messages.forEach((m, i) => {
       if (!ROLES.includes(m.role)) throw new Error(`message ${i}: unknown role "${String(m.role)}" (expected ${ROLES.join(", ")})`);
       if (typeof m.content !== "string") throw new Error(`message ${i}: content must be a string`);

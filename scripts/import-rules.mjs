@@ -1,6 +1,8 @@
 // The layering rules of DESIGN §1, checked on the sources (run by the test suite, usable alone:
 // `node scripts/import-rules.mjs`). An actor and cli/ reach the wire only through streams/index.ts;
-// no actor imports another actor; cli/ imports only actors/runtime/ and actors/registry.ts from actors/;
+// no actor imports another actor; cli/ imports only actors/runtime/ and actors/registry.ts from actors/; serve/
+// (`rollstream serve`, whose generate route the inference actor mounts) follows the same two rules as cli/ and
+// imports no cli/ file;
 // rl/ (the algorithm, pure functions) imports only rl/. And control code never reads a metrics event: an
 // actor or a cli/ command that reads `.values[...]` or `.labels[...]` decides from a display channel; only
 // the display code (the dashboard, train's progress view) may.
@@ -30,11 +32,14 @@ export function checkFile(rel, imports) {
   const top = rel.split("/")[0];
   const actorOf = (p) => (p.startsWith("actors/") && p.split("/").length > 2 ? p.split("/")[1] : null);
   for (const target of imports) {
-    if ((top === "actors" || top === "cli") && target.startsWith("streams/") && target !== "streams/index.ts") {
+    if ((top === "actors" || top === "cli" || top === "serve") && target.startsWith("streams/") && target !== "streams/index.ts") {
       problems.push(`${rel}: imports ${target} (use the streams/ facade, streams/index.ts)`);
     }
     if (top === "cli" && target.startsWith("actors/") && !target.startsWith("actors/runtime/") && target !== "actors/registry.ts") {
       problems.push(`${rel}: imports ${target} (cli/ may use actors/runtime/ and actors/registry.ts only)`);
+    }
+    if (top === "serve" && ((target.startsWith("actors/") && !target.startsWith("actors/runtime/")) || target.startsWith("cli/"))) {
+      problems.push(`${rel}: imports ${target} (serve/ may use actors/runtime/ only from actors/, and no cli/ file)`);
     }
     const from = actorOf(rel);
     const to = actorOf(target);
@@ -68,7 +73,7 @@ export function metricsReads(rel, text) {
 
 export function checkTree(root) {
   const problems = [];
-  for (const top of ["actors", "cli", "rl"]) {
+  for (const top of ["actors", "cli", "serve", "rl"]) {
     for (const file of sourcesUnder(join(root, top))) {
       const rel = relative(root, file).split(sep).join("/");
       const text = readFileSync(file, "utf8");

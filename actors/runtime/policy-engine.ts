@@ -12,7 +12,10 @@
 //   step boundary (at most one step late; running sequences go on with their KV, or prefill it again); "barrier"
 //   lets running sequences finish under the old weights and admits nothing new until the swap. Every token records
 //   the version it was sampled under, and a generation whose tokens span versions carries versionSpans.
-import { type EngineStats, type EngineStep, type InferenceEngine, type PolicyModel, versionSpans } from "../../kernels/index.js";
+// - Serving (`rollstream serve`): submit() takes a request's own seed, extra stop ids and cache salt, streams its
+//   tokens, and returns them with the version of each; pause() (keep: freeze, abort: end what runs with its partial
+//   output, wait: let it finish) and resume() follow vLLM's /pause modes; updateWeights() resolves once they are in use.
+import { type EngineStats, type EngineStep, type InferenceEngine, type PolicyModel, type StopReason, versionSpans } from "../../kernels/index.js";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
 import type { Generation, ModelClient, SamplingArgs } from "../../environments/api/index.js";
 import { DeadlineError, withDeadline } from "../../streams/index.js";
@@ -49,13 +52,43 @@ export interface PolicyEngineOptions {
   onWeightsError?: (e: Error, version: number) => void;
 }
 
+/** One request as `rollstream serve` makes it (see submit). */
+export interface SubmitOptions {
+  args: SamplingArgs;
+  /** Default: the engine's seed plus a counter. */
+  seed?: number;
+  /** Ids that end the generation besides the tokenizer's stop ids (or instead of them, with ignoreEos). */
+  stopTokenIds?: readonly number[];
+  ignoreEos?: boolean;
+  /** Prefix-cache namespace (blocks are shared only between equal salts); default the engine's. */
+  cacheSalt?: bigint;
+  signal?: AbortSignal;
+  /** Each token as it is sampled (streaming). */
+  onToken?(t: { token: number; logprob: number; version: number }): void;
+}
+
+/** What submit() resolves with: every sampled token, its logprob and the weights version it was sampled under. */
+export interface SubmitResult {
+  tokenIds: number[];
+  logprobs: number[];
+  versions: number[];
+  /** abort: ended early by pause("abort") or abortAll(), with the tokens it had. */
+  finish: StopReason | "abort";
+}
+
 interface Request {
   prompt: Int32Array;
   /** Requests with equal keys arriving together become one engine request. */
   key: string;
   args: SamplingArgs;
   seed: number;
-  resolve(g: Generation): void;
+  stopTokenIds: readonly number[] | undefined;
+  ignoreEos: boolean;
+  cacheSalt: bigint | undefined;
+  onToken: SubmitOptions["onToken"];
+  /** Set once it resolved or failed: later tokens of its sequence are dropped. */
+  done: boolean;
+  resolve(r: SubmitResult): void;
   reject(e: unknown): void;
   detach(): void;
   seqId: number;
@@ -69,6 +102,8 @@ interface PendingWeights {
   bytes: Uint8Array;
   since: number;
   stepsAtRequest: number;
+  /** updateWeights() callers: told when these weights (or newer ones that replaced them) are in use, or failed. */
+  waiters: { resolve(): void; reject(e: Error): void }[];
 }
 
 export class PolicyEngine {
@@ -86,6 +121,8 @@ export class PolicyEngine {
   private counter = 0;
   private steps = 0;
   private readonly meter = new EngineMeter();
+  /** pause(): "draining" admits nothing new; "frozen" also runs no step. */
+  private pauseState: "running" | "draining" | "frozen" = "running";
   /** The weights version in use: tokens sampled from now on carry it. */
   version: number;
   generatedTokens = 0;
@@ -115,15 +152,82 @@ export class PolicyEngine {
     if (!rollback && version <= this.latestVersion) return;
     const since = this.pendingWeights?.since ?? performance.now();
     const stepsAtRequest = this.pendingWeights?.stepsAtRequest ?? this.steps;
-    this.pendingWeights = { version, bytes: safetensors, since, stepsAtRequest };
+    const waiters = this.pendingWeights?.waiters ?? [];
+    this.pendingWeights = { version, bytes: safetensors, since, stepsAtRequest, waiters };
     if (!this.stepping && this.weightsDue()) this.applyPendingWeights(true);
+  }
+
+  /**
+   * swapWeights, resolved once the weights are in use (or newer ones that replaced them before the next step
+   * boundary); rejected when they could not be loaded (the old ones stay).
+   */
+  updateWeights(version: number, safetensors: Uint8Array, rollback = false): Promise<void> {
+    if (this.wedged) return Promise.reject(this.wedged);
+    return new Promise<void>((resolve, reject) => {
+      try {
+        this.swapWeights(version, safetensors, rollback);
+      } catch (e) {
+        return reject(e);
+      }
+      if (this.pendingWeights) this.pendingWeights.waiters.push({ resolve, reject });
+      else resolve();
+    });
+  }
+
+  get paused(): boolean {
+    return this.pauseState !== "running";
+  }
+
+  /**
+   * Stops admitting requests (they queue until resume). keep: running sequences freeze where they are (the step in
+   * flight ends first) and go on after resume, under whatever weights are in use then; abort: they end now with
+   * their partial output (finish "abort"), as do queued ones; wait: they run to their end first. Resolves with the
+   * number of requests aborted.
+   */
+  async pause(mode: "keep" | "abort" | "wait"): Promise<number> {
+    if (this.pauseState === "running") this.pauseState = "draining";
+    let aborted = 0;
+    if (mode === "abort") aborted = this.abortAll();
+    if (mode === "wait") while (this.live.size > 0 && !this.wedged) await new Promise((r) => setTimeout(r, 2));
+    this.pauseState = "frozen";
+    while (this.stepping) await new Promise<void>((r) => setImmediate(r));
+    return aborted;
+  }
+
+  resume(): void {
+    this.pauseState = "running";
+    if (this.live.size > 0 || this.arrived.length > 0) this.kick();
+  }
+
+  /** Ends every request, queued or running, now, each with the tokens it has and finish "abort"; returns how many. */
+  abortAll(): number {
+    let n = 0;
+    for (const r of this.arrived.splice(0)) n += this.settle(r, "abort") ? 1 : 0;
+    for (const [id, r] of this.live) {
+      if (!this.settle(r, "abort")) continue;
+      this.toCancel.push(id);
+      n++;
+    }
+    return n;
+  }
+
+  /**
+   * One request with its own seed, stop ids and cache salt (the serving path); requests with the same prompt and
+   * settings that arrive together still share one prefill.
+   */
+  submit(promptIds: readonly number[], o: SubmitOptions): Promise<SubmitResult> {
+    return this.enqueue(promptIds, o.args, o.seed, o.signal, o);
   }
 
   client(seedBase?: number): ModelClient {
     let local = 0;
     return {
       tokenizer: this.tokenizer,
-      generate: (promptIds, args, signal) => this.enqueue(promptIds, args, seedBase === undefined ? undefined : (seedBase + local++) >>> 0, signal),
+      generate: async (promptIds, args, signal) => {
+        const out = await this.enqueue(promptIds, args, seedBase === undefined ? undefined : (seedBase + local++) >>> 0, signal);
+        if (out.finish === "abort") throw new Error("generation aborted");
+        return this.generation(out, out.finish);
+      },
     };
   }
 
@@ -155,17 +259,29 @@ export class PolicyEngine {
     if (engine && !this.wedged) engine.dispose();
   }
 
-  private enqueue(promptIds: number[], args: SamplingArgs, seed: number | undefined, signal?: AbortSignal): Promise<Generation> {
+  private enqueue(
+    promptIds: readonly number[],
+    args: SamplingArgs,
+    seed: number | undefined,
+    signal?: AbortSignal,
+    o: Partial<SubmitOptions> = {},
+  ): Promise<SubmitResult> {
     if (signal?.aborted) return Promise.reject(new Error("generation aborted"));
     if (this.wedged) return Promise.reject(this.wedged);
     const ctxLen = this.model.config.maxPositionEmbeddings;
     const prompt = Int32Array.from(promptIds.length >= ctxLen ? promptIds.slice(-(ctxLen - 1)) : promptIds);
-    return new Promise<Generation>((resolve, reject) => {
+    const extra = `${o.ignoreEos ? "!" : ""}${(o.stopTokenIds ?? []).join(",")}|${o.cacheSalt ?? ""}`;
+    return new Promise<SubmitResult>((resolve, reject) => {
       const r: Request = {
         prompt,
-        key: `${argsKey(args)}#${prompt.join(",")}`,
+        key: `${argsKey(args)}|${extra}#${prompt.join(",")}`,
         args,
         seed: seed ?? ((this.opts.seed ?? 0) + this.counter++) >>> 0,
+        stopTokenIds: o.stopTokenIds,
+        ignoreEos: o.ignoreEos === true,
+        cacheSalt: o.cacheSalt,
+        onToken: o.onToken,
+        done: false,
         resolve,
         reject,
         detach: () => undefined,
@@ -208,13 +324,22 @@ export class PolicyEngine {
   private abort(r: Request): void {
     const i = this.arrived.indexOf(r);
     if (i >= 0) this.arrived.splice(i, 1);
-    else if (this.live.get(r.seqId) === r) this.toCancel.push(r.seqId);
+    else if (this.live.get(r.seqId) === r && !r.done) this.toCancel.push(r.seqId);
     else return;
-    r.reject(new Error("generation aborted"));
+    this.fail(r, new Error("generation aborted"));
+  }
+
+  /** Resolves `r` with what it has; false when it had already ended. */
+  private settle(r: Request, finish: SubmitResult["finish"]): boolean {
+    if (r.done) return false;
+    r.done = true;
+    r.detach();
+    r.resolve({ tokenIds: r.tokens.slice(), logprobs: r.logprobs.slice(), versions: r.versions.slice(), finish });
+    return true;
   }
 
   private kick(): void {
-    if (this.looping || this.wedged) return;
+    if (this.looping || this.wedged || this.pauseState === "frozen") return;
     this.looping = true;
     // Let every rollout that is about to ask (a task's whole group) arrive before the first step.
     setImmediate(() => void this.loop());
@@ -225,7 +350,7 @@ export class PolicyEngine {
     try {
       for (;;) {
         this.betweenSteps();
-        if (this.live.size === 0 || this.wedged) return;
+        if (this.live.size === 0 || this.wedged || this.pauseState === "frozen") return;
         const out = await this.step(this.engine!);
         if (!out) return;
         this.deliver(out);
@@ -244,7 +369,7 @@ export class PolicyEngine {
     if (this.pendingWeights && this.weightsDue()) this.applyPendingWeights(false);
     // Barrier: nothing new starts on weights about to be replaced.
     if (this.pendingWeights && this.opts.weightUpdate === "barrier") return;
-    if (this.arrived.length > 0) this.admit(this.arrived.splice(0));
+    if (this.arrived.length > 0 && this.pauseState === "running") this.admit(this.arrived.splice(0));
   }
 
   private weightsDue(): boolean {
@@ -258,10 +383,12 @@ export class PolicyEngine {
     try {
       this.model.loadSafetensors(w.bytes);
     } catch (e) {
+      for (const x of w.waiters) x.reject(e as Error);
       if (throwErrors) throw e;
       this.opts.onWeightsError?.(e as Error, w.version);
       return;
     }
+    for (const x of w.waiters) x.resolve();
     this.version = w.version;
     this.engine?.setVersion(w.version, this.opts.weightUpdate === "recompute" ? "recompute" : "keep");
     const now = performance.now();
@@ -297,8 +424,9 @@ export class PolicyEngine {
   }
 
   private engineRequest(group: Request[]) {
-    const { args, prompt } = group[0]!;
+    const { args, prompt, stopTokenIds, ignoreEos, cacheSalt } = group[0]!;
     const stopSequences = (args.stop ?? []).map((s) => Int32Array.from(this.tokenizer.encode(s)));
+    const eos = [...new Set([...(ignoreEos ? [] : this.tokenizer.stopTokenIds()), ...(stopTokenIds ?? [])])];
     return {
       prompt,
       seeds: group.map((r) => r.seed),
@@ -306,11 +434,11 @@ export class PolicyEngine {
       temperature: args.temperature,
       topP: args.topP,
       topK: args.topK,
-      eosTokenId: this.tokenizer.stopTokenIds(),
+      eosTokenId: eos,
       stopSequences: stopSequences.length ? stopSequences : undefined,
       // A checkpoint's embedding may be padded past its tokenizer (Qwen's is): never draw an id it cannot decode.
       vocabLimit: this.tokenizer.vocabSize < this.model.config.vocabSize ? this.tokenizer.vocabSize : undefined,
-      cacheSalt: this.opts.cacheSalt ?? 0,
+      cacheSalt: cacheSalt ?? this.opts.cacheSalt ?? 0,
     };
   }
 
@@ -345,27 +473,27 @@ export class PolicyEngine {
   private deliver(out: EngineStep): void {
     for (const t of out.tokens) {
       const r = this.live.get(t.seqId);
-      if (!r) continue;
+      if (!r || r.done) continue;
       r.tokens.push(t.token);
       r.logprobs.push(t.logprob);
       r.versions.push(t.version);
+      r.onToken?.({ token: t.token, logprob: t.logprob, version: t.version });
     }
     this.generatedTokens += out.tokens.length;
     for (const f of out.finished) {
       const r = this.live.get(f.seqId);
       if (!r) continue;
       this.live.delete(f.seqId);
-      r.detach();
-      r.resolve(this.generation(r, f.stopReason));
+      this.settle(r, f.stopReason);
     }
   }
 
-  private generation(r: Request, stopReason: Generation["stopReason"]): Generation {
+  private generation(r: { tokenIds: number[]; logprobs: number[]; versions: number[] }, stopReason: Generation["stopReason"]): Generation {
     const spans = versionSpans(r.versions);
     const g: Generation = {
-      tokenIds: r.tokens,
+      tokenIds: r.tokenIds,
       logprobs: r.logprobs,
-      text: this.tokenizer.decode(r.tokens, { skipSpecial: true }),
+      text: this.tokenizer.decode(r.tokenIds, { skipSpecial: true }),
       stopReason,
       policyVersion: spans[0]?.version ?? this.version,
     };
@@ -374,6 +502,8 @@ export class PolicyEngine {
   }
 
   private fail(r: Request, e: unknown): void {
+    if (r.done) return;
+    r.done = true;
     r.detach();
     r.reject(e);
   }

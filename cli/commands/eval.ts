@@ -6,7 +6,7 @@ import { basename, join, resolve } from "node:path";
 import { InvalidArgumentError, type Command } from "commander";
 import { UsageError } from "../errors.js";
 import { loadRunConfig } from "../../actors/runtime/config.js";
-import { isRunCheckpoint, runConfigPathOf } from "../run-checkpoint.js";
+import { isRunCheckpoint, runConfigPathOf } from "../../actors/runtime/run-checkpoint.js";
 import cliProgress from "cli-progress";
 import type { CodeSandbox, Environment, ModelClient, SamplingArgs, TokenizerLike } from "../../environments/api/index.js";
 import { OpenAICompletionsClient } from "../../environments/clients/openai.js";

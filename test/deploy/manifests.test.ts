@@ -61,6 +61,12 @@ test("every actor is deployed, runs `rollstream actor <name>` from the Dockerfil
   for (const { doc } of manifests()) {
     for (const c of containers(doc)) {
       if (c.image !== "ROLLSTREAM_IMAGE") continue;
+      // rollstream serve replicas: the run's model from its config, bound to every address on the port they expose.
+      if (c.args?.[0] === "serve") {
+        assert.deepEqual(c.args.slice(1, 3), ["--config", "/config/run.yaml"], `${doc.metadata?.name} serves the run's model`);
+        assert.equal(c.args[c.args.indexOf("--host") + 1], "0.0.0.0");
+        continue;
+      }
       assert.equal(c.args?.[0], "actor", `${doc.metadata?.name} runs an actor`);
       deployed.set(c.args![1]!, c.args!);
     }
@@ -72,4 +78,21 @@ test("every actor is deployed, runs `rollstream actor <name>` from the Dockerfil
   for (const pkg of ["nats-server", "bubblewrap", "python3", "libopenblas0-pthread"]) assert.match(dockerfile, new RegExp(`\\b${pkg}\\b`));
   assert.match(dockerfile, /RUN npm ci\b/, "the project is built in the image");
   assert.match(dockerfile, /^ENTRYPOINT \["node", "\/opt\/rollstream\/bin\/rollstream\.js"\]/m, "manifests pass CLI args to rollstream");
+});
+
+test("the serve fleet: each server its own address (StatefulSet behind a headless Service), the weights volume shared with the inference actor", () => {
+  const all = manifests().filter(({ file }) => file === "serve.yaml" || file === "sglang.yaml");
+  for (const name of ["rollstream-serve", "sglang"]) {
+    const svc = all.find(({ doc }) => doc.kind === "Service" && doc.metadata?.name === name)!.doc;
+    const set = all.find(({ doc }) => doc.kind === "StatefulSet" && doc.metadata?.name === name)!.doc;
+    assert.equal(svc.spec?.["clusterIP"], "None", `${name}: a headless Service (one address per pod)`);
+    assert.equal(set.spec?.["serviceName"], name);
+    const port = (svc.spec?.["ports"] as { port: number }[])[0]!.port;
+    const c = containers(set)[0]! as { args?: string[]; ports?: { containerPort: number }[]; volumeMounts?: { name: string; mountPath: string }[] };
+    assert.equal(c.ports?.[0]?.containerPort, port);
+    assert.ok(c.volumeMounts?.some((v) => v.mountPath === "/weights"), `${name} reads the exported versions`);
+  }
+  const inference = all.find(({ doc }) => doc.kind === "Deployment" && doc.metadata?.name === "rollstream-inference")!.doc;
+  const mounts = (containers(inference)[0] as { volumeMounts?: { mountPath: string }[] }).volumeMounts ?? [];
+  assert.ok(mounts.some((m) => m.mountPath === "/weights"), "the inference actor writes the versions the servers load");
 });

@@ -31,7 +31,12 @@ test("an RL run on two SGLang servers: one killed and restarted mid-run, every t
     await waitUntil("learner step 2", async () => (await run.state.learnerStep()) >= 2, 90_000, `${run.dir}/logs`);
     const loadsBeforeRestart = servers[1]!.engine.loads.length;
     await servers[1]!.restart();
-    await waitUntil("the restarted server rejoins on the current weights", () => servers[1]!.engine.loads.length > loadsBeforeRestart, 60_000, `${run.dir}/logs`);
+    await waitUntil(
+      "the restarted server rejoins on the current weights",
+      () => servers[1]!.engine.loads.length > loadsBeforeRestart,
+      60_000,
+      `${run.dir}/logs`,
+    );
     await waitUntil("run done", async () => (await run.state.get(StateKeys.runStatus)) === "done", 120_000, `${run.dir}/logs`);
 
     // Every task scored exactly once.

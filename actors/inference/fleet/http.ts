@@ -2,6 +2,12 @@
 // ServerDown (unreachable, 5xx, past its deadline, an answer that is not the protocol) takes the server out of
 // rotation and the request is retried elsewhere; a RequestRejected (4xx) is this request's own problem and
 // would fail on any server, so it is not retried.
+// node:http with keep-alive agents, not fetch: Node 20's fetch (undici) costs ~4x the client CPU per request
+// (measured: 3.5-4.9 ms vs 0.6-0.9 ms a small POST on a loaded 2-core machine), which is most of a rollout's
+// cost over HTTP on a small model. A request that fails on a kept-alive socket the server had just closed is sent
+// once more on a fresh one (the documented race of keep-alive), so it is not taken for a dead server.
+import http from "node:http";
+import https from "node:https";
 import type { z } from "zod";
 
 export class ServerDown extends Error {
@@ -52,28 +58,54 @@ export async function callJson<T extends z.ZodType>(
   return parsed.data;
 }
 
+const agents = {
+  "http:": new http.Agent({ keepAlive: true, maxSockets: 1024 }),
+  "https:": new https.Agent({ keepAlive: true, maxSockets: 1024 }),
+};
+
 /** The answer's text; throws ServerDown or RequestRejected as above. */
 export async function call(url: string, body: unknown, opts: CallOptions & { method?: "GET" | "POST" }): Promise<string> {
   const deadline = AbortSignal.timeout(opts.deadlineMs);
   const signal = opts.signal ? AbortSignal.any([opts.signal, deadline]) : deadline;
-  let res: Response;
-  let text: string;
+  const method = opts.method ?? (body === undefined ? "GET" : "POST");
+  const payload = body === undefined ? undefined : JSON.stringify(body);
+  let res: { status: number; text: string };
   try {
-    res = await fetch(url, {
-      method: opts.method ?? (body === undefined ? "GET" : "POST"),
-      headers: body === undefined ? {} : { "content-type": "application/json" },
-      body: body === undefined ? undefined : JSON.stringify(body),
-      signal,
+    res = await request(url, method, payload, signal).catch((e: Error & { reused?: boolean }) => {
+      if (!e.reused || signal.aborted) throw e;
+      return request(url, method, payload, signal);
     });
-    text = await res.text();
   } catch (e) {
     // The caller's own abort is not the server's fault: let it through as it is.
     if (opts.signal?.aborted) throw opts.signal.reason ?? e;
     if (deadline.aborted) throw new ServerDown(url, `no answer within ${opts.deadlineMs} ms`);
-    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
-    throw new ServerDown(url, `unreachable (${cause?.code ?? cause?.message ?? (e as Error).message})`);
+    const err = e as { code?: string; message?: string; cause?: { code?: string; message?: string } };
+    throw new ServerDown(url, `unreachable (${err.code ?? err.cause?.code ?? err.message})`);
   }
-  if (res.status >= 500) throw new ServerDown(url, `answered ${res.status}: ${text.slice(0, 300)}`);
-  if (res.status >= 400) throw new RequestRejected(url, res.status, text);
-  return text;
+  if (res.status >= 500) throw new ServerDown(url, `answered ${res.status}: ${res.text.slice(0, 300)}`);
+  if (res.status >= 400) throw new RequestRejected(url, res.status, res.text);
+  return res.text;
+}
+
+/** One request; its error carries `reused` when it failed on a kept-alive socket before any answer. */
+function request(url: string, method: string, payload: string | undefined, signal: AbortSignal): Promise<{ status: number; text: string }> {
+  return new Promise((resolve, reject) => {
+    const u = new URL(url);
+    const agent = agents[u.protocol as keyof typeof agents];
+    if (!agent) return reject(new Error(`unsupported protocol ${u.protocol}`));
+    const headers: Record<string, string | number> =
+      payload === undefined ? {} : { "content-type": "application/json", "content-length": Buffer.byteLength(payload) };
+    const mod = u.protocol === "https:" ? https : http;
+    const req = mod.request(u, { method, agent, headers, signal }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, text: Buffer.concat(chunks).toString("utf8") }));
+      res.on("error", reject);
+    });
+    req.on("error", (e: Error & { reused?: boolean; code?: string }) => {
+      if (req.reusedSocket && e.code === "ECONNRESET") e.reused = true;
+      reject(e);
+    });
+    req.end(payload);
+  });
 }

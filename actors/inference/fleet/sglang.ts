@@ -67,7 +67,11 @@ export function segmentOfSglang(url: string, res: z.output<typeof SglangGenerate
 }
 
 export class SglangServer implements EngineServer {
-  constructor(readonly url: string) {}
+  /** abortAll: send abort_all_requests (see loadWeights); `rollstream serve` keeps its requests going instead. */
+  constructor(
+    readonly url: string,
+    private readonly o: { abortAll: boolean } = { abortAll: true },
+  ) {}
 
   async generate(req: SegmentRequest, opts: { deadlineMs: number; signal?: AbortSignal }): Promise<Segment> {
     const res = await callJson(`${this.url}/generate`, sglangGenerateBody(req), SglangGenerateResponse, opts);
@@ -80,7 +84,7 @@ export class SglangServer implements EngineServer {
    * waiting for the longest generation to finish.
    */
   async loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void> {
-    const body = { model_path: dir, weight_version: String(version), abort_all_requests: true };
+    const body = { model_path: dir, weight_version: String(version), abort_all_requests: this.o.abortAll };
     const res = await callJson(`${this.url}/update_weights_from_disk`, body, UpdateResponse, opts).catch((e: unknown) => {
       // A failed load answers 400 with {success: false, message}: still the server's failure to serve the version.
       throw e instanceof ServerDown ? e : new ServerDown(this.url, (e as Error).message);

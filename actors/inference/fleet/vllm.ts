@@ -116,13 +116,18 @@ export class VllmServer implements EngineServer {
   }
 }
 
-/** `rollstream serve`: vLLM's generate route, SGLang's update_weights_from_disk. */
+/**
+ * `rollstream serve`: vLLM's generate route, SGLang's update_weights_from_disk without abort_all_requests: its
+ * engine applies new weights at the next step boundary to the requests in flight too (in-flight update, its
+ * weightUpdate mode), and each answer's weight_versions spans say which version sampled which token, so nothing is
+ * aborted and generated again.
+ */
 export class RollstreamServer extends VllmServer {
   private readonly disk: SglangServer;
 
   constructor(url: string, opts: VllmOptions) {
     super(url, opts);
-    this.disk = new SglangServer(url);
+    this.disk = new SglangServer(url, { abortAll: false });
   }
 
   override loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void> {

@@ -1,5 +1,5 @@
 // Where a run checkpoint's run config is: runs/<run>/checkpoints/step-N (with its manifest.json) keeps it
-// two levels up, as runs/<run>/config.yaml. Shared by the checkpoint client and `eval` (which reads the
+// two levels up, as runs/<run>/config.yaml. Shared by the model-folder loader and `eval` (which reads the
 // run's environment args from it) without loading any model code.
 import { existsSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";

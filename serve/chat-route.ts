@@ -1,0 +1,166 @@
+// POST /v1/chat/completions as vLLM serves it (vllm/entrypoints/openai/chat_completion/protocol.py
+// ChatCompletionRequest, ChatCompletionResponse, ChatCompletionStreamResponse): the messages rendered with the
+// model's chat template (tools passed to it, as transformers' apply_chat_template does), n choices, logprobs
+// {content[].{token, logprob, bytes, top_logprobs}}, return_token_ids (prompt_token_ids on the answer, token_ids on
+// each choice), stream: SSE deltas (role first, then content). The reply is returned as text content: tool calls
+// are not parsed out of it (vLLM does that only with a --tool-call-parser; tool_calls is always []).
+import { randomUUID } from "node:crypto";
+import type { FastifyInstance, FastifyReply } from "fastify";
+import { z } from "zod";
+import type { ChatMessage, Tokenizer } from "../kernels/tokenizer.js";
+import type { OpenAIRouteDeps } from "./completions-route.js";
+import { BadRequest, parseWith } from "./http-errors.js";
+import { choiceSettings, SharedFields, usage } from "./openai-fields.js";
+import { callerGone, SseStream } from "./sse.js";
+import { runChoices, type TextChoice, TextDeltas } from "./text-choices.js";
+import { checkPrompt } from "./vllm-generate-route.js";
+
+const int = z.number().int();
+const TextPart = z.object({ type: z.literal("text", { message: "only text content parts are served" }), text: z.string() });
+
+const Message = z.object({
+  role: z.enum(["system", "developer", "user", "assistant", "tool"]),
+  content: z
+    .union([z.string(), z.array(TextPart)])
+    .nullable()
+    .optional(),
+  name: z.string().optional(),
+  tool_calls: z.array(z.record(z.string(), z.unknown())).optional(),
+  tool_call_id: z.string().optional(),
+});
+
+const Tool = z.object({
+  type: z.literal("function"),
+  function: z.object({ name: z.string().min(1), description: z.string().optional(), parameters: z.record(z.string(), z.unknown()).optional() }),
+});
+
+export const ChatCompletionRequest = z.object({
+  ...SharedFields,
+  messages: z.array(Message).min(1),
+  max_tokens: int.min(1).nullable().optional(),
+  max_completion_tokens: int.min(1).nullable().optional(),
+  logprobs: z.boolean().nullable().optional(),
+  top_logprobs: int.min(0).max(20).nullable().optional(),
+  tools: z.array(Tool).nullable().optional(),
+  tool_choice: z
+    .union([z.enum(["none", "auto"]), z.record(z.string(), z.unknown())])
+    .nullable()
+    .optional(),
+  add_generation_prompt: z.boolean().nullable().optional(),
+});
+type Chat = z.output<typeof ChatCompletionRequest>;
+
+/** The messages as the template sees them: text parts joined, developer as system, tool-call fields kept. */
+function messagesOf(b: Chat): ChatMessage[] {
+  return b.messages.map((m) => {
+    const content = m.content == null ? "" : typeof m.content === "string" ? m.content : m.content.map((p) => p.text).join("");
+    const extra = {
+      ...(m.tool_calls ? { tool_calls: m.tool_calls } : {}),
+      ...(m.tool_call_id ? { tool_call_id: m.tool_call_id } : {}),
+      ...(m.name ? { name: m.name } : {}),
+    };
+    return { role: m.role === "developer" ? "system" : m.role, content, ...extra };
+  });
+}
+
+function promptOf(d: OpenAIRouteDeps, b: Chat): number[] {
+  try {
+    return d.tokenizer.applyChatTemplate(messagesOf(b), {
+      addGenerationPrompt: b.add_generation_prompt ?? true,
+      ...(b.tools?.length ? { tools: b.tools } : {}),
+    });
+  } catch (e) {
+    throw new BadRequest(`messages: the chat template failed (${(e as Error).message})`);
+  }
+}
+
+function logprobsOf(tok: Tokenizer, b: Chat, ids: readonly number[], lps: readonly number[]) {
+  if (!b.logprobs) return null;
+  return {
+    content: ids.map((t, i) => {
+      const token = tok.decode([t]);
+      return { token, logprob: lps[i]!, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] };
+    }),
+  };
+}
+
+function choiceJson(tok: Tokenizer, b: Chat, index: number, c: TextChoice) {
+  return {
+    index,
+    message: { role: "assistant", content: c.text, tool_calls: [] },
+    logprobs: logprobsOf(tok, b, c.tokenIds, c.logprobs),
+    finish_reason: c.finishReason,
+    stop_reason: c.stopReason,
+    ...(b.return_token_ids ? { token_ids: c.tokenIds } : {}),
+  };
+}
+
+export function registerChatRoute(app: FastifyInstance, d: OpenAIRouteDeps): void {
+  app.post("/v1/chat/completions", async (req, reply) => {
+    const b = parseWith(ChatCompletionRequest, req.body, "body");
+    const prompt = promptOf(d, b);
+    checkPrompt(d.engine, prompt, "messages (rendered)");
+    const n = b.n ?? 1;
+    const room = d.engine.limits.contextTokens - prompt.length;
+    const settings = choiceSettings(b, Math.min(room, b.max_completion_tokens ?? b.max_tokens ?? room));
+    const head = { id: `chatcmpl-${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: d.modelName };
+    const signal = callerGone(reply);
+    if (b.stream) return streamChat(reply, d, b, prompt, n, settings, head, signal);
+    const cs = await runChoices(d.engine, d.tokenizer, prompt, n, settings, signal);
+    const completion = cs.reduce((s, c) => s + c.tokenIds.length, 0);
+    return {
+      ...head,
+      object: "chat.completion",
+      choices: cs.map((c, i) => choiceJson(d.tokenizer, b, i, c)),
+      usage: usage(prompt.length, completion),
+      ...(b.return_token_ids ? { prompt_token_ids: prompt } : {}),
+    };
+  });
+}
+
+async function streamChat(
+  reply: FastifyReply,
+  d: OpenAIRouteDeps,
+  b: Chat,
+  prompt: number[],
+  n: number,
+  settings: ReturnType<typeof choiceSettings>,
+  head: Record<string, unknown>,
+  signal: AbortSignal,
+): Promise<void> {
+  const sse = new SseStream(reply);
+  const send = (choice: Record<string, unknown>, extra: Record<string, unknown> = {}) =>
+    sse.send({ ...head, object: "chat.completion.chunk", choices: [choice], ...extra });
+  const deltas = Array.from({ length: n }, () => new TextDeltas(d.tokenizer, settings.stop));
+  for (let i = 0; i < n; i++)
+    send({ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }, b.return_token_ids ? { prompt_token_ids: prompt } : {});
+  try {
+    const cs = await runChoices(d.engine, d.tokenizer, prompt, n, settings, signal, (i, t) => {
+      const ids = b.return_token_ids ? { token_ids: [t.tokenId] } : {};
+      send({
+        index: i,
+        delta: { content: deltas[i]!.push(t.tokenId) },
+        logprobs: logprobsOf(d.tokenizer, b, [t.tokenId], [t.logprob]),
+        finish_reason: null,
+        ...ids,
+      });
+    });
+    cs.forEach((c, i) =>
+      send({ index: i, delta: { content: deltas[i]!.finish(c.text) }, logprobs: null, finish_reason: c.finishReason, stop_reason: c.stopReason }),
+    );
+    if (b.stream_options?.include_usage) {
+      sse.send({
+        ...head,
+        object: "chat.completion.chunk",
+        choices: [],
+        usage: usage(
+          prompt.length,
+          cs.reduce((s, c) => s + c.tokenIds.length, 0),
+        ),
+      });
+    }
+    sse.end();
+  } catch (e) {
+    sse.fail((e as Error).message);
+  }
+}
