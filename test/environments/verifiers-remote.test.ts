@@ -21,7 +21,7 @@ writeFileSync(join(dir, "train.jsonl"), taskLines(2));
 writeFileSync(join(dir, "eval.jsonl"), taskLines(1));
 const tok = new ByteTokenizer();
 const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 24 };
-const endpoint = await EndpointServer.start();
+const endpoint = await EndpointServer.start({ limits: { vocabSize: tok.vocabSize, contextTokens: 4096 } });
 const servers: PythonServer[] = [];
 const envs: Array<{ close?: () => Promise<void> }> = [];
 after(async () => {
