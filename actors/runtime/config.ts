@@ -41,6 +41,9 @@ export const SamplingConfigSchema = z.strictObject({
   maxTokens: pos().default(16),
 });
 
+/** The remote settings of an environment entry when it gives none. */
+export const REMOTE_DEFAULTS = { version: "0.0.0", deadlineMs: 300_000, retries: 2, connectMs: 60_000 } as const;
+
 export const EnvironmentEntrySchema = z
   .strictObject({
     /** name@version-range, resolved from environments/ or node_modules; or a remote one: verifiers:<name>, openenv:<name>. */
@@ -63,10 +66,11 @@ export const EnvironmentEntrySchema = z
       .strictObject({ train: z.string().min(1), eval: z.string().min(1) })
       .optional()
       .describe("verifiers:<name>: JSON-lines files of task data, one task a line (the server holds no data)"),
-    version: z.string().min(1).default("0.0.0").describe("verifiers:<name>: recorded as name@version (a verifiers server reports none)"),
-    deadlineMs: pos().default(300_000).describe("remote: one rollout (a run request; an OpenEnv episode) at most this long, then cancelled"),
-    retries: int().nonnegative().default(2).describe("remote: a rollout whose server went away is run again at most this many times"),
-    connectMs: pos().default(60_000).describe("remote: how long to wait for the server's health at start and after it went away"),
+    // Remote-only settings have no schema default, so a built-in's entry stays as written; REMOTE_DEFAULTS fills them.
+    version: z.string().min(1).optional().describe('verifiers:<name>: recorded as name@version (a verifiers server reports none); default "0.0.0"'),
+    deadlineMs: pos().optional().describe("remote: one rollout (a run request; an OpenEnv episode) at most this long, then cancelled; default 300000"),
+    retries: int().nonnegative().optional().describe("remote: a rollout whose server went away is run again at most this many times; default 2"),
+    connectMs: pos().optional().describe("remote: how long to wait for the server's health at start and after it went away; default 60000"),
   })
   .superRefine((e, ctx) => {
     const problem = (path: string, message: string) => ctx.addIssue({ code: "custom", path: [path], message });
@@ -75,8 +79,11 @@ export const EnvironmentEntrySchema = z
       if (!e.tasks) problem("tasks", `${e.id} needs tasks: {train: file.jsonl, eval: file.jsonl}`);
     } else if (e.id.startsWith("openenv:")) {
       if (!e.url) problem("url", `${e.id} needs url: ws://host:port (the OpenEnv server)`);
-    } else if (e.server || e.url || e.tasks) {
-      problem("id", `server, url and tasks are for remote environments (verifiers:<name>, openenv:<name>), not ${e.id}`);
+    } else if ([e.server, e.url, e.tasks, e.version, e.deadlineMs, e.retries, e.connectMs].some((v) => v !== undefined)) {
+      problem(
+        "id",
+        `server, url, tasks, version, deadlineMs, retries and connectMs are for remote environments (verifiers:<name>, openenv:<name>), not ${e.id}`,
+      );
     }
   });
 

@@ -3,7 +3,7 @@
 import type { Environment } from "../../environments/api/index.js";
 import { resolveEnvironment } from "../../environments/registry.js";
 import { isRemoteEnvironmentId, loadRemoteEnvironment } from "../../environments/remote/index.js";
-import type { RunConfig } from "./config.js";
+import { REMOTE_DEFAULTS, type RunConfig } from "./config.js";
 
 export interface LoadedEnvironment {
   key: string;
@@ -15,7 +15,15 @@ export interface LoadedEnvironment {
 
 /** One entry of the run's environments: a module resolved by name and range, or a remote server. */
 export function loadEnvironmentEntry(entry: RunConfig["environments"][number]): Promise<Environment> {
-  return isRemoteEnvironmentId(entry.id) ? loadRemoteEnvironment(entry) : resolveEnvironment(entry.id, entry.args);
+  if (!isRemoteEnvironmentId(entry.id)) return resolveEnvironment(entry.id, entry.args);
+  const d = REMOTE_DEFAULTS;
+  return loadRemoteEnvironment({
+    ...entry,
+    version: entry.version ?? d.version,
+    deadlineMs: entry.deadlineMs ?? d.deadlineMs,
+    retries: entry.retries ?? d.retries,
+    connectMs: entry.connectMs ?? d.connectMs,
+  });
 }
 
 /** Lets go of the remote environments' connections (their servers keep running). */

@@ -5,6 +5,7 @@ import type { Environment, ModelEndpoint } from "../../environments/api/index.js
 import type { RemoteEnvHealth } from "../../streams/index.js";
 import type { ActorContext } from "./actor.js";
 import { EndpointServer } from "./model-endpoint/endpoint-server.js";
+import { modelConfigOf } from "./model-factory.js";
 import { closeAtExit, type LoadedEnvironment } from "./environments.js";
 
 export interface RemoteRuntime {
@@ -17,8 +18,15 @@ export async function startRemoteRuntime(ctx: ActorContext, envs: Iterable<Loade
   const remote = [...envs].filter((l) => l.env.remote);
   if (remote.length === 0) return { close: async () => undefined };
   const settings = { ...ctx.config.actors.inference.endpoint, ...over };
+  const shape = modelConfigOf(ctx.config);
   const endpoint = remote.some((l) => l.env.remote!.needsEndpoint)
-    ? await EndpointServer.start({ host: settings.host, port: settings.port, advertiseHost: settings.advertiseHost, signal: ctx.signal })
+    ? await EndpointServer.start({
+        host: settings.host,
+        port: settings.port,
+        advertiseHost: settings.advertiseHost,
+        limits: { vocabSize: shape.vocabSize, contextTokens: shape.maxPositionEmbeddings },
+        log: (e) => ctx.log.error({ err: e.message }, "generate route failed"),
+      })
     : undefined;
   if (endpoint) ctx.log.info({ baseUrl: endpoint.baseUrl }, "serving /inference/v1/generate for remote environments");
   const stopHealth = watchHealth(ctx, remote, settings.healthCheckMs, () => endpoint?.openSessions ?? 0);

@@ -242,6 +242,15 @@ function printReport(run: string, url: string, status: string | undefined, h: Ru
     lines.push("inference engines:");
     for (const i of engines) lines.push(`  ${instanceLabel(i.actor, i.instance).padEnd(16)} ${engineLine(i.engine!)}`);
   }
+  const remote = h.instances.filter((i) => i.remoteEnvs?.length && i.state !== "exited");
+  if (remote.length > 0) {
+    lines.push("remote environment servers:");
+    for (const i of remote)
+      for (const r of i.remoteEnvs!)
+        lines.push(
+          `  ${instanceLabel(i.actor, i.instance).padEnd(16)} ${r.env} at ${r.address}: ${r.healthy ? "answers health" : "DOES NOT ANSWER health"} (checked ${r.checkedAt}), ${r.inFlight} rollouts open`,
+        );
+  }
   if (consumers.length > 0) {
     lines.push("work consumers:");
     for (const c of consumers) {

@@ -130,7 +130,9 @@ async function evalAction(spec: string, flags: EvalFlags, deps: EvalCommandDeps)
   const env = isRemoteEnvironmentId(spec) ? await remoteEnvironment(spec, flags, envArgs) : await resolveEnvironment(spec, envArgs);
   const { model, modelTag } = await modelOf(flags, deps);
   // A verifiers env-server calls the model itself: serve ours to it over vLLM's generate route.
-  const endpoint = env.remote?.needsEndpoint ? await EndpointServer.start() : undefined;
+  const endpoint = env.remote?.needsEndpoint
+    ? await EndpointServer.start({ limits: { vocabSize: model.tokenizer.vocabSize, contextTokens: Number.POSITIVE_INFINITY } })
+    : undefined;
   const natsUrl = flags.nats ?? process.env["NATS_URL"];
   const sandbox = natsUrl ? await (deps.makeSandbox ?? natsSandbox)(natsUrl) : undefined;
   // Another split's results go beside the eval split's, not over them (a folder resumes one split only).

@@ -4,7 +4,7 @@
 // wait for input (the next task) is idle, never stuck: its cause is upstream, and upstream has its own
 // heartbeat. `rollstream doctor` prints these verdicts; `train` names the unhealthy ones as it runs.
 import type { NatsConnection } from "@nats-io/transport-node";
-import { HealthBoard, openWire, type EngineFigures, type HealthEntry, type Heartbeat, type LogLine } from "../../streams/index.js";
+import { HealthBoard, openWire, type EngineFigures, type HealthEntry, type Heartbeat, type LogLine, type RemoteEnvHealth } from "../../streams/index.js";
 
 export interface HealthThresholds {
   /** No heartbeat for longer than this: silent. */
@@ -37,6 +37,8 @@ export interface InstanceHealth {
   idleRatio?: Record<string, number>;
   /** An instance running an inference engine (inference, evaluator): its scheduler's figures. */
   engine?: EngineFigures;
+  /** The remote environment servers it talks to, as of their last health check. */
+  remoteEnvs?: RemoteEnvHealth[];
   lastLog: LogLine | null;
 }
 
@@ -84,6 +86,7 @@ export function classifyInstance(e: HealthEntry, now: number, t: HealthThreshold
     inFlight: hb.inFlight,
     idleRatio: hb.idleRatio,
     ...(hb.engine ? { engine: hb.engine } : {}),
+    ...(hb.remoteEnvs ? { remoteEnvs: hb.remoteEnvs } : {}),
     lastLog: hb.lastLog,
   };
   // Its last state and item were what it did before it exited: shown as such they read as live work.
@@ -114,6 +117,11 @@ export function classifyRun(entries: readonly HealthEntry[], runStatus: string |
     .filter((i) => i.verdict === "silent" || i.verdict === "stuck" || i.verdict === "blocked" || i.verdict === "unreadable")
     .map((i) => `${instanceLabel(i.actor, i.instance)} ${i.verdict}: ${i.reason}`);
   const live = instances.filter((i) => i.verdict !== "exited");
+  for (const i of live) {
+    for (const r of i.remoteEnvs ?? []) {
+      if (!r.healthy) problems.push(`remote environment ${r.env} at ${r.address} does not answer health (seen by ${instanceLabel(i.actor, i.instance)})`);
+    }
+  }
   if (runStatus === "failed") problems.push("run status is failed");
   else if (runStatus !== "done" && live.length === 0) problems.push(`no actor is running (run status ${runStatus ?? "unknown"}): start or resume the run`);
   return { healthy: problems.length === 0, instances, problems };

@@ -31,4 +31,6 @@ export interface EndpointSession {
 export interface EndpointCall {
   promptIds: number[];
   generation: Generation;
+  /** How long the engine took over it. */
+  ms: number;
 }

@@ -182,3 +182,24 @@ test("config check reports a cross-field rule even when a field has a type error
   assert.deepEqual(ok.problems, []);
   assert.equal(ok.config?.rl.steps, 10);
 });
+
+test("remote environments: verifiers needs server and tasks, openenv a url; a built-in takes none of their fields", () => {
+  const ok = parseRunConfig({
+    run: "r",
+    environments: [
+      { id: "verifiers:reverse-text", server: "tcp://127.0.0.1:5555", tasks: { train: "t.jsonl", eval: "e.jsonl" } },
+      { id: "openenv:echo", url: "ws://127.0.0.1:8000", deadlineMs: 1000 },
+      { id: "arithmetic" },
+    ],
+  });
+  assert.equal(ok.environments[0]!.server, "tcp://127.0.0.1:5555");
+  assert.equal(ok.environments[1]!.deadlineMs, 1000);
+  assert.deepEqual(Object.keys(ok.environments[2]!).sort(), ["args", "id", "weight"], "a built-in's entry gains no remote fields");
+  assert.throws(() => parseRunConfig({ run: "r", environments: [{ id: "verifiers:x" }] }), /needs server: tcp:\/\/host:port[\s\S]*needs tasks/);
+  assert.throws(
+    () => parseRunConfig({ run: "r", environments: [{ id: "verifiers:x", server: "http://h:1", tasks: { train: "a", eval: "b" } }] }),
+    /a ZeroMQ address/,
+  );
+  assert.throws(() => parseRunConfig({ run: "r", environments: [{ id: "openenv:x" }] }), /needs url: ws:\/\/host:port/);
+  assert.throws(() => parseRunConfig({ run: "r", environments: [{ id: "arithmetic", server: "tcp://h:1" }] }), /are for remote environments/);
+});

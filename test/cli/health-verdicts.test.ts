@@ -86,3 +86,13 @@ test("a run is healthy when every live instance is, and something runs unless it
   const bad = classifyRun([{ key: "reward.reward-0", exited: false, heartbeat: null, error: "instance: required", written: new Date(NOW) }], "running", NOW, t);
   assert.deepEqual(bad.problems, ["reward-0 unreadable: unreadable heartbeat: instance: required"]);
 });
+
+test("a remote environment server that does not answer health makes the run unhealthy, named with who saw it", () => {
+  const remote = (healthy: boolean) => [{ env: "verifiers:rt@1.0.0", address: "tcp://h:5555", healthy, checkedAt: iso(NOW - 1000), inFlight: 3 }];
+  const ok = classifyRun([entry({ remoteEnvs: remote(true) }, 1000)], "running", NOW);
+  assert.equal(ok.healthy, true, ok.problems.join("; "));
+  assert.equal(ok.instances[0]!.remoteEnvs![0]!.inFlight, 3);
+  const down = classifyRun([entry({ remoteEnvs: remote(false) }, 1000)], "running", NOW);
+  assert.equal(down.healthy, false);
+  assert.deepEqual(down.problems, ["remote environment verifiers:rt@1.0.0 at tcp://h:5555 does not answer health (seen by inference-0)"]);
+});

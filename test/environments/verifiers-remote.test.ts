@@ -21,7 +21,7 @@ writeFileSync(join(dir, "train.jsonl"), taskLines(2));
 writeFileSync(join(dir, "eval.jsonl"), taskLines(1));
 const tok = new ByteTokenizer();
 const sampling = { temperature: 1, topP: 1, topK: 0, maxTokens: 24 };
-const endpoint = await EndpointServer.start();
+const endpoint = await EndpointServer.start({ limits: { vocabSize: tok.vocabSize, contextTokens: 4096 } });
 const servers: PythonServer[] = [];
 const envs: Array<{ close?: () => Promise<void> }> = [];
 after(async () => {
@@ -119,6 +119,14 @@ test("a run past its deadline is cancelled on the server", async () => {
   const log = () => readFileSync(join(dir, "slow.log"), "utf8");
   for (let i = 0; i < 100 && !/cancelled \w+ True/.test(log()); i++) await new Promise((r) => setTimeout(r, 50));
   assert.match(log(), /cancelled \w+ True/, "the server found the run and cancelled it");
+  // Shutdown: an aborted rollout cancels its run on the server the same way.
+  const ac = new AbortController();
+  const pending = e.rollout({ model: reverser(), sampling, endpoint, signal: ac.signal }, e.dataset("eval").row(1));
+  await new Promise((r) => setTimeout(r, 200));
+  ac.abort(new Error("shutting down"));
+  await assert.rejects(pending, /shutting down/);
+  for (let i = 0; i < 100 && (log().match(/cancelled \w+ True/g) ?? []).length < 2; i++) await new Promise((r) => setTimeout(r, 50));
+  assert.equal((log().match(/cancelled \w+ True/g) ?? []).length, 2, log());
 });
 
 test("a server that dies mid-episode: the rollout runs again on the restarted server, once", async () => {

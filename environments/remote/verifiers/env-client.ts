@@ -36,7 +36,8 @@ interface Pending {
 }
 
 export class EnvServerClient {
-  private readonly socket = new Dealer({ linger: 0, sendHighWaterMark: 0, receiveHighWaterMark: 0, reconnectInterval: 100 });
+  // linger: cancels sent at shutdown get half a second to leave before the socket closes.
+  private readonly socket = new Dealer({ linger: 500, sendHighWaterMark: 0, receiveHighWaterMark: 0, reconnectInterval: 100 });
   private readonly pending = new Map<string, Pending>();
   private receiving = false;
   private sendChain: Promise<void> = Promise.resolve();

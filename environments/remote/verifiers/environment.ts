@@ -74,7 +74,11 @@ async function runRollout(client: EnvServerClient, opts: VerifiersEnvOptions, ct
     try {
       const episode = await client.run(runRequest(row, endpoint.baseUrl, endpoint.model, session.headers, ctx.sampling), opts.deadlineMs, ctx.signal);
       const ms = performance.now() - t0;
-      const generateMs = session.calls.length > 0 ? ms : 0;
+      // The engine's time on the server's calls; the rest of the episode is the environment's (and the wire's).
+      const generateMs = Math.min(
+        ms,
+        session.calls.reduce((s, c) => s + c.ms, 0),
+      );
       return traceToRollout(episode, trainableTrace(episode), session.calls, { generateMs, envMs: ms - generateMs });
     } catch (e) {
       if (!(e instanceof ServerLostError) || attempt >= opts.retries || ctx.signal?.aborted) throw e;

@@ -2,7 +2,8 @@
 // over its engine and publishes the traces as raw groups, reward passes the server's scores through, the learner
 // steps. The Python test server (test/helpers/verifiers_env_server.py) dies mid-episode once and is restarted at
 // the same address: every task is published exactly once. A server whose traces disagree with the engine's tokens
-// gets its tasks dead-lettered with the reason, and nothing of it is trained.
+// gets its tasks dead-lettered with the reason, and nothing of it is trained. An OpenEnv server's episodes, played
+// by our engine over /ws (test/helpers/openenv_server.py), are trained the same way.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
@@ -11,6 +12,7 @@ import { startRun, storedMessages, waitUntil } from "../helpers/run-fixture.js";
 import { startPythonServer, type PythonServer } from "../helpers/python-env-server.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { decode } from "@msgpack/msgpack";
+import { HealthBoard } from "../../streams/index.js";
 
 const model = {
   vocabSize: 288,
@@ -57,6 +59,11 @@ test("a verifiers env-server in the loop: it dies mid-episode, is restarted, and
   const run = await remoteRun("vfloop", first.address, dir);
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
+    // The inference actor's heartbeat says whether the env server answered its last health check.
+    const remoteHealth = async () =>
+      (await new HealthBoard(run.topology.wire.health).read()).find((e) => e.heartbeat?.actor === "inference" && !e.exited)?.heartbeat?.remoteEnvs?.[0];
+    await waitUntil("the env server's health in inference's heartbeat", async () => (await remoteHealth())?.healthy === true, 60_000, `${run.dir}/logs`);
+    assert.equal((await remoteHealth())!.env, "verifiers:reverse-text@1.2.0");
     await waitUntil("3 RL steps", async () => (await run.state.learnerStep()) >= 3, 180_000, `${run.dir}/logs`);
     assert.notEqual(await first.exited, 0, "the first server died mid-episode");
     await restarted;
@@ -99,6 +106,31 @@ test("a server whose traces disagree with the engine: its tasks are dead-lettere
       /^trace: rollout \d of task .*: trace \w+ turn 0 \(node \d+\): token 0 is \d+ in the trace but the engine sampled \d+/,
     );
     assert.equal((await storedMessages(jsm, names.streams.rollouts, names.subjects.rolloutsRaw)).length, 0, "nothing reached the learner");
+  } finally {
+    await run.close();
+    await server.stop();
+  }
+});
+
+test("an OpenEnv server in the loop: its episodes are rolled out by our engine and trained, rewards from the server", async () => {
+  const server = await startPythonServer("openenv_server.py", []);
+  const run = await startRun("oeloop", {
+    model,
+    environments: [{ id: "openenv:reverse-word", url: server.address, args: { maxTurns: 2 } }],
+    rl: { steps: 2, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
+  });
+  try {
+    for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
+    await waitUntil("2 RL steps", async () => (await run.state.learnerStep()) >= 2, 120_000, `${run.dir}/logs`);
+    const { jsm, names } = run.topology;
+    const rows = (await storedMessages(jsm, names.streams.rollouts, names.subjects.rolloutsScored)).flatMap((m) => decodeRolloutBatch(m.data).rows);
+    assert.ok(rows.length >= 16, `${rows.length} scored rows`);
+    for (const r of rows) {
+      assert.equal(r.env, "openenv:reverse-word@0.3.1");
+      assert.match(r.messages[0]!.content, /^Reverse the word: \w+$/, "the prompt is the server's first observation");
+      assert.ok(r.numTurns >= 1 && r.numTurns <= 2);
+      assert.equal(r.reward, r.rewardComponents["reward"]);
+    }
   } finally {
     await run.close();
     await server.stop();
