@@ -55,6 +55,16 @@ function engineGauges(registry: Registry, engine: PolicyTokenEngine): void {
     },
   });
   new Gauge({
+    name: "rollstream_serve_kv_cache_usage_perc",
+    help: "share of the KV pool held by sequences, 0..1 (blocks kept only for prefix hits count as free, as vLLM counts them)",
+    registers: [registry],
+    collect() {
+      const f = figures();
+      const total = f.kvBlocksUsed + f.kvBlocksCached + f.kvBlocksFree;
+      this.set(total > 0 ? f.kvBlocksUsed / total : 0);
+    },
+  });
+  new Gauge({
     name: "rollstream_serve_paused",
     help: "1 while paused",
     registers: [registry],

@@ -206,6 +206,13 @@ export const FleetSchema = z.strictObject({
     .default(300_000)
     .describe("one generate request that takes longer fails; its server leaves rotation and the request is retried on another"),
   maxInFlightPerServer: pos().default(64).describe("generate requests outstanding on one server at most; more wait in the actor"),
+  adaptiveCap: z
+    .boolean()
+    .default(true)
+    .describe(
+      "each server's cap follows its /metrics (queue and KV gauges of vLLM, SGLang or rollstream serve): what it runs at once while it queues or its KV is nearly full, up to maxInFlightPerServer while it has room",
+    ),
+  loadCheckMs: pos().default(2_000).describe("adaptiveCap: how often each server's /metrics is read"),
   updateDeadlineMs: pos().default(600_000).describe("one weight-update call (load, pause, resume) that takes longer fails"),
   updateRetries: int().nonnegative().default(2).describe("a failed weight update of one server is retried this many times; then the server leaves rotation"),
   healthCheckMs: pos().default(5_000).describe("a server out of rotation is health-checked this often; once healthy it gets the current weights and rejoins"),

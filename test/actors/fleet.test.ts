@@ -243,7 +243,7 @@ test("a server killed mid-run: its requests finish on the other, nothing is lost
     await servers[0]!.restart();
     const deadline = Date.now() + 5_000;
     while (r.fleet.describe()[0]!.state !== "in" && Date.now() < deadline) await new Promise((res) => setTimeout(res, 20));
-    assert.deepEqual(r.fleet.describe()[0], { url: servers[0]!.url, state: "in", version: 1, inFlight: 0 });
+    assert.deepEqual(r.fleet.describe()[0], { url: servers[0]!.url, state: "in", version: 1, inFlight: 0, cap: 64 });
     assert.deepEqual(
       servers[0]!.engine.loads.map((l) => l[0]),
       ["0", "1"],

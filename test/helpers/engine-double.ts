@@ -78,6 +78,8 @@ export class EngineDouble {
   stepDelayMs = 0;
   failUpdates = false;
   unhealthy = false;
+  /** What GET /metrics answers (Prometheus text); null: no such route (404). */
+  metrics: string | null = null;
   /** While set, no step runs (a pause in keep mode, an update in progress). */
   private gate: Promise<void> | null = null;
   private openGate: (() => void) | null = null;

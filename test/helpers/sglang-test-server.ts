@@ -48,6 +48,7 @@ export interface SglangServerOptions {
 
 export function sglangApp(engine: EngineDouble, opts: SglangServerOptions = {}): FastifyInstance {
   const app = Fastify({ forceCloseConnections: true });
+  app.get("/metrics", async (_req, reply) => (engine.metrics === null ? reply.code(404).send() : reply.type("text/plain").send(engine.metrics)));
   app.get("/health", async (_req, reply) => reply.code(engine.unhealthy ? 503 : 200).send());
   app.post("/generate", async (req, reply) => {
     engine.received.push({ route: "/generate", body: req.body });

@@ -41,6 +41,7 @@ export interface VllmServerOptions {
 export function vllmApp(engine: EngineDouble, opts: VllmServerOptions = {}): FastifyInstance {
   const app = Fastify({ forceCloseConnections: true });
   let paused = false;
+  app.get("/metrics", async (_req, reply) => (engine.metrics === null ? reply.code(404).send() : reply.type("text/plain").send(engine.metrics)));
   app.get("/health", async (_req, reply) => reply.code(engine.unhealthy ? 503 : 200).send());
   app.post("/inference/v1/generate", async (req, reply) => {
     engine.received.push({ route: "/inference/v1/generate", body: req.body });

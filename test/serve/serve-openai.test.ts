@@ -4,6 +4,7 @@
 // the client reports as BadRequestError.
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import { LOAD_GAUGES, loadOf } from "../../actors/inference/fleet/server-load.js";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -173,6 +174,9 @@ test("openai client: bad requests are 400s with one line; models, health and met
   const metrics = await (await fetch(`${server.url}/metrics`)).text();
   assert.match(metrics, /rollstream_serve_requests_total\{route="\/v1\/completions",status="400"\} 2/);
   assert.match(metrics, /rollstream_serve_generated_tokens_total \d+/);
+  // What the fleet's adaptive cap reads (actors/inference/fleet/server-load.ts).
+  const load = loadOf(metrics, LOAD_GAUGES.rollstream);
+  assert.ok(load && load.kvUsage !== null && load.kvUsage >= 0 && load.kvUsage <= 1, `rollstream serve's load gauges: ${JSON.stringify(load)}`);
   // Positive control after the errors: the server still serves.
   const ok = await client.completions.create({ model: "tiny", prompt: "x", max_tokens: 2 });
   assert.equal(ok.choices.length, 1);

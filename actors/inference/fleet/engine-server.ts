@@ -2,6 +2,7 @@
 // prefix (one segment of a generation), load a policy version from an HF folder, and say whether it is up.
 // Token ids in, token ids and the sampler's logprobs out: nothing is re-tokenised.
 import type { VersionSpan } from "../../../environments/api/model.js";
+import type { ServerLoad } from "./server-load.js";
 
 export interface SegmentRequest {
   /** Unique per HTTP request (a retry or a resubmitted remainder gets a new one). */
@@ -37,6 +38,8 @@ export interface EngineServer {
   /** Loads the HF folder `dir` as policy `version`; resolves once the server serves it, throws otherwise. */
   loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void>;
   healthy(opts: { deadlineMs: number }): Promise<boolean>;
+  /** Its queue and KV figures from /metrics (null when it exports none): the fleet sizes its in-flight cap by them. */
+  load?(opts: { deadlineMs: number }): Promise<ServerLoad | null>;
 }
 
 /** A server's weight-version label as one of our versions, or null when it is not (a server started with another label). */

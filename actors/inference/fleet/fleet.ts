@@ -2,7 +2,9 @@
 // - Sticky by rollout: each rollout has its own client, and all its turns go to the server its first turn went
 //   to (its prefix stays in that server's cache), unless that server leaves rotation.
 // - The prefix cache is namespaced by run and policy version (cache_salt / extra_key).
-// - At most maxInFlightPerServer requests per server; the rest wait here.
+// - At most maxInFlightPerServer requests per server; the rest wait here. With adaptiveCap, each server's cap follows
+//   its own queue and KV figures from /metrics (server-load.ts): what it runs at once while it queues, more while
+//   it has room and the fleet waits for it.
 // - A server that fails (unreachable, 5xx, past its deadline, off-protocol) leaves rotation at once; its requests
 //   in flight are aborted and resubmitted elsewhere with the tokens they already had, so nothing is lost. Every
 //   healthCheckMs a server out of rotation is checked; once healthy it loads the current weights and rejoins.
@@ -19,6 +21,7 @@ import type { z } from "zod";
 import type { EngineServer, Segment, SegmentRequest } from "./engine-server.js";
 import { GenerationBuilder, firstStop } from "./generation.js";
 import { ServerDown } from "./http.js";
+import { nextCap } from "./server-load.js";
 
 type FleetSettings = z.output<typeof FleetSchema>;
 
@@ -49,9 +52,18 @@ class Slot {
   /** The policy version this server serves (-1: none of ours yet). */
   version = -1;
   inFlight = 0;
+  /** Requests it may have outstanding (adaptiveCap moves it within 1..maxInFlightPerServer). */
+  cap: number;
+  /** A request waited for this server's cap since its last load check. */
+  heldBack = false;
   /** Aborted when the server leaves rotation, so the requests it holds are resubmitted elsewhere at once. */
   epoch = new AbortController();
-  constructor(readonly server: EngineServer) {}
+  constructor(
+    readonly server: EngineServer,
+    maxInFlight: number,
+  ) {
+    this.cap = maxInFlight;
+  }
 }
 
 /** All the turns of one rollout. */
@@ -81,7 +93,7 @@ export class Fleet implements InferenceBackend {
 
   constructor(private readonly o: FleetOptions) {
     if (o.servers.length === 0) throw new Error("a fleet needs at least one server");
-    this.slots = o.servers.map((s) => new Slot(s));
+    this.slots = o.servers.map((s) => new Slot(s, o.settings.maxInFlightPerServer));
   }
 
   /** Exports `version`, brings every healthy server to it, and starts the health loop for the others. */
@@ -92,6 +104,7 @@ export class Fleet implements InferenceBackend {
     const up = this.slots.filter((s) => s.state === "in").length;
     this.o.log.info({ version, inRotation: up, servers: this.slots.length }, "fleet started");
     void this.healthLoop();
+    if (this.o.settings.adaptiveCap) void this.loadLoop();
   }
 
   swapWeights(version: number, safetensors: Uint8Array, _rollback: boolean): Promise<void> {
@@ -109,8 +122,8 @@ export class Fleet implements InferenceBackend {
   }
 
   /** Servers in rotation and the version each serves (tests, doctor). */
-  describe(): { url: string; state: string; version: number; inFlight: number }[] {
-    return this.slots.map((s) => ({ url: s.server.url, state: s.state, version: s.version, inFlight: s.inFlight }));
+  describe(): { url: string; state: string; version: number; inFlight: number; cap: number }[] {
+    return this.slots.map((s) => ({ url: s.server.url, state: s.state, version: s.version, inFlight: s.inFlight, cap: s.cap }));
   }
 
   /** One generation: segments until it stops, reaches its budget, or (after an abort) is resubmitted to the end. */
@@ -193,11 +206,16 @@ export class Fleet implements InferenceBackend {
   }
 
   private pick(rc: RolloutClient): Slot | null {
-    const cap = this.o.settings.maxInFlightPerServer;
     const sticky = rc.slot;
     // Its own server while it can take the request, or while it is full: the rollout's prefix is cached there.
-    if (sticky?.state === "in") return sticky.inFlight < cap ? sticky : null;
-    let ready = this.slots.filter((s) => s.state === "in" && s.inFlight < cap);
+    if (sticky?.state === "in") {
+      if (sticky.inFlight < sticky.cap) return sticky;
+      sticky.heldBack = true;
+      return null;
+    }
+    const inRotation = this.slots.filter((s) => s.state === "in");
+    let ready = inRotation.filter((s) => s.inFlight < s.cap);
+    if (ready.length === 0) for (const s of inRotation) s.heldBack = true;
     // While its server updates, a server already on newer weights loses nothing (the version-salted cache is
     // cold after the update anyway); one on older weights would only add staleness: wait for the update then.
     if (sticky?.state === "updating") ready = ready.filter((s) => s.version > sticky.version);
@@ -247,6 +265,26 @@ export class Fleet implements InferenceBackend {
     while (!this.o.signal.aborted) {
       await sleep(this.o.settings.healthCheckMs, this.o.signal);
       for (const slot of this.slots) if (slot.state === "out") await this.serial(() => this.rejoin(slot));
+    }
+  }
+
+  /** adaptiveCap: every loadCheckMs each server in rotation's cap follows its /metrics (server-load.ts). */
+  private async loadLoop(): Promise<void> {
+    const { loadCheckMs, maxInFlightPerServer } = this.o.settings;
+    while (!this.o.signal.aborted) {
+      await sleep(loadCheckMs, this.o.signal);
+      for (const slot of this.slots) {
+        if (slot.state !== "in" || !slot.server.load) continue;
+        const load = await slot.server.load({ deadlineMs: Math.max(1_000, loadCheckMs) });
+        const heldBack = slot.heldBack;
+        slot.heldBack = false;
+        if (!load) continue;
+        const cap = nextCap(slot.cap, load, maxInFlightPerServer, heldBack);
+        if (cap === slot.cap) continue;
+        this.o.log.info({ server: slot.server.url, from: slot.cap, to: cap, ...load }, "server in-flight cap");
+        slot.cap = cap;
+        this.wake();
+      }
     }
   }
 

@@ -5,6 +5,7 @@
 import { z } from "zod";
 import { type EngineServer, type Segment, type SegmentRequest, spansOfLabels, versionOfLabel } from "./engine-server.js";
 import { callJson, ServerDown } from "./http.js";
+import { fetchLoad, LOAD_GAUGES, type ServerLoad } from "./server-load.js";
 
 const int = z.number().int();
 
@@ -90,6 +91,10 @@ export class SglangServer implements EngineServer {
       throw e instanceof ServerDown ? e : new ServerDown(this.url, (e as Error).message);
     });
     if (!res.success) throw new ServerDown(this.url, `update_weights_from_disk failed: ${res.message ?? "(no message)"}`);
+  }
+
+  load(opts: { deadlineMs: number }): Promise<ServerLoad | null> {
+    return fetchLoad(this.url, LOAD_GAUGES.sglang, opts.deadlineMs);
   }
 
   async healthy(opts: { deadlineMs: number }): Promise<boolean> {

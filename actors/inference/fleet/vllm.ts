@@ -8,6 +8,7 @@ import { z } from "zod";
 import { type EngineServer, type Segment, type SegmentRequest, spansOfLabels } from "./engine-server.js";
 import { call, callJson, RequestRejected, ServerDown } from "./http.js";
 import { SglangServer } from "./sglang.js";
+import { fetchLoad, LOAD_GAUGES, type LoadGauges, type ServerLoad } from "./server-load.js";
 
 const int = z.number().int();
 
@@ -117,6 +118,14 @@ export class VllmServer implements EngineServer {
     }
   }
 
+  load(opts: { deadlineMs: number }): Promise<ServerLoad | null> {
+    return fetchLoad(this.url, this.gauges, opts.deadlineMs);
+  }
+
+  protected get gauges(): LoadGauges {
+    return LOAD_GAUGES.vllm;
+  }
+
   async healthy(opts: { deadlineMs: number }): Promise<boolean> {
     return call(`${this.url}/health`, undefined, opts).then(
       () => true,
@@ -141,5 +150,9 @@ export class RollstreamServer extends VllmServer {
 
   override loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void> {
     return this.disk.loadWeights(dir, version, opts);
+  }
+
+  protected override get gauges(): LoadGauges {
+    return LOAD_GAUGES.rollstream;
   }
 }
