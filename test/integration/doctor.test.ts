@@ -80,7 +80,11 @@ test("doctor: healthy run, each stopped actor named silent within seconds, healt
       async () => {
         if ((await run.state.learnerStep()) < 1) return false;
         seen.last = await doctor(url, "doctor");
-        return seen.last.code === 0 && seen.last.report?.instances.filter((i) => i.verdict === "healthy").length === ACTORS.length;
+        const instances = seen.last.report?.instances ?? [];
+        // The engine's figures join inference's heartbeat once its engine is open: a heartbeat written just before
+        // that has none yet (the race this waits out; the assertion below still needs them).
+        const engineReported = instances.some((i) => i.actor === "inference" && i.engine !== undefined);
+        return seen.last.code === 0 && engineReported && instances.filter((i) => i.verdict === "healthy").length === ACTORS.length;
       },
       60_000,
       logs,
