@@ -106,22 +106,13 @@ function crossFieldProblems(raw: Record<string, unknown>): string[] {
 
 function toModelConfig(hf: HfConfig): ModelConfig {
   const d = HF_DEFAULTS[hf.model_type];
+  if (hf.model_type === "glm4_moe") return glmModelConfig(hf, d);
   // Qwen3MoeConfig has no head_dim default of its own: absent means hidden/heads there.
   const headDim = hf.head_dim ?? (hf.model_type === "qwen3" ? QWEN3_HEAD_DIM : hf.hidden_size / hf.num_attention_heads);
   const qwen3 = hf.model_type === "qwen3" || hf.model_type === "qwen3_moe" ? { headDim, qkNorm: true } : {};
   const moe = hf.model_type === "qwen3_moe" ? moeOf(hf) : undefined;
-  if (hf.model_type === "glm4_moe") return glmModelConfig(hf, d);
   return {
-    vocabSize: hf.vocab_size,
-    hiddenSize: hf.hidden_size,
-    intermediateSize: hf.intermediate_size,
-    numLayers: hf.num_hidden_layers,
-    numHeads: hf.num_attention_heads,
-    numKvHeads: hf.num_key_value_heads ?? hf.num_attention_heads,
-    rmsNormEps: hf.rms_norm_eps ?? d.rmsNormEps,
-    ropeTheta: hf.rope_theta ?? hf.rope_parameters?.rope_theta ?? d.ropeTheta,
-    tieWordEmbeddings: hf.tie_word_embeddings ?? d.tieWordEmbeddings,
-    maxPositionEmbeddings: hf.max_position_embeddings ?? d.maxPositionEmbeddings,
+    ...sharedFields(hf, d),
     // Qwen2's modeling code always builds q/k/v with bias, whatever attention_bias says.
     attentionBias: hf.model_type === "qwen2",
     ...qwen3,
@@ -129,9 +120,8 @@ function toModelConfig(hf: HfConfig): ModelConfig {
   };
 }
 
-function glmModelConfig(hf: HfConfig, d: (typeof HF_DEFAULTS)["glm4_moe"]): ModelConfig {
-  const headDim = hf.head_dim ?? hf.hidden_size / hf.num_attention_heads;
-  const rotaryDim = glmRotaryDim(hf, headDim);
+/** The fields every architecture reads the same way (with its own defaults). */
+function sharedFields(hf: HfConfig, d: (typeof HF_DEFAULTS)[keyof typeof HF_DEFAULTS]) {
   return {
     vocabSize: hf.vocab_size,
     hiddenSize: hf.hidden_size,
@@ -143,6 +133,14 @@ function glmModelConfig(hf: HfConfig, d: (typeof HF_DEFAULTS)["glm4_moe"]): Mode
     ropeTheta: hf.rope_theta ?? hf.rope_parameters?.rope_theta ?? d.ropeTheta,
     tieWordEmbeddings: hf.tie_word_embeddings ?? d.tieWordEmbeddings,
     maxPositionEmbeddings: hf.max_position_embeddings ?? d.maxPositionEmbeddings,
+  };
+}
+
+function glmModelConfig(hf: HfConfig, d: (typeof HF_DEFAULTS)["glm4_moe"]): ModelConfig {
+  const headDim = hf.head_dim ?? hf.hidden_size / hf.num_attention_heads;
+  const rotaryDim = glmRotaryDim(hf, headDim);
+  return {
+    ...sharedFields(hf, d),
     attentionBias: hf.attention_bias ?? false,
     headDim,
     ...(hf.use_qk_norm ? { qkNorm: true } : {}),
