@@ -16,6 +16,7 @@ import { Kvm, type KV } from "@nats-io/kv";
 import { Objm, setSha256Backend, type ObjectStore } from "@nats-io/obj";
 import { runNames, type RunNames } from "./subjects.js";
 import { openWire, type Wire } from "./wire.js";
+import { DiskFullError, isStoreFull } from "./infrastructure-error.js";
 
 // The default JS sha256 caps the object store at ~40 MB/s (DESIGN §3).
 setSha256Backend("native");
@@ -131,6 +132,20 @@ function consumerConfigs(names: RunNames, o: Required<TopologyOptions>): Array<{
   ];
 }
 
+/**
+ * A stream whose byte cap JetStream cannot reserve ("insufficient storage resources": the server's max storage,
+ * by default three quarters of its disk's free space when it started, is smaller) is said as a full store that
+ * names the cap and what to change; any other error is returned as it is.
+ */
+function noRoomFor(cfg: { name: string; max_bytes?: number }, e: Error): Error {
+  if (!isStoreFull(e)) return e;
+  const cap = cfg.max_bytes && cfg.max_bytes > 0 ? `its cap of ${(cfg.max_bytes / 2 ** 20).toFixed(0)} MiB` : "it";
+  return new DiskFullError(
+    `disk full: the NATS server has no room to reserve stream ${cfg.name} (${cap}); JetStream says "${e.message}". Free space on the server's store disk and restart it, or lower nats.eventsMaxBytes / nats.rolloutsMaxBytes`,
+    { cause: e },
+  );
+}
+
 export async function ensureTopology(nc: NatsConnection, run: string, opts: TopologyOptions = {}): Promise<Topology> {
   const o: Required<TopologyOptions> = {
     replicas: opts.replicas ?? 1,
@@ -147,14 +162,16 @@ export async function ensureTopology(nc: NatsConnection, run: string, opts: Topo
     if (existing === null) {
       await jsm.streams.add(cfg).catch(async (e: Error) => {
         // Another actor may have created it between our info and add.
-        if (!(await jsm.streams.info(cfg.name).catch(() => null))) throw e;
+        if (!(await jsm.streams.info(cfg.name).catch(() => null))) throw noRoomFor(cfg, e);
       });
     } else {
       const same = JSON.stringify([...existing.config.subjects].sort()) === JSON.stringify([...cfg.subjects].sort());
       if (!same || existing.config.max_bytes !== cfg.max_bytes) {
         // Retention cannot change in place; everything else we set can.
         const { retention: _r, storage: _s, ...updatable } = cfg;
-        await jsm.streams.update(cfg.name, updatable);
+        await jsm.streams.update(cfg.name, updatable).catch((e: Error) => {
+          throw noRoomFor(cfg, e);
+        });
       }
     }
   }

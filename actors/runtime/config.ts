@@ -192,6 +192,12 @@ export const NatsSchema = z.strictObject({
   url: z.string().optional().describe("use this server; else NATS_URL; else start a local nats-server"),
   replicas: pos().default(1),
   rolloutsMaxBytes: int().default(-1),
+  eventsMaxBytes: int()
+    .min(2 ** 20)
+    .default(2 ** 30)
+    .describe(
+      "the events stream's cap (weights announcements, steps, groups, metrics, dead letters; oldest dropped); JetStream reserves it on the server's disk when the run starts",
+    ),
   taskAckWaitMs: pos()
     .default(60_000)
     .describe("a task (inference) or raw group (reward) held this long without a progress heartbeat is redelivered to another replica"),

@@ -53,6 +53,7 @@ export async function buildContext(actor: string, config: RunConfig, opts: { nat
   const topology = await ensureTopology(nc, config.run, {
     replicas: config.nats.replicas,
     rolloutsMaxBytes: config.nats.rolloutsMaxBytes,
+    eventsMaxBytes: config.nats.eventsMaxBytes,
     taskAckWaitMs: config.nats.taskAckWaitMs,
   });
   const channels = new RunChannels(topology.wire);

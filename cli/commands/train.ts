@@ -20,6 +20,7 @@ import { prepareRun } from "../train/prepare.js";
 import { claimRun } from "../train/owner.js";
 import { RunStateRepair } from "../train/run-state.js";
 import { findOrStartServer, superviseServer } from "../train/server.js";
+import { watchStoreDisk } from "../train/store-watch.js";
 import { TrainSession } from "../train/session.js";
 import { endRun, reportFinishedRun } from "../train/summary.js";
 
@@ -85,7 +86,11 @@ export async function train(configPath: string, opts: TrainOptions): Promise<num
 
   const outage = watchOutages(session);
   // The server we started is part of the run: if it dies, bring it back on the same port and store.
-  if (session.server) superviseServer(session, session.server, run.runDir);
+  // and when its store's disk fills, say so, and restart it once there is room if JetStream stopped for good.
+  if (session.server) {
+    superviseServer(session, session.server, run.runDir);
+    void watchStoreDisk(session);
+  }
   session.launcher = actorLauncher(session, opts.metricsPort);
   const releaseSignals = drainOnSignals(session);
   for (const spec of actorPlan(run.config, run.envs, { eval: opts.eval })) session.launcher.start(spec);

@@ -47,6 +47,7 @@ export class TrainSession implements ServerHolder {
     const topology = await ensureTopology(nc, config.run, {
       replicas: config.nats.replicas,
       rolloutsMaxBytes: config.nats.rolloutsMaxBytes,
+      eventsMaxBytes: config.nats.eventsMaxBytes,
       taskAckWaitMs: config.nats.taskAckWaitMs,
     });
     const files = { metrics: join(runDir, "metrics.jsonl"), steps: join(runDir, "steps.jsonl") };

@@ -4,42 +4,15 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
 import { cliMain, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { fillDisk, mountTmpfs, whyNoTmpfs } from "../helpers/tmpfs.js";
 
 const STEPS = 16;
-
-/** Mounting a tmpfs needs root (CAP_SYS_ADMIN); the reason is printed where it cannot run. */
-function mountTmpfs(dir: string, size: string): string | null {
-  if (process.getuid?.() !== 0) return "needs root to mount a small tmpfs";
-  const r = spawnSync("mount", ["-t", "tmpfs", "-o", `size=${size}`, "tmpfs", dir]);
-  return r.status === 0 ? null : `mount -t tmpfs failed: ${r.stderr.toString().trim()}`;
-}
-
-/** Fills the disk under `dir` with one file; returns its path. */
-function fill(dir: string): string {
-  const path = join(dir, "filler");
-  const fd = openSync(path, "w");
-  const chunk = Buffer.alloc(64 * 1024, 1);
-  try {
-    for (;;) writeSync(fd, chunk);
-  } catch (e) {
-    assert.equal((e as NodeJS.ErrnoException).code, "ENOSPC");
-  } finally {
-    closeSync(fd);
-  }
-  // What is left is smaller than a block: the next write of any size finds no room.
-  try {
-    for (;;) writeFileSync(path, Buffer.alloc(512, 1), { flag: "a" });
-  } catch {
-    /* full to the byte */
-  }
-  return path;
-}
 
 /** Every line of a JSONL file parses: none is torn. */
 function wholeLines(path: string): unknown[] {
@@ -63,10 +36,7 @@ function lastStep(runDir: string): number {
 const exitOf = (child: ChildProcess) =>
   new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
 
-const probeDir = mkdtempSync(join(tmpdir(), "rs-mount-probe-"));
-const cannotMount = mountTmpfs(probeDir, "1m");
-if (!cannotMount) spawnSync("umount", [probeDir]);
-rmSync(probeDir, { recursive: true, force: true });
+const cannotMount = whyNoTmpfs();
 
 test("a run folder that fills mid-run: one disk-full line, nothing torn or partial, the run goes on once space is freed", {
   skip: cannotMount ?? false,
@@ -91,7 +61,7 @@ test("a run folder that fills mid-run: one disk-full line, nothing torn or parti
     train.stderr!.on("data", (d: Buffer) => (out += d.toString()));
 
     await waitUntil("step 4", () => lastStep(runDir) >= 4, 120_000, join(runDir, "logs"));
-    const filler = fill(runs);
+    const filler = fillDisk(runs);
     const said = (what: string, pattern: RegExp) =>
       waitUntil(what, () => pattern.test(out), 60_000).catch((e: Error) => {
         throw new Error(`${e.message}\ntrain said:\n${out}`);
