@@ -47,9 +47,6 @@ int32_t check_config(const rs_model_config* c, rs_error* err) {
   // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
   const int hd = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads;
   if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
-  if (c->num_experts > 0)
-    return fail(err, RS_ERR_UNSUPPORTED, "model config: mixture-of-experts layers (numExperts %d) run on the CPU backend only for now",
-                c->num_experts);
   if (c->num_heads / c->num_kv_heads > 32)
     return fail(err, RS_ERR_UNSUPPORTED, "model config: %d query heads per kv head is above the CUDA backend's 32",
                 c->num_heads / c->num_kv_heads);
@@ -72,6 +69,7 @@ void destroy(rs_model* m) {
 }  // namespace
 
 void Acts::ensure(const Dims& d, int T) {
+  if (moe.size() != (size_t)d.L) moe.resize(d.L);
   if (T <= cap) return;
   const int64_t D = d.D, QKV = d.QKV, A = (int64_t)d.H * d.hd, I = d.I, H = d.H;
   const int64_t QK = d.qkn ? A + (int64_t)d.KV * d.hd : 0, QKR = d.qkn ? H + d.KV : 0;  // q/k norm inputs, rstds
