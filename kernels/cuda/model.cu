@@ -273,6 +273,29 @@ void rs_model_set_step_count(rs_model* m, int64_t step) {
   if (m && step >= 0) m->step = step;
 }
 
+int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const int64_t* off, const int64_t* size, int32_t n, float* values,
+                               rs_error* err) {
+  if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: null model");
+  int64_t total = 0;
+  if (int32_t st = rs_shared::check_buffer_ranges(m->n_params, kind, write, off, size, n, values, &total, err)) return st;
+  return guard(err, "buffer_ranges", [&] {
+    model_enter(m);  // a host copy written through a getter goes first, whole; then these ranges
+    Mirror& mi = m->mirror[kind];
+    int64_t at = 0;
+    for (int32_t i = 0; i < n; at += size[i], i++) {
+      const size_t bytes = sizeof(float) * (size_t)size[i];
+      if (write) {
+        to_device(m->bufs[kind].p + off[i], values + at, bytes, m->stream, "buffer_ranges upload");
+        if (mi.host && mi.valid) std::memcpy(mi.host + off[i], values + at, bytes);  // the host copy stays current
+      } else {
+        to_host(values + at, m->bufs[kind].p + off[i], bytes, m->stream, "buffer_ranges download");
+      }
+    }
+    if (write && kind == kParams) m->bf16_stale = true;  // the next model call refreshes the bf16 copy
+    sync_stream(m->stream, "buffer_ranges");
+  });
+}
+
 void rs_model_zero_grad(rs_model* m) {
   if (!m) return;
   Mirror& mi = m->mirror[kGrads];
