@@ -188,7 +188,10 @@ def check_arch(arch, libs, seed, rep):
         R = np.random.default_rng(seed)
         tokens = R.integers(0, ours["vocab_size"], 48).astype(np.int32)
         got = {}
+        # steps() trains the reference in place: every backend starts from the saved weights.
+        saved = {k: v.clone() for k, v in ref.state_dict().items()}
         for be, lib in libs:
+            ref.load_state_dict(saved)
             r = run_backend(arch, be, lib, ref, ours, layers, state, tokens, rep)
             if r is not None:
                 got[be] = r
