@@ -1,7 +1,11 @@
 // `rollstream bench lora`: one RL-shaped optimizer step (forward + backward over a packed micro-batch, then the
 // update) with LoRA rank 8 on every projection against full fine-tuning of the same model, same batch, alternating
-// rounds, on the demo shape and a ~21 M-parameter one; and what each keeps for the optimizer (trainable values,
-// AdamW moments). Last line: one JSON object.
+// rounds, on the demo shape and a ~21 M-parameter one; what each keeps for the optimizer (trainable values, AdamW
+// moments); the values a LoRA step moves between JS and the model (the adapted tensors' gradient and merged weights);
+// and the peak RSS of a process that runs only one of the two (this file re-run as a child per variant, same steps).
+// Last line: one JSON object.
+import { fork } from "node:child_process";
+import { fileURLToPath } from "node:url";
 import { PolicyModel } from "../kernels/index.js";
 import { LoraAdapters, LoraSchema, loraTargets } from "../kernels/lora.js";
 import type { ModelConfig } from "../kernels/model-config.js";
@@ -28,6 +32,36 @@ async function stepMs(model: PolicyModel, lora: LoraAdapters | null, batch: Retu
   return performance.now() - t0;
 }
 
+const CHILD_FLAG = "--lora-bench-rss-child";
+
+/** Peak RSS (MiB) of a fresh process that creates one model and runs `steps` steps of one variant. */
+function peakRssMiB(shapeName: string, variant: "full" | "lora", tokens: number, steps: number, threads: number | undefined): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const child = fork(fileURLToPath(import.meta.url), [CHILD_FLAG, shapeName, variant, String(tokens), String(steps), String(threads ?? 0)], {
+      stdio: ["ignore", "ignore", "inherit", "ipc"],
+    });
+    child.once("message", (m) => resolve(Number(m)));
+    child.once("error", reject);
+    child.once("exit", (code) => code !== 0 && reject(new Error(`bench lora: the ${variant} RSS child exited with ${code}`)));
+  });
+}
+
+async function rssChild(args: string[]): Promise<void> {
+  const [shapeName, variant, tokens, steps, threads] = args as [string, string, string, string, string];
+  const cfg = shapeName === "demo" ? DEMO_CONFIG : M21;
+  const model = PolicyModel.create(cfg, { seed: 1, threads: Number(threads) || undefined });
+  let lora: LoraAdapters | null = null;
+  if (variant === "lora") {
+    const settings = LoraSchema.parse({ rank: 8, alpha: 16, targetModules: ["all-linear"] });
+    lora = new LoraAdapters(settings, loraTargets(model.tensors(), settings), model.getParams());
+    lora.load(model);
+  }
+  const batch = batchOf(cfg, Number(tokens));
+  for (let i = 0; i < Number(steps); i++) await stepMs(model, lora, batch);
+  model.dispose();
+  process.send?.(process.resourceUsage().maxRSS / 1024, () => process.exit(0));
+}
+
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 async function shape(name: string, cfg: ModelConfig, tokens: number, rounds: number, threads: number | undefined) {
@@ -35,7 +69,7 @@ async function shape(name: string, cfg: ModelConfig, tokens: number, rounds: num
   const adapted = PolicyModel.create(cfg, { seed: 1, threads });
   const settings = LoraSchema.parse({ rank: 8, alpha: 16, targetModules: ["all-linear"] });
   const lora = new LoraAdapters(settings, loraTargets(adapted.tensors(), settings), adapted.getParams());
-  adapted.setParams(lora.merged());
+  lora.load(adapted);
   const batch = batchOf(cfg, tokens);
   const t = { full: [] as number[], lora: [] as number[] };
   try {
@@ -54,9 +88,14 @@ async function shape(name: string, cfg: ModelConfig, tokens: number, rounds: num
   const fullMs = median(t.full);
   const loraMs = median(t.lora);
   const trainable = lora.params.length;
-  const line = `${name.padEnd(6)} ${String(full.numParams).padStart(10)} params  full ${fullMs.toFixed(1).padStart(8)} ms/step  lora ${loraMs.toFixed(1).padStart(8)} ms/step  (x${(loraMs / fullMs).toFixed(2)})  trainable ${(100 * (trainable / full.numParams)).toFixed(1)}%  moments ${mib(8 * full.numParams)} -> ${mib(8 * trainable)} MiB`;
+  const rssFull = await peakRssMiB(name, "full", tokens, 3, threads);
+  const rssLora = await peakRssMiB(name, "lora", tokens, 3, threads);
+  // What JS holds for LoRA: the adapted tensors' base, the adapters and their moments (before: the whole base).
+  const held = 4 * (lora.ranges.total + 3 * trainable);
+  const moved = 2 * 4 * lora.ranges.total; // per step: the adapted tensors' gradient read, their merged weights written
+  const line = `${name.padEnd(6)} ${String(full.numParams).padStart(10)} params  full ${fullMs.toFixed(1).padStart(8)} ms/step  lora ${loraMs.toFixed(1).padStart(8)} ms/step  (x${(loraMs / fullMs).toFixed(2)})  trainable ${(100 * (trainable / full.numParams)).toFixed(1)}%  moments ${mib(8 * full.numParams)} -> ${mib(8 * trainable)} MiB  peak RSS full ${rssFull.toFixed(0)} MiB, lora ${rssLora.toFixed(0)} MiB (x${(rssLora / rssFull).toFixed(2)})  LoRA JS-held ${mib(held)} MiB (whole-base copy: ${mib(4 * (full.numParams + 3 * trainable))}), moved/step ${mib(moved)} MiB (whole model: ${mib(3 * 4 * full.numParams)})`;
   console.log(line);
-  return { fullMs, loraMs, ratio: loraMs / fullMs, params: full.numParams, trainable };
+  return { fullMs, loraMs, ratio: loraMs / fullMs, params: full.numParams, trainable, rssFull, rssLora, held, moved };
 }
 
 const mib = (bytes: number) => (bytes / 2 ** 20).toFixed(2);
@@ -67,7 +106,7 @@ export async function runLoraBench(opts: { quick?: boolean; threads?: number } =
   const demo = await shape("demo", DEMO_CONFIG, opts.quick ? 512 : 2048, rounds, opts.threads);
   const big = await shape("21M", M21, opts.quick ? 512 : 2048, rounds, opts.threads);
   console.log(
-    "LoRA's adapters are merged into the weights: the forward and backward are the full model's, plus the projection of the gradient onto the adapters and the merge. Moments: what the step updates and a checkpoint holds; the native model still allocates its own full moments and gradient buffer (unused moments under LoRA: making them lazy is the next memory step)",
+    "LoRA's adapters are merged into the weights: the forward and backward are the full model's, plus the projection of the adapted tensors' gradient onto the adapters and the merge, moved through rs_model_buffer_ranges (only those tensors). Moments: what the step updates and a checkpoint holds; the native model still allocates its own full moments and gradient buffer (unused moments under LoRA: making them lazy is the next memory step). Peak RSS: one process per variant, 3 steps",
   );
   const out = {
     demoFullMs: demo.fullMs,
@@ -79,7 +118,14 @@ export async function runLoraBench(opts: { quick?: boolean; threads?: number } =
     m21TrainableFraction: big.trainable / big.params,
     m21MomentsBytesFull: 8 * big.params,
     m21MomentsBytesLora: 8 * big.trainable,
+    m21PeakRssFullMiB: big.rssFull,
+    m21PeakRssLoraMiB: big.rssLora,
+    m21PeakRssRatio: big.rssLora / big.rssFull,
+    m21LoraHeldBytes: big.held,
+    m21LoraMovedBytesPerStep: big.moved,
   };
   console.log(JSON.stringify(out));
   return out;
 }
+
+if (process.argv[2] === CHILD_FLAG) await rssChild(process.argv.slice(3));

@@ -3,7 +3,7 @@
 import { resolveBackend, type DeviceRequest } from "./native.js";
 
 export { PolicyModel } from "./policy-model.js";
-export type { PackedMicroBatch, MicroStats, StepOptions, StepResult, TensorEntry, OptimizerState, CreateOptions } from "./policy-model.js";
+export type { PackedMicroBatch, MicroStats, StepOptions, StepResult, TensorEntry, OptimizerState, CreateOptions, ParamRanges } from "./policy-model.js";
 export type { GenerateRequest, GenerateResult, StopReason } from "./generate-request.js";
 export { InferenceEngine, versionSpans } from "./engine.js";
 export type { EngineOptions, EngineRequest, EngineStep, EngineToken, EngineFinish, EngineStats, VersionSpan } from "./engine.js";

@@ -52,9 +52,10 @@
 extern "C" {
 #endif
 
-/* 3: rs_model_config grew (head_dim, qk_norm, the MoE fields, rotary_dim): a caller built for 2 passes a shorter struct;
+/* 4: rs_model_buffer_ranges (partial reads and writes of the flat buffers, for LoRA).
+   3: rs_model_config grew (head_dim, qk_norm, the MoE fields, rotary_dim): a caller built for 2 passes a shorter struct;
    rs_model_forward and rs_model_train_micro take seg_parent (group-prefix packing). */
-#define RS_ABI_VERSION 3
+#define RS_ABI_VERSION 4
 #define RS_API __attribute__((visibility("default")))
 
 enum rs_status {
@@ -340,6 +341,13 @@ RS_API float* rs_model_params(rs_model* model);
 RS_API float* rs_model_grads(rs_model* model);
 RS_API float* rs_model_adam_m(rs_model* model);
 RS_API float* rs_model_adam_v(rs_model* model);
+/* Copies n ranges of one flat buffer (kind: 0 params, 1 grads, 2 AdamW m, 3 AdamW v) to or from `values`, where the
+ * ranges lie back to back in the order given: range i is [offsets[i], offsets[i] + sizes[i]). write = 1: values ->
+ * buffer; write = 0: buffer -> values. Only these ranges move, so a LoRA step writes the adapted tensors' merged
+ * weights and reads their gradients without the whole model (on the CUDA backend: without a full upload or
+ * download). Every range must lie inside the buffer; n = 0 does nothing. */
+RS_API int32_t rs_model_buffer_ranges(rs_model* model, int32_t kind, int32_t write, const int64_t* offsets, const int64_t* sizes,
+                                      int32_t n, float* values, rs_error* err);
 RS_API int64_t rs_model_step_count(const rs_model* model);
 RS_API void rs_model_set_step_count(rs_model* model, int64_t step);
 

@@ -138,6 +138,7 @@ export function fromPeft(
     targetModules: [...modules] as LoraSettings["targetModules"],
     rsLora: c.use_rslora,
     seed: 0,
+    sft: true,
   };
   const targets = loraTargets(model.tensors, settings);
   const params = adapterValues(targets, c.r, (n) => file.get(n), PEFT_WEIGHTS_FILE);

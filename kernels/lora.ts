@@ -1,14 +1,17 @@
 // LoRA: low-rank adapters trained on a frozen base. Each target projection W [out, in] serves
 // W0 + scale * B A, with A [rank, in] and B [out, rank] (PEFT's shapes; scale = alpha / rank, or alpha / sqrt(rank)
 // with rsLora). The model always holds the merged weights, so the forward, the backward, the engine and the weight
-// broadcast are the full model's own kernels, unchanged; a step then projects the merged weights' gradient G onto
-// the adapters (dA = scale * B^T G, dB = scale * G A^T: exactly the adapters' gradient, since W is linear in each),
-// clips and runs AdamW on the adapters only, and merges again from the base. Base weights get no update and no
-// optimizer moments. What this does not save yet: the full gradient buffer the backward writes (a native LoRA
-// backward would form dA and dB without it).
+// broadcast are the full model's own kernels, unchanged; a step then reads the gradient G of the adapted tensors only
+// (rs_model_buffer_ranges), projects it onto the adapters (dA = scale * B^T G, dB = scale * G A^T: exactly the
+// adapters' gradient, since W is linear in each), clips and runs AdamW on the adapters only, and writes the adapted
+// tensors' merged weights back, nothing else of the model. Base weights get no update and no optimizer moments; the
+// adapters keep a copy of the adapted tensors' base values only (the other tensors' base is what the model holds).
+// What this does not save yet: the full gradient buffer the backward writes (a native LoRA backward would form dA
+// and dB without it), and the base's gradient work.
 import { z } from "zod";
 import { kernels } from "./layer-kernels.js";
 import type { OptimizerConfig } from "./optimizer.js";
+import type { ParamRanges } from "./policy-model.js";
 
 /** The projections a target name may pick (HF module names), and PEFT's shorthand for all of them. */
 export const LORA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"] as const;
@@ -26,6 +29,12 @@ export const LoraSchema = z.strictObject({
     .default(["all-linear"])
     .describe("the projections that get adapters (HF module names), or all-linear for every one"),
   rsLora: z.boolean().default(false).describe("scale by alpha / sqrt(rank) instead of alpha / rank (PEFT's use_rslora)"),
+  sft: z
+    .boolean()
+    .default(true)
+    .describe(
+      "the SFT stage trains the adapters too, on the frozen base (false: SFT trains every weight and RL trains fresh adapters on what it left, for a model trained from scratch)",
+    ),
   seed: z.number().int().nonnegative().default(0).describe("the adapters' init seed (A uniform like PEFT's kaiming init, B zero)"),
 });
 export type LoraSettings = z.infer<typeof LoraSchema>;
@@ -78,19 +87,30 @@ export function loraTargets(tensors: TensorLike[], s: Pick<LoraSettings, "rank" 
   return targets;
 }
 
+/** What a LoRA step needs of the model: the adapted tensors' gradient, their merged weights written back. */
+export interface LoraModel {
+  readRanges(buffer: "grads", ranges: ParamRanges): Float32Array;
+  writeParamRanges(ranges: ParamRanges, values: Float32Array): void;
+  zeroGrad(): void;
+}
+
 export class LoraAdapters {
   readonly scale: number;
   /** A and B of every target, flat; the AdamW moments share the layout. */
   readonly params: Float32Array;
   readonly m: Float32Array;
   readonly v: Float32Array;
+  /** The adapted tensors' frozen base values, back to back in target order (the ranges' order). */
+  readonly targetBase: Float32Array;
+  /** Where the adapted tensors lie in the model's flat buffers. */
+  readonly ranges: ParamRanges;
   step = 0;
 
   constructor(
     readonly settings: LoraSettings,
     readonly targets: LoraTarget[],
-    /** The frozen base weights (the model's whole flat buffer). */
-    readonly base: Float32Array,
+    /** The base weights (a model's whole flat buffer): only the adapted tensors' values are kept. */
+    base: Float32Array,
     params?: Float32Array,
   ) {
     this.scale = settings.rsLora ? settings.alpha / Math.sqrt(settings.rank) : settings.alpha / settings.rank;
@@ -99,13 +119,27 @@ export class LoraAdapters {
     this.params = params ?? initAdapters(targets, settings);
     this.m = new Float32Array(n);
     this.v = new Float32Array(n);
+    const offsets = Float64Array.from(targets, (t) => t.weightOffset);
+    const sizes = Float64Array.from(targets, (t) => t.out * t.in);
+    this.ranges = { offsets, sizes, total: sizes.reduce((s, x) => s + x, 0) };
+    this.targetBase = new Float32Array(this.ranges.total);
+    this.eachTarget((t, at) => this.targetBase.set(base.subarray(t.weightOffset, t.weightOffset + t.out * t.in), at));
   }
 
-  /** The base with every target's scale * B A added: what the model serves and trains through. */
-  merged(): Float32Array {
-    const w = Float32Array.from(this.base);
-    const r = this.settings.rank;
+  /** Calls f with each target and where its values start in the packed (ranges-order) arrays. */
+  private eachTarget(f: (t: LoraTarget, at: number) => void): void {
+    let at = 0;
     for (const t of this.targets) {
+      f(t, at);
+      at += t.out * t.in;
+    }
+  }
+
+  /** The adapted tensors' merged weights, base + scale * B A, back to back in target order. */
+  mergedTargets(): Float32Array {
+    const w = Float32Array.from(this.targetBase);
+    const r = this.settings.rank;
+    this.eachTarget((t, at) =>
       kernels.sgemm({
         M: t.out,
         N: t.in,
@@ -114,40 +148,65 @@ export class LoraAdapters {
         beta: 1,
         A: this.params.subarray(t.b, t.b + t.out * r),
         B: this.params.subarray(t.a, t.a + r * t.in),
-        C: w.subarray(t.weightOffset, t.weightOffset + t.out * t.in),
-      });
-    }
+        C: w.subarray(at, at + t.out * t.in),
+      }),
+    );
     return w;
   }
 
-  /** The adapters' gradient from the merged weights' gradient (the model's flat grads). */
-  gradients(full: Float32Array): Float32Array {
+  /** A copy of a model's flat params (`rest`: the tensors LoRA does not adapt) with the adapted tensors merged. */
+  merged(rest: Float32Array): Float32Array {
+    return this.scatter(rest, this.mergedTargets());
+  }
+
+  /** A copy of a model's flat params with the adapted tensors' base values: the frozen base model. */
+  baseOf(rest: Float32Array): Float32Array {
+    return this.scatter(rest, this.targetBase);
+  }
+
+  private scatter(rest: Float32Array, packed: Float32Array): Float32Array {
+    const w = Float32Array.from(rest);
+    this.eachTarget((t, at) => w.set(packed.subarray(at, at + t.out * t.in), t.weightOffset));
+    return w;
+  }
+
+  /** Writes the adapted tensors' merged weights into the model (nothing else of it). */
+  load(model: Pick<LoraModel, "writeParamRanges">): void {
+    model.writeParamRanges(this.ranges, this.mergedTargets());
+  }
+
+  /** The adapters' gradient from the adapted tensors' gradient (back to back in target order, as readRanges gives it). */
+  gradients(targetGrads: Float32Array): Float32Array {
     const g = new Float32Array(this.params.length);
     const r = this.settings.rank;
-    for (const t of this.targets) {
-      const gw = full.subarray(t.weightOffset, t.weightOffset + t.out * t.in);
+    this.eachTarget((t, at) => {
+      const gw = targetGrads.subarray(at, at + t.out * t.in);
       const A = this.params.subarray(t.a, t.a + r * t.in);
       const B = this.params.subarray(t.b, t.b + t.out * r);
       // dA [r, in] = scale * B^T [r, out] G [out, in]; dB [out, r] = scale * G [out, in] A^T [in, r].
       kernels.sgemm({ transA: true, M: r, N: t.in, K: t.out, alpha: this.scale, A: B, B: gw, C: g.subarray(t.a, t.a + r * t.in) });
       kernels.sgemm({ transB: true, M: t.out, N: r, K: t.in, alpha: this.scale, A: gw, B: A, C: g.subarray(t.b, t.b + t.out * r) });
-    }
+    });
     return g;
   }
 
   /**
-   * The optimizer step of LoRA training: the adapters' gradient from the model's, the update, and the model's
-   * weights merged again; the model's gradient is zeroed as its own step would.
+   * The optimizer step of LoRA training: the adapters' gradient from the adapted tensors' gradient, the update, and
+   * their merged weights written back; the model's gradient is zeroed as its own step would.
    */
-  stepModel(
-    model: { getGrads(): Float32Array; zeroGrad(): void; setParams(p: Float32Array): void },
-    opt: Parameters<LoraAdapters["update"]>[1],
-  ): AdapterStepResult {
-    const grads = this.gradients(model.getGrads());
+  stepModel(model: LoraModel, opt: Parameters<LoraAdapters["update"]>[1]): AdapterStepResult {
+    const grads = this.gradients(model.readRanges("grads", this.ranges));
     model.zeroGrad();
     const r = this.update(grads, opt);
-    if (!r.skipped) model.setParams(this.merged());
+    if (!r.skipped) this.load(model);
     return r;
+  }
+
+  /** Fresh AdamW moments and step count (RL after SFT), the adapters kept. */
+  resetOptimizer(): void {
+    this.m.fill(0);
+    this.v.fill(0);
+    this.step = 0;
   }
 
   /** Global-norm clip and AdamW on the adapters (the model's own step rules); a non-finite norm changes nothing. */

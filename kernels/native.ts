@@ -130,6 +130,8 @@ export interface NativeModel {
   tensors(): NativeTensorInfo[];
   read(kind: BufferKind, out: Float32Array): void;
   write(kind: BufferKind, src: Float32Array): void;
+  /** Ranges [offsets[i], +sizes[i]) of one buffer to (write) or from values, back to back (rs_model_buffer_ranges). */
+  ranges(kind: BufferKind, write: boolean, offsets: Float64Array, sizes: Float64Array, values: Float32Array): void;
   stepCount(): number;
   setStepCount(step: number): void;
   zeroGrad(): void;

@@ -93,6 +93,13 @@ export interface CreateOptions {
 // Tensors HF checkpoints may carry that this model rightly has no use for.
 const IGNORABLE = /(^|\.)rotary_emb\.inv_freq$/;
 
+/** Ranges of a flat buffer: range i is [offsets[i], offsets[i] + sizes[i]); total = the sum of the sizes. */
+export interface ParamRanges {
+  offsets: Float64Array;
+  sizes: Float64Array;
+  total: number;
+}
+
 export class PolicyModel {
   readonly config: ModelConfig;
   readonly numParams: number;
@@ -151,6 +158,19 @@ export class PolicyModel {
 
   getGrads(): Float32Array {
     return this.read(BufferKind.Grads, "getGrads");
+  }
+
+  /** The ranges [offsets[i], +sizes[i]) of the params or grads, back to back: only these values move (LoRA's targets). */
+  readRanges(buffer: "params" | "grads", ranges: ParamRanges): Float32Array {
+    const out = new Float32Array(ranges.total);
+    this.idle("readRanges").ranges(buffer === "params" ? BufferKind.Params : BufferKind.Grads, false, ranges.offsets, ranges.sizes, out);
+    return out;
+  }
+
+  /** Writes values (the ranges back to back) into those ranges of the params; the rest of the model is untouched. */
+  writeParamRanges(ranges: ParamRanges, values: Float32Array): void {
+    expectArray("writeParamRanges: values", values, Float32Array, ranges.total);
+    this.idle("writeParamRanges").ranges(BufferKind.Params, true, ranges.offsets, ranges.sizes, values);
   }
 
   zeroGrad(): void {

@@ -25,7 +25,7 @@ export interface TrainCounters {
 
 /** `lora`: the adapters trained (their base is what is saved as the model); `baseModel` names that base in their PEFT export. */
 export function encodeTrainState(model: PolicyModel, counters: TrainCounters, lora?: LoraAdapters | null, baseModel = ""): Uint8Array {
-  const params = lora ? lora.base : model.getParams();
+  const params = lora ? lora.baseOf(model.getParams()) : model.getParams();
   const tensors = model.tensors().map((t) => ({ name: t.name, shape: t.shape, data: params.subarray(t.offset, t.offset + t.size) }));
   const meta: Record<string, string> = { format: "rollstream-train-state-1" };
   let optimizerStep: number;
@@ -68,7 +68,7 @@ export function decodeTrainStateWithLora(model: PolicyModel, bytes: Uint8Array):
     return x;
   };
   const lora = meta.lora ? restoreAdapters(model, params, meta.lora, tensors, num("optimizerStep")) : null;
-  if (lora) model.setParams(lora.merged());
+  if (lora) model.setParams(lora.merged(params));
   else {
     model.setParams(params);
     const m = tensors.get("optimizer.m");

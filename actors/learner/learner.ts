@@ -69,12 +69,17 @@ export class LearnerActor implements Actor {
     if (ctx.signal.aborted) return;
 
     if (!this.counters.sftDone) {
+      // With model.lora (and lora.sft, the default), SFT and RL train the same adapters on a base that stays frozen
+      // throughout, so the adapters are the whole fine-tune (what a PEFT export or an engine serving base + adapter
+      // needs). With lora.sft false, SFT trains every weight and RL starts fresh adapters on what it left.
+      if (config.model.lora?.sft) this.startLora();
       if (config.sft) await this.runSft();
       if (ctx.signal.aborted) return;
       this.counters.sftDone = true;
-      // RL starts with fresh optimizer moments (with LoRA: fresh adapters on the weights SFT left).
+      // RL starts with fresh optimizer moments (with LoRA: the adapters' moments; adapters SFT trained stay).
       this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
-      this.startLora();
+      if (this.lora) this.lora.resetOptimizer();
+      else this.startLora();
       await this.publishWeights(0, config.sft ? "sft" : "rl");
       await this.saveState();
     } else {
@@ -113,11 +118,11 @@ export class LearnerActor implements Actor {
     const settings = this.ctx.config.model.lora;
     if (!settings) return;
     this.lora = new LoraAdapters(settings, loraTargets(this.model.tensors(), settings), this.model.getParams());
-    this.model.setParams(this.lora.merged());
+    this.lora.load(this.model);
     const size = this.lora.params.length;
     this.ctx.log.info(
       { rank: settings.rank, targets: this.lora.targets.length, adapterParams: size, ofModel: size / this.model.numParams },
-      "LoRA: RL trains adapters",
+      "LoRA: training adapters",
     );
   }
 

@@ -54,7 +54,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                        {InstanceMethod("numParams", &ModelWrap::NumParams), InstanceMethod("threads", &ModelWrap::Threads),
                         InstanceMethod("setThreads", &ModelWrap::SetThreads),
                         InstanceMethod("tensors", &ModelWrap::Tensors), InstanceMethod("read", &ModelWrap::Read),
-                        InstanceMethod("write", &ModelWrap::Write), InstanceMethod("stepCount", &ModelWrap::StepCount),
+                        InstanceMethod("write", &ModelWrap::Write),
+                        InstanceMethod("ranges", &ModelWrap::Ranges), InstanceMethod("stepCount", &ModelWrap::StepCount),
                         InstanceMethod("setStepCount", &ModelWrap::SetStepCount), InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
                         InstanceMethod("forward", &ModelWrap::Forward), InstanceMethod("trainMicro", &ModelWrap::TrainMicro),
                         InstanceMethod("step", &ModelWrap::Step), InstanceMethod("generate", &ModelWrap::Generate),
@@ -159,6 +160,29 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     auto src = a.arr<float>(1, "src", 0);
     if ((int64_t)src.len != n) a.range_error("src has " + std::to_string(src.len) + " elements, the model has " + std::to_string(n));
     std::memcpy(dst, src.data, sizeof(float) * (size_t)n);
+    return info.Env().Undefined();
+  }
+  // ranges(kind, write: boolean, offsets: Float64Array, sizes: Float64Array, values: Float32Array): the ranges of
+  // one buffer to or from values, back to back (rs_model_buffer_ranges).
+  Napi::Value Ranges(const Napi::CallbackInfo& info) {
+    Args a(info, "ranges");
+    rs_model* m = live(a);
+    const int32_t kind = a.i32(0, "kind", 0, 3);
+    const bool write = info.Length() > 1 && info[1].ToBoolean().Value();
+    auto off = a.arr<double>(2, "offsets", 0);
+    auto size = a.arr<double>(3, "sizes", off.len);
+    if (size.len != off.len) a.range_error("offsets and sizes differ in length");
+    auto values = a.arr<float>(4, "values", 0);
+    std::vector<int64_t> o(off.len), s(off.len);
+    int64_t total = 0;
+    for (size_t i = 0; i < off.len; i++) {
+      o[i] = a.int_in(off.data[i], "offsets[i]", 0, (int64_t)1 << 52);
+      s[i] = a.int_in(size.data[i], "sizes[i]", 0, (int64_t)1 << 52);
+      total += s[i];
+    }
+    if ((int64_t)values.len != total) a.range_error("values has " + std::to_string(values.len) + " elements, the ranges hold " + std::to_string(total));
+    rs_error e{};
+    check_status(info.Env(), "ranges", be_->rs_model_buffer_ranges(m, kind, write ? 1 : 0, o.data(), s.data(), (int32_t)o.size(), values.data, &e), e);
     return info.Env().Undefined();
   }
   Napi::Value StepCount(const Napi::CallbackInfo& info) {

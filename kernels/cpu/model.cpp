@@ -157,4 +157,18 @@ void rs_model_set_step_count(rs_model* m, int64_t step) {
   if (m && step >= 0) m->step = step;
 }
 
+int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const int64_t* off, const int64_t* size, int32_t n, float* values,
+                               rs_error* err) {
+  if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: null model");
+  int64_t total = 0;
+  if (int32_t s = rs_shared::check_buffer_ranges(m->n_params, kind, write, off, size, n, values, &total, err)) return s;
+  float* buf = (kind == 0 ? m->params : kind == 1 ? m->grads : kind == 2 ? m->adam_m : m->adam_v).p;
+  int64_t at = 0;
+  for (int32_t i = 0; i < n; at += size[i], i++) {
+    if (write) std::memcpy(buf + off[i], values + at, sizeof(float) * (size_t)size[i]);
+    else std::memcpy(values + at, buf + off[i], sizeof(float) * (size_t)size[i]);
+  }
+  return ok(err);
+}
+
 }  // extern "C"

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "model.h"
+#include "../shared/moe_route.h"
 
 namespace rs {
 
@@ -62,29 +63,18 @@ void head_and_loss(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, con
   }
 }
 
-// The Switch-Transformer load-balancing loss over every MoE layer of the row (transformers'
-// load_balancing_loss_func: E * sum_e f_e P_e, f_e the share of picks and P_e the mean probability of expert e over
-// all layers' tokens), times coef * loss tokens / normalizer. Adds it to stats->loss; returns dLoss/dp per expert
-// (the same for every token and layer; f is piecewise constant). Empty when the model has no aux loss.
+// The load-balancing loss over every MoE layer of the row (rs_shared::moe_aux_loss), added to stats->loss; returns
+// dLoss/dp per expert. Empty when the model has no aux loss.
 std::vector<float> aux_loss(rs_model* m, int T, const uint8_t* mask, const rs_loss_spec& spec, rs_loss_stats* stats) {
   const Dims& d = m->d;
   if (!(d.aux_coef > 0) || d.moe_layers == 0) return {};
   std::vector<double> picks(d.E, 0.0), probs(d.E, 0.0);
-  for (int l = 0; l < d.L; l++) {
-    if (m->lo[l].router < 0) continue;
-    moe_count_picks(m->acts.moe[l], T, d.K, picks);
-    moe_sum_probs(m->acts.moe[l], T, d.E, probs);
-  }
+  for (int l = 0; l < d.L; l++)
+    if (m->lo[l].router >= 0) rs_shared::moe_aux_tally(m->acts.moe[l].sel.data(), m->acts.moe[l].probs.data(), T, d.E, d.K, picks, probs);
   double loss_tokens = 0;
   for (int t = 0; t < T; t++) loss_tokens += mask[t] != 0;
-  const double N = (double)d.moe_layers * T, scale = d.aux_coef * loss_tokens / spec.normalizer;
-  double aux = 0;
-  std::vector<float> dp(d.E);
-  for (int e = 0; e < d.E; e++) {
-    aux += (picks[e] / N) * (probs[e] / N);
-    dp[e] = (float)(scale * d.E * (picks[e] / N) / N);
-  }
-  stats->loss += scale * d.E * aux;
+  std::vector<float> dp;
+  stats->loss += rs_shared::moe_aux_loss(d, picks, probs, T, loss_tokens, spec.normalizer, dp);
   return dp;
 }
 

@@ -1,4 +1,4 @@
-// The mixture-of-experts MLP block (Qwen3-MoE's Qwen3MoeSparseMoeBlock, transformers modeling_qwen3_moe.py at
+// The mixture-of-experts MLP block (routing math in ../shared/moe_route.h, shared with the CUDA backend) (Qwen3-MoE's Qwen3MoeSparseMoeBlock, transformers modeling_qwen3_moe.py at
 // 00d4b3d2): router logits x Wg^T, softmax over the experts in f32, the top-k picks (ties to the lower expert),
 // their probabilities renormalised when norm_topk_prob, each pick's SwiGLU expert, the picks' outputs summed
 // with those weights in pick order. Picks are grouped by expert so each expert runs one matmul over its rows.
@@ -47,10 +47,5 @@ void moe_fwd(const MoeArgs& a, const float* x, int T, MoeBuf& b, float* out);
 // (empty = no aux loss).
 void moe_bwd(const MoeArgs& a, const float* x, int T, const MoeBuf& b, const float* dout, const std::vector<float>& aux_dp, MoeScratch& s,
              float* G, float* dx);
-
-// How many of the T x K picks of this layer went to each expert (added into counts [E]).
-void moe_count_picks(const MoeBuf& b, int T, int K, std::vector<double>& counts);
-// Sum over the layer's T tokens of each expert's probability (added into sums [E]), in token order.
-void moe_sum_probs(const MoeBuf& b, int T, int E, std::vector<double>& sums);
 
 }  // namespace rs

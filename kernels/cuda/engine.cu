@@ -113,7 +113,7 @@ class CudaRunner : public rs_shared::EngineRunner {
   void layer(int l, const PagedRows& pr, int R, float* h) {
     cudaStream_t s = m_->stream;
     GemmCtx& g = m_->gemm;
-    const int D = d_.D, A = d_.H * d_.hd, KVD = kv_.KVD, QKV = d_.QKV, I = d_.I;
+    const int D = d_.D, A = d_.H * d_.hd, KVD = kv_.KVD, QKV = d_.QKV;
     const float* P = m_->P();
     const LayerOffsets& o = m_->lo[l];
     linear_fwd(g, h, R, D, P + o.wqkv, m_->Wb(o.wqkv), QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, qkv_, true, "engine qkv_proj");
@@ -125,9 +125,7 @@ class CudaRunner : public rs_shared::EngineRunner {
     paged_attention(s, kv_, l, qkv_, QKV, pr, d_.H, d_.KV, d_.hd, att_, A);
     linear_fwd(g, att_, R, A, P + o.wo, m_->Wb(o.wo), D, nullptr, tmp_, true, "engine o_proj");
     rmsnorm_fwd(s, X_, tmp_, P + o.ln2, R, D, d_.eps, Xmid_, h, rstd_);
-    linear_fwd(g, h, R, D, P + o.wgu, m_->Wb(o.wgu), 2 * I, nullptr, gu_, true, "engine gate_up_proj");
-    swiglu_fwd(s, gu_, gu_ + I, 2 * (int64_t)I, hm_, I, R, I);
-    linear_fwd(g, hm_, R, I, P + o.wdown, m_->Wb(o.wdown), D, nullptr, tmp_, true, "engine down_proj");
+    mlp_fwd(m_, l, h, R, gu_, hm_, moe_, tmp_, true);  // dense SwiGLU or the MoE block, every product row-independent
     const bool last = l + 1 == d_.L;
     rmsnorm_fwd(s, Xmid_, tmp_, P + (last ? m_->off_norm : m_->lo[l + 1].ln1), R, D, d_.eps, X_, h, rstd_);
   }
@@ -136,6 +134,7 @@ class CudaRunner : public rs_shared::EngineRunner {
   const Dims& d_;
   PagedKvDev kv_{};
   DevBuf<float> pool_, act_, logits_;
+  MoeDev moe_;  // the MoE block's routing and grouped rows, reused by every layer
   DevBuf<int32_t> ints_;
   const int32_t* sample_dev_ = nullptr;
   float *X_ = nullptr, *Xmid_ = nullptr, *tmp_ = nullptr, *rstd_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gu_ = nullptr, *hm_ = nullptr;

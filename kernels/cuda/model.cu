@@ -47,9 +47,6 @@ int32_t check_config(const rs_model_config* c, rs_error* err) {
   // GPU kernel limits (the CPU backend has none): head dim and the query heads per kv head (decode).
   const int hd = c->head_dim > 0 ? c->head_dim : c->hidden_size / c->num_heads;
   if (hd > 256) return fail(err, RS_ERR_UNSUPPORTED, "model config: head dim %d is above the CUDA backend's 256", hd);
-  if (c->num_experts > 0)
-    return fail(err, RS_ERR_UNSUPPORTED, "model config: mixture-of-experts layers (numExperts %d) run on the CPU backend only for now",
-                c->num_experts);
   if (c->num_heads / c->num_kv_heads > 32)
     return fail(err, RS_ERR_UNSUPPORTED, "model config: %d query heads per kv head is above the CUDA backend's 32",
                 c->num_heads / c->num_kv_heads);
@@ -72,6 +69,7 @@ void destroy(rs_model* m) {
 }  // namespace
 
 void Acts::ensure(const Dims& d, int T) {
+  if (moe.size() != (size_t)d.L) moe.resize(d.L);
   if (T <= cap) return;
   const int64_t D = d.D, QKV = d.QKV, A = (int64_t)d.H * d.hd, I = d.I, H = d.H;
   const int64_t QK = d.qkn ? A + (int64_t)d.KV * d.hd : 0, QKR = d.qkn ? H + d.KV : 0;  // q/k norm inputs, rstds
@@ -273,6 +271,29 @@ float* rs_model_adam_v(rs_model* m) { return mirror_get(m, kAdamV); }
 int64_t rs_model_step_count(const rs_model* m) { return m ? m->step : 0; }
 void rs_model_set_step_count(rs_model* m, int64_t step) {
   if (m && step >= 0) m->step = step;
+}
+
+int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const int64_t* off, const int64_t* size, int32_t n, float* values,
+                               rs_error* err) {
+  if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: null model");
+  int64_t total = 0;
+  if (int32_t st = rs_shared::check_buffer_ranges(m->n_params, kind, write, off, size, n, values, &total, err)) return st;
+  return guard(err, "buffer_ranges", [&] {
+    model_enter(m);  // a host copy written through a getter goes first, whole; then these ranges
+    Mirror& mi = m->mirror[kind];
+    int64_t at = 0;
+    for (int32_t i = 0; i < n; at += size[i], i++) {
+      const size_t bytes = sizeof(float) * (size_t)size[i];
+      if (write) {
+        to_device(m->bufs[kind].p + off[i], values + at, bytes, m->stream, "buffer_ranges upload");
+        if (mi.host && mi.valid) std::memcpy(mi.host + off[i], values + at, bytes);  // the host copy stays current
+      } else {
+        to_host(values + at, m->bufs[kind].p + off[i], bytes, m->stream, "buffer_ranges download");
+      }
+    }
+    if (write && kind == kParams) m->bf16_stale = true;  // the next model call refreshes the bf16 copy
+    sync_stream(m->stream, "buffer_ranges");
+  });
 }
 
 void rs_model_zero_grad(rs_model* m) {

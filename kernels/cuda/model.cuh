@@ -18,6 +18,7 @@
 #include "elementwise.cuh"
 #include "gemm.cuh"
 #include "loss.cuh"
+#include "moe.cuh"
 #include "qk_norm.cuh"
 #include "rmsnorm.cuh"
 #include "../shared/model_layout.h"
@@ -51,6 +52,8 @@ struct Acts {
   DevBuf<int4> tiles;
   DevBuf<int2> prefix;  // per tile: the parent keys its queries read first (group-prefix packing)
   int n_tiles = 0;
+  std::vector<MoeDev> moe;  // per layer; used by MoE layers only
+  MoeScratchDev moe_scratch;
   void ensure(const Dims& d, int T);
 };
 
@@ -121,6 +124,8 @@ inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, 
 void prepare_row(rs_model* m, const int32_t* tokens, int T, const int32_t* seg, int S, const int32_t* parent = nullptr);
 // Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).
 void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink);
+// The MLP of layer l (dense SwiGLU or MoE block) on x [T, D] into out [T, D]; gu/hm: the dense layer's activations.
+void mlp_fwd(rs_model* m, int l, const float* x, int T, float* gu, float* hm, MoeDev& moe, float* out, bool row_independent);
 // Rows per LM-head chunk: the [R, V] logits stay around 1 GiB at most.
 int head_chunk_rows(const Dims& d);
 // Qwen3 q_norm / k_norm on q|k|v rows [T, QKV] in place (no-op without qk_norm); raw/rstd may be null (inference).

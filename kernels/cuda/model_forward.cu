@@ -28,13 +28,21 @@ void forward_layers(rs_model* m, int T, bool row_independent, const KvSink* sink
     attention_fwd(s, ad, y.att, y.lse);
     linear_fwd(g, y.att, T, A, P + o.wo, m->Wb(o.wo), d.D, nullptr, a.tmpD, row_independent, "o_proj");
     rmsnorm_fwd(s, a.X[l], a.tmpD, P + o.ln2, T, d.D, d.eps, y.xmid, y.ln2, y.rstd2);
-    linear_fwd(g, y.ln2, T, d.D, P + o.wgu, m->Wb(o.wgu), 2 * d.I, nullptr, y.gu, row_independent, "gate_up_proj");
-    swiglu_fwd(s, y.gu, y.gu + d.I, 2 * (int64_t)d.I, y.hm, d.I, T, d.I);
-    linear_fwd(g, y.hm, T, d.I, P + o.wdown, m->Wb(o.wdown), d.D, nullptr, a.tmpD, row_independent, "down_proj");
+    mlp_fwd(m, l, y.ln2, T, y.gu, y.hm, a.moe[l], a.tmpD, row_independent);
     const bool last = l + 1 == d.L;
     rmsnorm_fwd(s, y.xmid, a.tmpD, P + (last ? m->off_norm : m->lo[l + 1].ln1), T, d.D, d.eps, a.X[l + 1], last ? a.lnf : a.layers[l + 1].ln1,
                 last ? a.rstdf : a.layers[l + 1].rstd1);
   }
+}
+
+void mlp_fwd(rs_model* m, int l, const float* x, int T, float* gu, float* hm, MoeDev& moe, float* out, bool row_independent) {
+  const Dims& d = m->d;
+  const LayerOffsets& o = m->lo[l];
+  if (o.router >= 0) return moe_fwd(m, l, x, T, moe, out, row_independent);
+  const float* P = m->P();
+  linear_fwd(m->gemm, x, T, d.D, P + o.wgu, m->Wb(o.wgu), 2 * d.I, nullptr, gu, row_independent, "gate_up_proj");
+  swiglu_fwd(m->stream, gu, gu + d.I, 2 * (int64_t)d.I, hm, d.I, T, d.I);
+  linear_fwd(m->gemm, hm, T, d.I, P + o.wdown, m->Wb(o.wdown), d.D, nullptr, out, row_independent, "down_proj");
 }
 
 void qk_norm_fwd(rs_model* m, int l, float* qkv, int T, float* raw, float* rstd) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "model.cuh"
+#include "../shared/moe_route.h"
 
 namespace rsc {
 
@@ -72,7 +73,39 @@ void head_and_loss(rs_model* m, const int32_t* tokens, int T, const uint8_t* mas
     for (int i = 0; i < n_rows; i++) token_logp[rows[i]] = lp[i];
 }
 
-void backward_layers(rs_model* m, const int32_t* tokens, int T, const float* dlnf) {
+// The load-balancing loss over every MoE layer of the row (rs_shared::moe_aux_loss, from the host routing of the
+// forward), added to stats->loss; returns dLoss/dp per expert. Empty when the model has no aux loss.
+std::vector<float> aux_loss(rs_model* m, int T, const uint8_t* mask, const rs_loss_spec& spec, rs_loss_stats* stats) {
+  const Dims& d = m->d;
+  if (!(d.aux_coef > 0) || d.moe_layers == 0) return {};
+  std::vector<double> picks(d.E, 0.0), probs(d.E, 0.0);
+  for (int l = 0; l < d.L; l++)
+    if (m->lo[l].router >= 0) rs_shared::moe_aux_tally(m->acts.moe[l].sel.data(), m->acts.moe[l].probs.data(), T, d.E, d.K, picks, probs);
+  double loss_tokens = 0;
+  for (int t = 0; t < T; t++) loss_tokens += mask[t] != 0;
+  std::vector<float> dp;
+  stats->loss += rs_shared::moe_aux_loss(d, picks, probs, T, loss_tokens, spec.normalizer, dp);
+  return dp;
+}
+
+// The MLP's backward (dense or MoE) from dout = dLoss/d(MLP output), into a.dln = dLoss/d(its normed input).
+void mlp_bwd(rs_model* m, int l, int T, const float* dout, const std::vector<float>& aux_dp) {
+  const Dims& d = m->d;
+  Acts& a = m->acts;
+  Acts::Layer& y = a.layers[l];
+  const LayerOffsets& o = m->lo[l];
+  if (o.router >= 0) return moe_bwd(m, l, y.ln2, T, a.moe[l], dout, aux_dp, a.moe_scratch, a.dln);
+  const float* P = m->P();
+  float* G = m->G();
+  GemmCtx& g = m->gemm;
+  linear_bwd_dx(g, dout, T, d.D, P + o.wdown, m->Wb(o.wdown), d.I, 0.f, a.dhm, "down_proj dx");
+  linear_bwd_dw(g, dout, y.hm, T, d.I, d.D, G + o.wdown, "down_proj dW");
+  swiglu_bwd(m->stream, a.dhm, d.I, y.gu, y.gu + d.I, 2 * (int64_t)d.I, a.dgu, a.dgu + d.I, 2 * (int64_t)d.I, T, d.I);
+  linear_bwd_dx(g, a.dgu, T, 2 * d.I, P + o.wgu, m->Wb(o.wgu), d.D, 0.f, a.dln, "gate_up_proj dx");
+  linear_bwd_dw(g, a.dgu, y.ln2, T, d.D, 2 * d.I, G + o.wgu, "gate_up_proj dW");
+}
+
+void backward_layers(rs_model* m, const int32_t* tokens, int T, const float* dlnf, const std::vector<float>& aux_dp) {
   const Dims& d = m->d;
   Acts& a = m->acts;
   const float* P = m->P();
@@ -86,11 +119,7 @@ void backward_layers(rs_model* m, const int32_t* tokens, int T, const float* dln
     const LayerOffsets& o = m->lo[l];
     Acts::Layer& y = a.layers[l];
     // a.dres = dLoss/dX[l+1], which is also the gradient of the MLP output.
-    linear_bwd_dx(g, a.dres, T, d.D, P + o.wdown, m->Wb(o.wdown), d.I, 0.f, a.dhm, "down_proj dx");
-    linear_bwd_dw(g, a.dres, y.hm, T, d.I, d.D, G + o.wdown, "down_proj dW");
-    swiglu_bwd(s, a.dhm, d.I, y.gu, y.gu + d.I, 2 * (int64_t)d.I, a.dgu, a.dgu + d.I, 2 * (int64_t)d.I, T, d.I);
-    linear_bwd_dx(g, a.dgu, T, 2 * d.I, P + o.wgu, m->Wb(o.wgu), d.D, 0.f, a.dln, "gate_up_proj dx");
-    linear_bwd_dw(g, a.dgu, y.ln2, T, d.D, 2 * d.I, G + o.wgu, "gate_up_proj dW");
+    mlp_bwd(m, l, T, a.dres, aux_dp);
     rmsnorm_bwd(s, a.dln, y.xmid, P + o.ln2, y.rstd2, T, d.D, a.dres, a.dres, G + o.ln2, m->part);
     // a.dres = dLoss/dxmid, also the gradient of the attention output projection.
     linear_bwd_dx(g, a.dres, T, d.D, P + o.wo, m->Wb(o.wo), A, 0.f, a.datt, "o_proj dx");
@@ -136,7 +165,8 @@ int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, cons
     float* dlnf = m->acts.tmpD;
     model_touched(m, kGrads);
     head_and_loss(m, tokens, T, mask, adv, slp, *spec, stats, token_logp, dlnf);
-    backward_layers(m, tokens, T, dlnf);
+    const std::vector<float> aux_dp = aux_loss(m, T, mask, *spec, stats);
+    backward_layers(m, tokens, T, dlnf, aux_dp);
     sync_stream(m->stream, "train");
   });
 }

@@ -8,8 +8,12 @@ backend given (CPU and CUDA):
   - every parameter's gradient vs HF autograd,
   - 5 AdamW steps (weight decay on matrices only, no clipping): each step's loss and the final params vs
     torch.optim.AdamW on the float64 HF model.
-A model our backend does not implement (MoE and partial RoPE on the CUDA backend, for now) is reported as unsupported,
-with the backend's own message, never as a pass. GLM's e_score_correction_bias is a buffer in transformers (no
+  - generation (greedy, KV cache; MoE routing per decoded token): each step's logits vs the float64 HF model's
+    forward over the prompt and the generated tokens,
+and, when both backends ran, CUDA vs CPU directly: logits, loss, every gradient, the 5 step losses and final params,
+and the greedy tokens. The CUDA backend runs its exact fp32 matmuls here (rs_settings.cuda_matmul fp32), so one set
+of tolerances covers both backends. A model a backend does not implement is reported as unsupported, with the
+backend's own message, never as a pass. GLM's e_score_correction_bias is a buffer in transformers (no
 gradient): ours must be 0 there too.
 
   python3 hf_arch_check.py --cpu kernels/build/Release/librollstream_cpu.so --cuda kernels/build/Release/librollstream_cuda.so
@@ -183,8 +187,33 @@ def check_arch(arch, libs, seed, rep):
         state = per_expert(state)
         R = np.random.default_rng(seed)
         tokens = R.integers(0, ours["vocab_size"], 48).astype(np.int32)
+        got = {}
+        # steps() trains the reference in place: every backend starts from the saved weights.
+        saved = {k: v.clone() for k, v in ref.state_dict().items()}
         for be, lib in libs:
-            run_backend(arch, be, lib, ref, ours, layers, state, tokens, rep)
+            ref.load_state_dict(saved)
+            r = run_backend(arch, be, lib, ref, ours, layers, state, tokens, rep)
+            if r is not None:
+                got[be] = r
+        if "cpu" in got and "cuda" in got:
+            cross_backend(arch, got["cuda"], got["cpu"], rep)
+
+
+def cross_backend(arch, a, b, rep):
+    """CUDA (a) vs CPU (b) on the same weights and tokens: the two backends agree with each other, not only with HF."""
+    rep.add(f"{arch} logits cuda vs cpu", "both", nerr(a["logits"], b["logits"]), TOL_LOGITS)
+    rep.add(f"{arch} loss cuda vs cpu", "both", abs(a["loss"] - b["loss"]) / abs(b["loss"]), TOL_LOGITS)
+    worst, name = 0.0, ""
+    for t, g in b["grads"].items():
+        e = nerr(a["grads"][t], g)
+        if e > worst:
+            worst, name = e, t
+    rep.add(f"{arch} every gradient cuda vs cpu (worst)", "both", worst, TOL_GRADS, name)
+    rep.add(f"{arch} {STEPS} AdamW step losses cuda vs cpu", "both", nerr(a["step_losses"], b["step_losses"]), TOL_STEPS)
+    rep.add(f"{arch} {STEPS} AdamW steps: params cuda vs cpu", "both", max(nerr(v, b["params"][k]) for k, v in a["params"].items()), TOL_STEPS)
+    same = sum(x == y for x, y in zip(a["generated"], b["generated"]))
+    rep.add(f"{arch} greedy generation cuda == cpu", "both", 1.0 - same / len(b["generated"]), 0.25,
+            f"{same}/{len(b['generated'])} sequences identical")
 
 
 def run_backend(arch, be, lib, ref, ours, layers, state, tokens, rep):
@@ -217,8 +246,27 @@ def run_backend(arch, be, lib, ref, ours, layers, state, tokens, rep):
         if e > worst:
             worst, name = e, t
     rep.add(f"{arch} every gradient vs HF autograd (worst)", be, worst, TOL_GRADS, name)
-    steps(arch, be, m, ref, tokens, mask, rep)
+    out = {"logits": m.forward(tokens, [0]), "loss": stats["loss"], "grads": m.state(rsabi.GRADS)}
+    out["generated"] = generation(arch, be, m, ref, tokens, rep)
+    out["step_losses"] = steps(arch, be, m, ref, tokens, mask, rep)
+    out["params"] = m.state(rsabi.PARAMS)
     m.free()
+    return out
+
+
+def generation(arch, be, m, ref, tokens, rep):
+    """Greedy generation from 3 prompts (KV cache, batched): every step's logits vs HF's forward over prompt + output.
+    Returns the generated token lists."""
+    prompts = [tokens[:12].tolist(), tokens[5:9].tolist(), tokens[20:41].tolist()]
+    res = m.generate(prompts, 8, temperature=0.0, return_logits=True)
+    worst = 0.0
+    with torch.no_grad():
+        for p, toks, steps_logits in zip(prompts, res["tokens"], res["step_logits"]):
+            full = torch.tensor([p + toks], dtype=torch.long)
+            want = ref(input_ids=full).logits[0, len(p) - 1:len(p) - 1 + len(toks)].numpy()
+            worst = max(worst, nerr(steps_logits, want))
+    rep.add(f"{arch} generation: step logits vs HF forward", be, worst, TOL_LOGITS)
+    return res["tokens"]
 
 
 def steps(arch, be, m, ref, tokens, mask, rep):
@@ -227,7 +275,7 @@ def steps(arch, be, m, ref, tokens, mask, rep):
     decay = [p for n, p in params.items() if p.dim() >= 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": [p for p in params.values() if p.dim() < 2], "weight_decay": 0.0}],
                             lr=LR, betas=BETAS, eps=EPS)
-    worst = 0.0
+    worst, losses = 0.0, []
     for _ in range(STEPS):
         opt.zero_grad(set_to_none=True)
         loss, _ = hf_loss(ref, tokens.tolist())
@@ -236,11 +284,13 @@ def steps(arch, be, m, ref, tokens, mask, rep):
         m.zero_grad()
         stats, _ = m.train_micro(tokens, [0], mask, rsabi.loss_spec(rsabi.LOSS_SFT, float(len(tokens) - 1)))
         m.step(lr=LR, beta1=BETAS[0], beta2=BETAS[1], eps=EPS, weight_decay=WD, max_grad_norm=0.0)
+        losses.append(stats["loss"])
         worst = max(worst, abs(stats["loss"] - loss.item()) / abs(loss.item()))
     rep.add(f"{arch} {STEPS} AdamW steps: losses vs HF (worst)", be, worst, TOL_STEPS)
     final = per_expert({k: p.detach().numpy() for k, p in params.items()})
     err = max(nerr(v, final[k]) for k, v in m.state(rsabi.PARAMS).items() if k in final)
     rep.add(f"{arch} {STEPS} AdamW steps: params vs torch AdamW", be, err, TOL_STEPS)
+    return losses
 
 
 def main():
@@ -259,8 +309,9 @@ def main():
     for be, path in (("cpu", args.cpu), ("cuda", args.cuda)):
         if path and os.path.exists(path):
             lib = rsabi.load(path)
-            if be == "cuda" and args.cublas:
-                rsabi.configure(lib, cublas_lib=args.cublas)
+            if be == "cuda":
+                # Exact fp32 matmuls, so the CUDA backend is held to the CPU backend's tolerances.
+                rsabi.configure(lib, cuda_matmul="fp32", **({"cublas_lib": args.cublas} if args.cublas else {}))
             libs.append((be, lib))
     if not libs:
         print("no backend library given (--cpu / --cuda)")

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 
 class Error(C.Structure):
@@ -153,6 +153,7 @@ SIGNATURES = {
     "rs_model_grads": (F32P, [MODEL]),
     "rs_model_adam_m": (F32P, [MODEL]),
     "rs_model_adam_v": (F32P, [MODEL]),
+    "rs_model_buffer_ranges": (C.c_int32, [MODEL, C.c_int32, C.c_int32, I64P, I64P, C.c_int32, F32P, ERRP]),
     "rs_model_step_count": (C.c_int64, [MODEL]),
     "rs_model_set_step_count": (None, [MODEL, C.c_int64]),
     "rs_model_forward": (C.c_int32, [MODEL, I32P, C.c_int32, I32P, C.c_int32, I32P, F32P, ERRP]),

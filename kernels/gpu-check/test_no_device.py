@@ -50,6 +50,24 @@ def cuda_without_device(path):
     expect(m is None and e.code == RS_ERR_INVALID_ARGUMENT and b"not divisible by numHeads" in e.message,
            f"config validation runs before the device check: {e.message.decode()!r}")
 
+    # Mixture-of-experts configs (qwen3_moe softmax routing; glm4_moe sigmoid routing, groups, shared expert) are no
+    # longer refused by the CUDA backend: without a device they fail on the device, after the MoE config checks.
+    flags = (C.c_uint8 * 2)(0, 1)
+    for name, extra in (("qwen3_moe", dict(norm_topk_prob=1, router_aux_loss_coef=0.01)),
+                        ("glm4_moe", dict(moe_router=1, n_group=2, topk_group=1, routed_scaling_factor=2.5, n_shared_experts=1, norm_topk_prob=1,
+                                          qk_norm=1, head_dim=8, rotary_dim=4))):
+        moe = rsabi.ModelConfig(rope_theta=1e4, rms_norm_eps=1e-5, vocab_size=37, hidden_size=16, intermediate_size=24, num_layers=2,
+                                num_heads=4, num_kv_heads=2, max_position_embeddings=32, threads=1, num_experts=8, num_experts_per_tok=2,
+                                moe_intermediate_size=8, moe_layers=flags, **extra)
+        m = lib.rs_model_create(C.byref(moe), 1, C.byref(e))
+        msg = e.message.decode()
+        expect(m is None and e.code == RS_ERR_UNSUPPORTED and "no CUDA device" in msg and "experts" not in msg,
+               f"{name}: the CUDA backend takes MoE configs (no device here): {msg!r}")
+        moe.num_experts_per_tok = 9
+        m = lib.rs_model_create(C.byref(moe), 1, C.byref(e))
+        expect(m is None and e.code == RS_ERR_INVALID_ARGUMENT and b"numExpertsPerTok" in e.message,
+               f"{name}: the MoE config checks run before the device check: {e.message.decode()!r}")
+
     x = rsabi.f32(np.ones((3, 8)))
     w = rsabi.f32(np.ones(8))
     y = np.zeros((3, 8), np.float32)
@@ -147,6 +165,24 @@ def cpu_wrappers(path):
     m.free()
 
 
+def exported(path):
+    """The rs_* functions a library exports (nm -D), or None without binutils."""
+    import shutil
+    import subprocess
+    if not shutil.which("nm"):
+        return None
+    out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    return {ln.split()[-1] for ln in out.splitlines() if ln.split() and ln.split()[-1].startswith("rs_")}
+
+
+def exports_match(cuda_path, cpu_path):
+    got, want = exported(cuda_path), exported(cpu_path)
+    if got is None:
+        print("skip: nm not found (symbol sets)")
+        return
+    expect(got == want, f"the CUDA library exports the CPU library's {len(want)} rs_* symbols (missing {sorted(want - got)}, extra {sorted(got - want)})")
+
+
 cuda = os.path.join(build, "librollstream_cuda.so")
 cpu = os.path.join(build, "librollstream_cpu.so")
 if os.path.exists(cuda):
@@ -155,6 +191,8 @@ else:
     print(f"skip: {cuda} not built")
 if os.path.exists(cpu):
     cpu_wrappers(cpu)
+    if os.path.exists(cuda):
+        exports_match(cuda, cpu)
 else:
     print(f"skip: {cpu} not built")
 print(f"{'FAILED' if failures else 'passed'}: {len(failures)} failure(s)")

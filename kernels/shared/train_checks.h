@@ -87,6 +87,25 @@ inline int32_t check_loss_call(const float* logits, int32_t N, int32_t V, const 
 }
 
 // The per-token inputs of rs_model_train_micro, once the batch and the loss spec passed their checks.
+// rs_model_buffer_ranges' arguments: a buffer kind, every range inside [0, n_params), values when any range is
+// non-empty. Returns the total number of values.
+inline int32_t check_buffer_ranges(int64_t n_params, int32_t kind, int32_t write, const int64_t* off, const int64_t* size, int32_t n,
+                                   const float* values, int64_t* total, rs_error* err) {
+  if (kind < 0 || kind > 3) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: kind must be 0 (params), 1 (grads), 2 or 3 (AdamW m, v) (got %d)", kind);
+  if (write != 0 && write != 1) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: write must be 0 or 1 (got %d)", write);
+  if (n < 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: n must be >= 0 (got %d)", n);
+  if (n > 0 && (!off || !size)) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: null offsets or sizes");
+  *total = 0;
+  for (int32_t i = 0; i < n; i++) {
+    if (off[i] < 0 || size[i] < 0 || off[i] > n_params || size[i] > n_params - off[i])
+      return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: range %d [%lld, +%lld) is outside the buffer of %lld values", i, (long long)off[i],
+                  (long long)size[i], (long long)n_params);
+    *total += size[i];
+  }
+  if (*total > 0 && !values) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: null values");
+  return RS_OK;
+}
+
 inline int32_t check_train_micro(const rs_loss_spec* spec, const uint8_t* mask, const float* adv, const float* slp, const rs_loss_stats* stats,
                                  const int32_t* seg, int32_t S, const int32_t* parent, int32_t T, rs_error* err) {
   if (!mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null lossMask or stats");

@@ -52,7 +52,7 @@ lib.rs_set_settings.argtypes = [C.POINTER(Settings), C.POINTER(Error)]
 lib.rs_get_settings.argtypes = [C.POINTER(Settings)]
 lib.rs_get_settings.restype = None
 
-assert lib.rs_abi_version() == 3
+assert lib.rs_abi_version() == 4
 # Settings are arguments: BLAS off before its first use (never loaded), our sgemm's AVX2 kernel; read back and reported.
 err = Error()
 assert lib.rs_set_settings(C.byref(Settings(blas_mode=1, simd_level=1)), C.byref(err)) == 0, err.message
@@ -83,5 +83,21 @@ assert stats.loss_tokens == 4 and abs(stats.loss - math.log(37)) < 0.1, (stats.l
 tokens[2] = 99
 assert lib.rs_model_forward(m, tokens, 6, segs, 2, None, logits, C.byref(err)) == 1
 assert b"token id 99 at index 2 is outside the vocab [0, 37)" in err.message, err.message
+# Partial buffer access (ABI 4): two ranges of the grads read back to back, one range of the params written.
+I64P = C.POINTER(C.c_int64)
+lib.rs_model_buffer_ranges.argtypes = [C.c_void_p, C.c_int32, C.c_int32, I64P, I64P, C.c_int32, F32P, C.POINTER(Error)]
+lib.rs_model_grads.argtypes = lib.rs_model_params.argtypes = [C.c_void_p]
+lib.rs_model_grads.restype = lib.rs_model_params.restype = F32P
+off, size, vals = (C.c_int64 * 2)(40, 7), (C.c_int64 * 2)(3, 2), (C.c_float * 5)()
+assert lib.rs_model_buffer_ranges(m, 1, 0, off, size, 2, vals, C.byref(err)) == 0, err.message
+g = lib.rs_model_grads(m)
+assert list(vals) == [g[40], g[41], g[42], g[7], g[8]] and any(v != 0 for v in vals), list(vals)
+one = (C.c_float * 3)(1.5, -2.0, 3.25)
+assert lib.rs_model_buffer_ranges(m, 0, 1, off, size, 1, one, C.byref(err)) == 0, err.message
+p = lib.rs_model_params(m)
+assert [p[40], p[41], p[42]] == [1.5, -2.0, 3.25]
+n = lib.rs_model_num_params(m)
+off[0] = n - 1
+assert lib.rs_model_buffer_ranges(m, 0, 1, off, size, 1, one, C.byref(err)) == 1 and b"outside the buffer" in err.message, err.message
 lib.rs_model_free(m)
 print("ctypes ok:", info.value.decode())
