@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { PolicyModel, type LossSpec } from "../../kernels/index.js";
 import { packSamples, type PackedMicroBatch, type TrainSample } from "../../kernels/packing.js";
-import { trainOnSamples } from "../../kernels/train-step.js";
+import { runTrainStep, trainOnSamples } from "../../kernels/train-step.js";
 import { parseLossSpec } from "../../kernels/loss-spec.js";
 import { type LayoutOptions, randomWeights, rlLoss, sftLoss, tokenLogprobs, type Weights } from "../reference/llama-f64.js";
 import { assertClose, flatParams, mulberry32, randInts, tinyConfig, weightsOf } from "./helpers.js";
@@ -202,4 +202,109 @@ test("group-prefix packing: the kernels reject a child that does not follow its 
   await assert.rejects(small.forward({ tokens, segmentStarts: Int32Array.of(0, 5), segmentParents: Int32Array.of(-1, 0) }), /past maxPositionEmbeddings 8/);
   model.dispose();
   small.dispose();
+});
+
+// The demo's shape of an RL step (examples/demo.yaml: groups of 8, a chat template every prompt starts with, several
+// groups per micro-batch, completions that often repeat within a group, group-relative advantages, some groups all
+// equal): every tensor's gradient, the loss and the step's gradient norm through runTrainStep, with sharing on and
+// off, on 1 and 3 threads, with every group in one micro-batch and with groups split over micro-batches. The issue
+// (a demo run with sharing on learned less, its steps' gradient norm lower) named these configurations as untested.
+function demoStep(groups: number, seed: number): TrainSample[] {
+  const r = mulberry32(seed);
+  const template = [1, 2, 3];
+  const out: TrainSample[] = [];
+  for (let g = 0; g < groups; g++) {
+    const prompt = Int32Array.from([...template, ...randInts(5 + (g % 2), 100 + g, 37)]);
+    const variants = [0, 1, 2].map((v) => randInts(8 + Math.floor(r() * 12), 200 + 3 * g + v, 37));
+    const picks = Array.from({ length: 8 }, () => Math.floor(r() * 3));
+    const rewards: number[] = picks.map((v) => (g % 3 === 2 ? 1 : v === 0 ? 1 : 0)); // every third group all right: zero advantage
+    const mean = rewards.reduce((a, b) => a + b, 0) / rewards.length;
+    for (const [i, v] of picks.entries()) {
+      const completion = variants[v]!;
+      out.push({
+        promptIds: prompt,
+        completionIds: completion,
+        completionMask: new Uint8Array(completion.length).fill(1),
+        samplerLogprobs: Float32Array.from(completion, () => -3.6 + (r() - 0.5) * 0.4),
+        advantage: rewards[i]! - mean,
+      });
+    }
+  }
+  return out;
+}
+
+test("group-prefix packing at the demo's shapes (groups of 8, several per micro-batch, split groups, 1 and 3 threads): every tensor's gradient and the step's grad norm equal the unpacked rows'", async () => {
+  const demoCfg = tinyConfig({ vocabSize: 40, hiddenSize: 32, intermediateSize: 48, tieWordEmbeddings: true });
+  const rows = demoStep(6, 31);
+  const spec = parseLossSpec({ name: "rl", maskLow: 0.125, maskHigh: 8 });
+  const opt = { lr: 1e-3, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1, schedule: "constant", warmupSteps: 0, minLr: 0 } as never;
+  const grads = async (model: PolicyModel, mbs: PackedMicroBatch[], normalizer: number) => {
+    model.zeroGrad();
+    let loss = 0;
+    for (const mb of mbs) loss += (await model.accumulate(mb, spec, normalizer)).loss;
+    const g = model.getGrads();
+    model.zeroGrad();
+    return { loss, g };
+  };
+  const perTensor = (model: PolicyModel, got: Float32Array, want: Float32Array, what: string) => {
+    for (const e of model.tensors())
+      assertClose(got.subarray(e.offset, e.offset + e.size), want.subarray(e.offset, e.offset + e.size), `${what}: ${e.name}`, 1e-5, 1e-9);
+  };
+  for (const threads of [1, 3]) {
+    const model = PolicyModel.create(demoCfg, { seed: 3, threads });
+    const flat = packSamples(rows, 4096, demoCfg.maxPositionEmbeddings);
+    const want = await grads(model, flat.microBatches, flat.lossTokens);
+    for (const mbt of [4096, 160]) {
+      const packed = packSamples(rows, mbt, demoCfg.maxPositionEmbeddings, { sharePrefix: true });
+      assert.equal(packed.lossTokens, flat.lossTokens);
+      if (mbt === 4096) {
+        // One family per group (its prompt), not one over the template every prompt starts with.
+        const parents = packed.microBatches[0]!.segmentParents!;
+        const roots = [...parents.keys()].filter((s) => parents[s] === -1);
+        assert.deepEqual(
+          roots.map((p) => parents.filter((q) => q === p).length),
+          [8, 8, 8, 8, 8, 8],
+        );
+      } else assert.ok(packed.microBatches.length > 2, `${packed.microBatches.length} micro-batches`);
+      const got = await grads(model, packed.microBatches, packed.lossTokens);
+      const what = `${threads} thread(s), micro-batch ${mbt}`;
+      assert.ok(Math.abs(got.loss - want.loss) <= 1e-6 * Math.max(1, Math.abs(want.loss)), `${what}: loss ${got.loss} vs ${want.loss}`);
+      perTensor(model, got.g, want.g, what);
+    }
+    // Positive controls, two of the issue's suspects: advantages swapped between two completions of a group with
+    // different rewards, and a child's first token (the one the prompt's last row predicts) left out of the loss: each
+    // changes the gradient past the tolerance.
+    const packed = packSamples(rows, 4096, demoCfg.maxPositionEmbeddings, { sharePrefix: true });
+    const mb = packed.microBatches[0]!;
+    const childStart = (k: number) => mb.segmentStarts[k]!;
+    const swapped = { ...mb, advantages: mb.advantages.slice() };
+    const [a, b] = [1, 2].map((k) => childStart(k));
+    const [aEnd, bEnd] = [2, 3].map((k) => childStart(k));
+    const [advA, advB] = [mb.advantages[a]!, mb.advantages[b]!];
+    assert.notEqual(advA, advB, "the control needs two completions with different advantages");
+    swapped.advantages.fill(advB, a, aEnd!);
+    swapped.advantages.fill(advA, b, bEnd!);
+    const firstLeftOut = { ...mb, lossMask: mb.lossMask.slice() };
+    firstLeftOut.lossMask[a!] = 0;
+    for (const [name, bad] of [
+      ["swapped advantages", swapped],
+      ["a child's first token left out", firstLeftOut],
+    ] as const) {
+      const g = await grads(model, [bad], packed.lossTokens);
+      assert.throws(() => perTensor(model, g.g, want.g, name), assert.AssertionError, `${name} passes the check`);
+    }
+    // Through the learner's own call: the step's loss, loss tokens and gradient norm (what steps.jsonl records).
+    const steps = await Promise.all(
+      [false, true].map(async (sharePrefix) => {
+        const m = PolicyModel.create(demoCfg, { seed: 3, threads });
+        const r = await runTrainStep(m, rows, spec, opt, 0, 1, { microBatchTokens: 160, sharePrefix });
+        m.dispose();
+        return r;
+      }),
+    );
+    assert.equal(steps[1]!.lossTokens, steps[0]!.lossTokens);
+    assert.ok(steps[1]!.tokens < steps[0]!.tokens, `shared: ${steps[1]!.tokens} tokens vs ${steps[0]!.tokens}`);
+    assert.ok(Math.abs(steps[1]!.gradNorm - steps[0]!.gradNorm) <= 1e-5 * steps[0]!.gradNorm, `grad norm ${steps[1]!.gradNorm} vs ${steps[0]!.gradNorm}`);
+    model.dispose();
+  }
 });
