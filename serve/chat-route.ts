@@ -98,6 +98,7 @@ function choiceJson(tok: Tokenizer, b: Chat, index: number, c: TextChoice) {
 export function registerChatRoute(app: FastifyInstance, d: OpenAIRouteDeps): void {
   app.post("/v1/chat/completions", async (req, reply) => {
     const b = parseWith(ChatCompletionRequest, req.body, "body");
+    d.models?.check(b.model);
     const prompt = promptOf(d, b);
     checkPrompt(d.engine, prompt, "messages (rendered)");
     const n = b.n ?? 1;

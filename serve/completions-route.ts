@@ -33,6 +33,8 @@ export interface OpenAIRouteDeps {
   engine: TokenEngine;
   tokenizer: Tokenizer;
   modelName: string;
+  /** The model names served (base and loaded LoRA adapters): another `model` is a 404. */
+  models?: { check(model: string | null | undefined, field?: string): void };
 }
 
 function promptsOf(tok: Tokenizer, p: Completion["prompt"]): number[][] {
@@ -67,6 +69,7 @@ function choiceJson(tok: Tokenizer, b: Completion, index: number, prompt: number
 export function registerCompletionsRoute(app: FastifyInstance, d: OpenAIRouteDeps): void {
   app.post("/v1/completions", async (req, reply) => {
     const b = parseWith(CompletionRequest, req.body, "body");
+    d.models?.check(b.model);
     const prompts = promptsOf(d.tokenizer, b.prompt);
     prompts.forEach((p, i) => checkPrompt(d.engine, p, prompts.length > 1 ? `prompt[${i}]` : "prompt"));
     const n = b.n ?? 1;

@@ -8,6 +8,7 @@ import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { ModelConfig } from "../kernels/model-config.js";
 import { BadRequest, parseWith } from "./http-errors.js";
+import type { LoraRegistry } from "./lora-routes.js";
 import type { PolicyTokenEngine } from "./policy-token-engine.js";
 import { folderWeights, type StoreWeights } from "./weight-loads.js";
 
@@ -17,6 +18,8 @@ export interface ControlDeps {
   modelConfig: ModelConfig;
   /** Present when the server was started on a run: its weights by version. */
   store?: StoreWeights;
+  /** The LoRA adapters loaded (listed by /v1/models with the base as parent). */
+  models: LoraRegistry;
   /** The engine is wedged (a step passed its deadline): /health answers 503. */
   healthy(): boolean;
 }
@@ -46,6 +49,15 @@ export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): voi
         parent: null,
         max_model_len: d.modelConfig.maxPositionEmbeddings,
       },
+      ...[...d.models.loaded].map(([name, path]) => ({
+        id: name,
+        object: "model",
+        created: Math.floor(Date.now() / 1000),
+        owned_by: "rollstream",
+        root: path,
+        parent: d.modelName,
+        max_model_len: null,
+      })),
     ],
   }));
   app.post("/pause", async (req) => {

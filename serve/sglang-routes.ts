@@ -51,6 +51,8 @@ export const GenerateReqInput = z
     return_text_in_logprobs: z.boolean().default(false),
     stream: z.literal(false, { message: "streaming is not served on /generate (use /v1/completions or /inference/v1/generate)" }).optional(),
     extra_key: z.string().min(1).nullable().optional(),
+    // GenerateReqInput.lora_path: the name of a loaded LoRA adapter (SGLang's /load_lora_adapter; here vLLM's route).
+    lora_path: z.string().min(1).nullable().optional(),
   })
   .refine((b) => (b.text == null) !== (b.input_ids == null), { message: "give exactly one of text or input_ids", path: ["input_ids"] });
 
@@ -74,6 +76,7 @@ export interface SglangDeps {
   engine: PolicyTokenEngine;
   tokenizer: Tokenizer;
   modelConfig: ModelConfig;
+  models?: { check(model: string | null | undefined, field?: string): void };
 }
 
 function finishReasonOf(c: ReturnType<typeof textChoice>) {
@@ -85,6 +88,7 @@ function finishReasonOf(c: ReturnType<typeof textChoice>) {
 export function registerSglangRoutes(app: FastifyInstance, d: SglangDeps): void {
   app.post("/generate", async (req, reply) => {
     const b = parseWith(GenerateReqInput, req.body, "body");
+    d.models?.check(b.lora_path, "lora_path");
     const sp = b.sampling_params;
     const ids = b.input_ids ?? d.tokenizer.encode(b.text!);
     checkPrompt(d.engine, ids, b.input_ids ? "input_ids" : "text");

@@ -77,6 +77,8 @@ export type VllmGenerate = z.output<typeof VllmGenerateRequest>;
 export interface GenerateRouteOptions {
   /** The served model's name (the `model` field of answers). */
   modelName: string;
+  /** The model names served (the base and loaded LoRA adapters): another `model` is a 404. Absent: any name. */
+  models?: { check(model: string | null | undefined, field?: string): void };
 }
 
 /** A 400 when the prompt does not fit the model (ids outside its vocabulary, longer than its context window). */
@@ -143,6 +145,7 @@ export function generateResponse(b: VllmGenerate, requestId: string, modelName: 
 export function registerVllmGenerateRoute(app: FastifyInstance, engine: TokenEngine, opts: GenerateRouteOptions): void {
   app.post("/inference/v1/generate", async (req, reply) => {
     const b = parseWith(VllmGenerateRequest, req.body, "body");
+    opts.models?.check(b.model);
     checkPrompt(engine, b.token_ids, "token_ids");
     const requestId = b.request_id ?? randomUUID();
     const tr = tokenRequestOf(b, requestId, callerGone(reply));
