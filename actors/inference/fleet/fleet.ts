@@ -110,6 +110,7 @@ export class Fleet implements InferenceBackend {
   private waiters = new Set<() => void>();
   private turn = 0;
   private readonly plans = new Map<number, Plan>();
+  private readonly baseDirs = new Map<string, string>();
 
   constructor(private readonly o: FleetOptions) {
     if (o.servers.length === 0) throw new Error("a fleet needs at least one server");
@@ -143,7 +144,10 @@ export class Fleet implements InferenceBackend {
     const a = this.o.adapters ? await this.o.adapters.adapter(version) : null;
     let plan: Plan;
     if (a && this.o.adapters) {
-      const baseDir = this.o.exporter.writeBase(a.baseSha256, await this.o.adapters.base(a.baseSha256));
+      const sha = a.baseSha256;
+      // Fetched and exported once per base (a learner restarted on the same base publishes the same bytes).
+      const baseDir = this.baseDirs.get(sha) ?? this.o.exporter.writeBase(sha, await this.o.adapters.base(sha));
+      this.baseDirs.set(sha, baseDir);
       const name = adapterName(this.o.run, version);
       plan = { kind: "adapter", name, dir: this.o.exporter.writeAdapter(name, a), baseSha: a.baseSha256, baseDir };
     } else plan = { kind: "full", dir: this.o.exporter.write(version, safetensors) };
