@@ -81,7 +81,12 @@ export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): voi
       const store = d.store;
       if (!store) throw new BadRequest("version: this server was not started on a run (--run), so it has no object store; give weight_dir");
       const v = b.version!;
-      bytes = () => store(v);
+      // Read before the load is queued: a version the store does not have is the caller's 404, not a failed load.
+      const read = await store(v).catch((e: Error) => {
+        if (/is not in the object store/.test(e.message)) throw new BadRequest(`version: v${v} is not in the run's object store (pruned, or never written)`, 404);
+        throw e;
+      });
+      bytes = async () => read;
       source = `object store v${v}`;
     }
     const label = b.weight_version ?? (b.version !== undefined ? String(b.version) : (/v?(\d+)$/.exec(b.weight_dir!)?.[1] ?? b.weight_dir!));
