@@ -83,7 +83,8 @@ export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): voi
       const v = b.version!;
       // Read before the load is queued: a version the store does not have is the caller's 404, not a failed load.
       const read = await store(v).catch((e: Error) => {
-        if (/is not in the object store/.test(e.message)) throw new BadRequest(`version: v${v} is not in the run's object store (pruned, or never written)`, 404);
+        if (/is not in the object store/.test(e.message))
+          throw new BadRequest(`version: v${v} is not in the run's object store (pruned, or never written)`, 404);
         throw e;
       });
       bytes = async () => read;
