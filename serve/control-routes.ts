@@ -37,29 +37,7 @@ const UpdateWeights = z
 
 export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): void {
   app.get("/health", async (_req, reply) => reply.code(d.healthy() ? 200 : 503).send());
-  app.get("/v1/models", async () => ({
-    object: "list",
-    data: [
-      {
-        id: d.modelName,
-        object: "model",
-        created: Math.floor(Date.now() / 1000),
-        owned_by: "rollstream",
-        root: d.modelName,
-        parent: null,
-        max_model_len: d.modelConfig.maxPositionEmbeddings,
-      },
-      ...[...d.models.loaded].map(([name, path]) => ({
-        id: name,
-        object: "model",
-        created: Math.floor(Date.now() / 1000),
-        owned_by: "rollstream",
-        root: path,
-        parent: d.modelName,
-        max_model_len: null,
-      })),
-    ],
-  }));
+  app.get("/v1/models", async () => modelList(d));
   app.post("/pause", async (req) => {
     const q = parseWith(PauseQuery, req.query, "query");
     const aborted = await d.engine.pause(q.mode);
@@ -95,4 +73,31 @@ export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): voi
     return { success: true, weight_version: rec.version, ms: Math.round(rec.ms), num_aborted_requests: rec.aborted };
   });
   app.get("/weight_updates", async () => ({ weight_version: d.engine.version, updates: d.engine.updates }));
+}
+
+/** vLLM's ModelList: the base model, then each loaded LoRA adapter with the base as parent. */
+function modelList(d: ControlDeps) {
+  return {
+    object: "list",
+    data: [
+      {
+        id: d.modelName,
+        object: "model",
+        created: Math.floor(Date.now() / 1000),
+        owned_by: "rollstream",
+        root: d.modelName,
+        parent: null,
+        max_model_len: d.modelConfig.maxPositionEmbeddings,
+      },
+      ...[...d.models.loaded].map(([name, path]) => ({
+        id: name,
+        object: "model",
+        created: Math.floor(Date.now() / 1000),
+        owned_by: "rollstream",
+        root: path,
+        parent: d.modelName,
+        max_model_len: null,
+      })),
+    ],
+  };
 }
