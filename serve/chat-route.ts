@@ -1,7 +1,8 @@
 // POST /v1/chat/completions as vLLM serves it (vllm/entrypoints/openai/chat_completion/protocol.py
 // ChatCompletionRequest, ChatCompletionResponse, ChatCompletionStreamResponse): the messages rendered with the
 // model's chat template (tools passed to it, as transformers' apply_chat_template does), n choices, logprobs
-// {content[].{token, logprob, bytes, top_logprobs}}, return_token_ids (prompt_token_ids on the answer, token_ids on
+// {content[].{token, logprob, bytes, top_logprobs}} (top_logprobs: the k most likely tokens, by the model's own
+// distribution, log_softmax of the raw logits, as vLLM's default raw_logprobs), return_token_ids (prompt_token_ids on the answer, token_ids on
 // each choice), stream: SSE deltas (role first, then content). With tools in the request (and tool_choice not
 // "none"), tool calls are parsed out of the reply as vLLM's hermes parser does for Qwen2.5/Qwen3
 // (--enable-auto-tool-choice --tool-call-parser hermes: entrypoints/openai/tool_parsers/hermes_tool_parser.py):
@@ -80,13 +81,15 @@ function promptOf(d: OpenAIRouteDeps, b: Chat): number[] {
   }
 }
 
-function logprobsOf(tok: Tokenizer, b: Chat, ids: readonly number[], lps: readonly number[]) {
+/** logprobs.content: each token, its logprob and its top_logprobs (the k most likely, most likely first). */
+function logprobsOf(tok: Tokenizer, b: Chat, ids: readonly number[], lps: readonly number[], tops?: readonly { token: number; logprob: number }[][]) {
   if (!b.logprobs) return null;
+  const entry = (t: number, logprob: number) => {
+    const token = tok.decode([t]);
+    return { token, logprob, bytes: [...Buffer.from(token, "utf8")] };
+  };
   return {
-    content: ids.map((t, i) => {
-      const token = tok.decode([t]);
-      return { token, logprob: lps[i]!, bytes: [...Buffer.from(token, "utf8")], top_logprobs: [] };
-    }),
+    content: ids.map((t, i) => ({ ...entry(t, lps[i]!), top_logprobs: (tops?.[i] ?? []).map((x) => entry(x.token, x.logprob)) })),
   };
 }
 
@@ -116,7 +119,7 @@ function choiceJson(tok: Tokenizer, b: Chat, index: number, c: TextChoice) {
   return {
     index,
     message: { role: "assistant", content: tools ? tools.content : c.text, tool_calls: tools?.calls ?? [] },
-    logprobs: logprobsOf(tok, b, c.tokenIds, c.logprobs),
+    logprobs: logprobsOf(tok, b, c.tokenIds, c.logprobs, c.topLogprobs),
     finish_reason: tools ? "tool_calls" : c.finishReason,
     stop_reason: c.stopReason,
     ...(b.return_token_ids ? { token_ids: c.tokenIds } : {}),
@@ -131,7 +134,11 @@ export function registerChatRoute(app: FastifyInstance, d: OpenAIRouteDeps): voi
     checkPrompt(d.engine, prompt, "messages (rendered)");
     const n = b.n ?? 1;
     const room = d.engine.limits.contextTokens - prompt.length;
-    const settings = choiceSettings(b, Math.min(room, b.max_completion_tokens ?? b.max_tokens ?? room));
+    if (b.top_logprobs && !b.logprobs) throw new BadRequest("top_logprobs: needs logprobs: true");
+    const settings = {
+      ...choiceSettings(b, Math.min(room, b.max_completion_tokens ?? b.max_tokens ?? room)),
+      topLogprobs: b.logprobs ? (b.top_logprobs ?? 0) : 0,
+    };
     const head = { id: `chatcmpl-${randomUUID()}`, created: Math.floor(Date.now() / 1000), model: d.modelName };
     const signal = callerGone(reply);
     if (b.stream) return streamChat(reply, d, b, prompt, n, settings, head, signal);
@@ -170,7 +177,7 @@ async function streamChat(
       send({
         index: i,
         delta: { content: deltas[i]!.push(t.tokenId) },
-        logprobs: logprobsOf(d.tokenizer, b, [t.tokenId], [t.logprob]),
+        logprobs: logprobsOf(d.tokenizer, b, [t.tokenId], [t.logprob], t.top ? [t.top] : undefined),
         finish_reason: null,
         ...ids,
       });

@@ -85,16 +85,18 @@ export class PolicyTokenEngine implements TokenEngine {
       ignoreEos: req.ignoreEos,
       cacheSalt: req.cacheSalt === undefined ? undefined : saltOf(req.cacheSalt),
       signal: req.signal,
+      ...(req.topLogprobs ? { topLogprobs: req.topLogprobs } : {}),
       ...(onToken
         ? {
-            onToken: (t: { token: number; logprob: number; version: number }) =>
-              onToken({ tokenId: t.token, logprob: t.logprob, version: this.labelOf(t.version) }),
+            onToken: (t: { token: number; logprob: number; version: number; top?: { token: number; logprob: number }[] }) =>
+              onToken({ tokenId: t.token, logprob: t.logprob, version: this.labelOf(t.version), ...(t.top ? { top: t.top } : {}) }),
           }
         : {}),
     });
     this.requestsServed++;
     const finish = out.finish === "abort" ? "abort" : out.finish === "length" || out.finish === "context" ? "length" : "stop";
-    return { tokenIds: out.tokenIds, logprobs: out.logprobs, versions: out.versions.map((v) => this.labelOf(v)), finish };
+    const tops = out.topLogprobs ? { topLogprobs: out.topLogprobs } : {};
+    return { tokenIds: out.tokenIds, logprobs: out.logprobs, versions: out.versions.map((v) => this.labelOf(v)), finish, ...tops };
   }
 
   pause(mode: "keep" | "abort" | "wait"): Promise<number> {

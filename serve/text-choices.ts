@@ -25,6 +25,8 @@ export interface ChoiceSettings {
   stopTokenIds: number[];
   ignoreEos: boolean;
   cacheSalt?: string;
+  /** The k most likely tokens per step (OpenAI top_logprobs / legacy logprobs: k). */
+  topLogprobs?: number;
 }
 
 /** Why a finished output stopped, and its text without special tokens and without the stop string. */
@@ -67,6 +69,7 @@ export function runChoices(
         ignoreEos: s.ignoreEos,
         stop: s.stop,
         ...(s.cacheSalt === undefined ? {} : { cacheSalt: s.cacheSalt }),
+        ...(s.topLogprobs ? { topLogprobs: s.topLogprobs } : {}),
         signal,
         ...(onToken ? { onToken: (t) => onToken(i, t) } : {}),
       });
