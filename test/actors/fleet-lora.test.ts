@@ -114,7 +114,7 @@ function adapterOf(version: number): LoraAdapterFiles {
   return { config: `{"r": 8, "v": ${version}}`, weights: new Uint8Array([version]), baseSha256: BASE_SHA };
 }
 
-async function fleetOver(clients: EngineServer[], dir: string, keep: number) {
+async function fleetOver(clients: EngineServer[], dir: string, keep: number, extra: Record<string, unknown> = {}) {
   const ctl = new AbortController();
   const baseFetches: string[] = [];
   const fleet = new Fleet({
@@ -122,7 +122,7 @@ async function fleetOver(clients: EngineServer[], dir: string, keep: number) {
     tokenizer: tok,
     contextTokens: 64,
     run: "r",
-    settings: FleetSchema.parse({ healthCheckMs: 50, updateRetries: 1, requestDeadlineMs: 10_000, updateDeadlineMs: 5_000, adaptiveCap: false }),
+    settings: FleetSchema.parse({ healthCheckMs: 50, updateRetries: 1, requestDeadlineMs: 10_000, updateDeadlineMs: 5_000, adaptiveCap: false, ...extra }),
     exporter: new HfExporter(join(dir, "hf"), "{}", undefined, keep),
     adapters: {
       adapter: async (v) => (v >= 2 ? adapterOf(v) : null),
@@ -209,6 +209,29 @@ test("fleet, adapter shipping: the base once per server, each version's adapter 
   } finally {
     stop();
     for (const s of servers) await s.kill();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test("fleet.loraBase served: servers started on the base get adapters only, never a full-weight load", async () => {
+  const s = await TestEngineServer.vllm();
+  const dir = mkdtempSync(join(tmpdir(), "rs-fleet-lora-"));
+  const { fleet, stop } = await fleetOver([new VllmServer(s.url, { pauseMode: "abort", weightsRoute: "/update_weights" })], dir, 2, { loraBase: "served" });
+  try {
+    await fleet.start(2, new Uint8Array([2]));
+    await fleet.swapWeights(3, new Uint8Array([3]), false);
+    assert.deepEqual(s.engine.loads, [], "no full-weight load (upstream vLLM has no route for one)");
+    assert.ok(!s.engine.received.some((r) => r.route === "/update_weights" || r.route.startsWith("/pause")));
+    assert.deepEqual(
+      s.engine.adapterLoads.map((l) => l[0]),
+      ["r-v2", "r-v3"],
+    );
+    const [g] = await Promise.all(fleet.rolloutClients(task("t")).map((c) => c.generate(tok.encode("hi"), { temperature: 1, topP: 1, topK: 0, maxTokens: 3 })));
+    assert.equal(g!.policyVersion, 3);
+    assert.deepEqual(s.engine.adapterOfRequests, ["r-v3"]);
+  } finally {
+    stop();
+    await s.kill();
     rmSync(dir, { recursive: true, force: true });
   }
 });

@@ -308,7 +308,8 @@ export class Fleet implements InferenceBackend {
     }
     if (!server.loadAdapter || !server.unloadAdapter) throw new Error(`${server.url}: this backend cannot load LoRA adapters (model.lora.ship adapter)`);
     if (slot.base !== plan.baseSha) {
-      await server.loadWeights(plan.baseDir, `lora-base-${plan.baseSha.slice(0, 12)}`, opts);
+      // fleet.loraBase served: the server was started on the base (model.path); nothing to load.
+      if (this.o.settings.loraBase === "load") await server.loadWeights(plan.baseDir, `lora-base-${plan.baseSha.slice(0, 12)}`, opts);
       [slot.base, slot.adapters, slot.adapter] = [plan.baseSha, [], null];
     }
     if (!slot.adapters.includes(plan.name)) {
