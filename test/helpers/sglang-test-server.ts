@@ -4,7 +4,7 @@
 // sampling/sampling_params.py @00c17ca, utils/weight_versions.py, schedule_batch.py FINISH_* to_json):
 // POST /generate, POST /update_weights_from_disk, POST /pause_generation, POST /continue_generation,
 // GET /health. Bodies are checked strictly against the upstream field names, so a misspelt field is a 400.
-// LoRA adapters (http_server.py @9c0549b /load_lora_adapter, /unload_lora_adapter; managers/io_struct.py
+// LoRA adapters (http_server.py @9c0549b /load_lora_adapter, /unload_lora_adapter; managers/io_struct.py @001067f
 // LoadLoRAAdapterReqInput {lora_name, lora_path, pinned, lora_id}, UnloadLoRAAdapterReqInput {lora_name, lora_id},
 // LoRAUpdateOutput {success, error_message, loaded_adapters}: 200 when success, else 400 with the same body;
 // GenerateReqInput.lora_path names a loaded adapter, an unknown one is a 400).

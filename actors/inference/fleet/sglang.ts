@@ -2,7 +2,7 @@
 // managers/io_struct.py GenerateReqInput / UpdateWeightFromDiskReqInput, sampling/sampling_params.py,
 // utils/weight_versions.py): POST /generate with input_ids and return_logprob, POST /update_weights_from_disk,
 // GET /health. No plugin is needed on the server. LoRA adapters (http_server.py @9c0549b /load_lora_adapter and
-// /unload_lora_adapter; io_struct.py LoadLoRAAdapterReqInput {lora_name, lora_path, pinned, lora_id},
+// /unload_lora_adapter; io_struct.py @001067f LoadLoRAAdapterReqInput {lora_name, lora_path, pinned, lora_id},
 // UnloadLoRAAdapterReqInput {lora_name, lora_id}, LoRAUpdateOutput {success, error_message, loaded_adapters}, 400 when
 // success is false; GenerateReqInput.lora_path names the adapter of a request), on a server started --enable-lora.
 import { z } from "zod";
