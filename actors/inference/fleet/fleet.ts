@@ -13,9 +13,9 @@
 //   every segment a server returns was sampled by one version, the one it had when the request went out.
 //   A server that fails its update leaves rotation rather than serve stale weights.
 // - LoRA adapter shipping (model.lora.ship adapter, `adapters` here): a version with adapters is the frozen base
-//   (loaded once per server, as full weights, labelled lora-base-<sha12>) plus a PEFT folder loaded under its own
-//   name <run>-v<n> (load_lora_adapter), which every request the server gets then names; the newest `keepAdapters`
-//   stay loaded (requests in flight may name them), older ones are unloaded. A server that leaves rotation is
+//   (loaded once per server, as full weights, labelled lora-base-<sha12>; or not at all with fleet.loraBase served)
+//   plus a PEFT folder loaded under its own name <run>-v<n> (load_lora_adapter), which every request the server gets
+//   then names; the newest `adapters.keep` stay loaded (requests in flight may name them), older ones are unloaded. A server that leaves rotation is
 //   assumed to have lost both (it may have restarted): it loads the base and the adapter again when it rejoins.
 import type { Generation, ModelClient, SamplingArgs } from "../../../environments/api/model.js";
 import type { TokenizerLike } from "../../../environments/api/tokenizer.js";
