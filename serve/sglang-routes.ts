@@ -2,7 +2,7 @@
 // managers/io_struct.py GenerateReqInput, UpdateWeightFromDiskReqInput, PauseGenerationReqInput;
 // sampling/sampling_params.py): POST /generate (input_ids or text, sampling_params{max_new_tokens, temperature,
 // top_p, top_k, stop, stop_token_ids, ignore_eos, sampling_seed}, return_logprob → meta_info.output_token_logprobs
-// [logprob, token_id, text|null], finish_reason {type, matched|length|message}, weight_version, weight_versions),
+// [logprob, token_id, text|null], output_top_logprobs with top_logprobs_num, finish_reason {type, matched|length|message}, weight_version, weight_versions),
 // POST /update_weights_from_disk {model_path, weight_version, abort_all_requests, ...} → {success, message,
 // num_paused_requests}, /pause_generation {mode}, /continue_generation, GET /get_weight_version.
 // sampling_params.n > 1: a list of n results (sample i with sampling_seed + i), as SGLang answers a single input with
@@ -50,7 +50,8 @@ export const GenerateReqInput = z
     sampling_params: SglangSamplingParams.default(SglangSamplingParams.parse({})),
     return_logprob: z.boolean().default(false),
     logprob_start_len: z.literal(-1, { message: "only output logprobs are served (logprob_start_len -1)" }).optional(),
-    top_logprobs_num: z.literal(0, { message: "top logprobs are not served" }).optional(),
+    // With return_logprob: meta_info.output_top_logprobs[i] = the k most likely [logprob, token_id, text|null].
+    top_logprobs_num: int.min(0).max(20).default(0),
     return_text_in_logprobs: z.boolean().default(false),
     stream: z.boolean().default(false),
     extra_key: z.string().min(1).nullable().optional(),
@@ -92,9 +93,9 @@ type Generate = z.output<typeof GenerateReqInput>;
 
 /** One result object of /generate: text, output_ids and meta_info (finish_reason null while it streams). */
 function resultOf(d: SglangDeps, b: Generate, promptLen: number, rid: string, r: TokenResult, finish: ReturnType<typeof finishReasonOf> | null) {
-  const logprobs = b.return_logprob
-    ? { output_token_logprobs: r.tokenIds.map((t, i) => [r.logprobs[i], t, b.return_text_in_logprobs ? d.tokenizer.decode([t]) : null]) }
-    : {};
+  const text = (t: number) => (b.return_text_in_logprobs ? d.tokenizer.decode([t]) : null);
+  const tops = b.top_logprobs_num > 0 ? { output_top_logprobs: (r.topLogprobs ?? []).map((top) => top.map((x) => [x.logprob, x.token, text(x.token)])) } : {};
+  const logprobs = b.return_logprob ? { output_token_logprobs: r.tokenIds.map((t, i) => [r.logprobs[i], t, text(t)]), ...tops } : {};
   return {
     text: d.tokenizer.decode(r.tokenIds, { skipSpecial: true }),
     output_ids: r.tokenIds,
@@ -127,6 +128,7 @@ function tokenRequestOf(b: Generate, ids: number[], rid: string, signal: AbortSi
     ignoreEos: sp.ignore_eos,
     stop,
     ...(b.extra_key == null ? {} : { cacheSalt: b.extra_key }),
+    ...(b.return_logprob && b.top_logprobs_num > 0 ? { topLogprobs: b.top_logprobs_num } : {}),
     signal,
   };
 }
@@ -166,6 +168,7 @@ async function streamGenerate(reply: FastifyReply, d: SglangDeps, b: Generate, i
     const r = await d.engine.generate({
       ...tr,
       onToken: (t) => {
+        if (t.top) (sofar.topLogprobs ??= []).push(t.top);
         sofar.tokenIds.push(t.tokenId);
         sofar.logprobs.push(t.logprob);
         sofar.versions.push(t.version);

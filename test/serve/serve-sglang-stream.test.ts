@@ -90,3 +90,24 @@ test("stream: cumulative results after each token, finish_reason on the last, th
     m.dispose();
   }
 });
+
+test("top_logprobs_num: meta_info.output_top_logprobs[i] holds the k most likely [logprob, token_id, text], most likely first", async () => {
+  const prompt = promptOf("1+1=");
+  const res = await post({ input_ids: prompt, sampling_params: { max_new_tokens: 5, sampling_seed: 4 }, return_logprob: true, top_logprobs_num: 3 });
+  const body = (await res.json()) as Json;
+  assert.equal(res.status, 200, JSON.stringify(body));
+  const mi = body.meta_info;
+  assert.equal(mi.output_top_logprobs.length, body.output_ids.length);
+  mi.output_top_logprobs.forEach((top: [number, number, null][], i: number) => {
+    assert.equal(top.length, 3);
+    assert.ok(top[0]![0] >= top[1]![0] && top[1]![0] >= top[2]![0]);
+    assert.ok(top.every((x) => Number.isInteger(x[1]) && x[2] === null));
+    // At temperature 1 the sampled token's logprob is its own in that distribution: never above the most likely.
+    assert.ok(mi.output_token_logprobs[i][0] <= top[0]![0] + 1e-6);
+    const same = top.find((x) => x[1] === body.output_ids[i]);
+    if (same) assert.ok(Math.abs(same[0] - mi.output_token_logprobs[i][0]) < 1e-4);
+  });
+  // Positive control: without it there are none.
+  const plain = (await (await post({ input_ids: prompt, sampling_params: { max_new_tokens: 2 }, return_logprob: true })).json()) as Json;
+  assert.equal(plain.meta_info.output_top_logprobs, undefined);
+});
