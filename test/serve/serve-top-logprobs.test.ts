@@ -119,3 +119,38 @@ test("chat logprobs + top_logprobs: 2: content[i].top_logprobs, most likely firs
     (e: unknown) => e instanceof OpenAI.BadRequestError,
   );
 });
+
+test("/inference/v1/generate logprobs: k: top_logprobs is the sampled entry, then the k most likely others (upstream's render)", async () => {
+  const prompt = promptOf("6+3=");
+  const post = async (logprobs: number) =>
+    (await (
+      await fetch(`${server.url}/inference/v1/generate`, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ token_ids: prompt, sampling_params: { max_tokens: 5, seed: 8, logprobs } }),
+      })
+    ).json()) as {
+      choices: {
+        token_ids: number[];
+        logprobs: {
+          content: { token_id: number; logprob: number; rank: number | null; top_logprobs: { token_id: number; logprob: number; rank: number | null }[] }[];
+        };
+      }[];
+    };
+  const r = await post(3);
+  const c = r.choices[0]!;
+  const rows = await referenceRows(prompt, c.token_ids);
+  c.logprobs.content.forEach((e, i) => {
+    assert.equal(e.top_logprobs.length, 3);
+    assert.deepEqual(e.top_logprobs[0], { token_id: e.token_id, logprob: e.logprob, rank: e.rank });
+    const want = topK(rows[i]!, 3).filter((w) => w.id !== e.token_id);
+    e.top_logprobs.slice(1).forEach((t, j) => {
+      assert.equal(t.token_id, want[j]!.id);
+      assert.ok(Math.abs(t.logprob - want[j]!.lp) < 1e-4);
+    });
+    const rank = topK(rows[i]!, 3).findIndex((w) => w.id === e.token_id);
+    assert.equal(e.rank, rank >= 0 ? rank + 1 : null);
+  });
+  // logprobs: 0 is the sampled entry alone (positive control for the k above).
+  assert.ok((await post(0)).choices[0]!.logprobs.content.every((e) => e.top_logprobs.length === 1 && e.top_logprobs[0]!.token_id === e.token_id));
+});
