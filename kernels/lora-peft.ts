@@ -34,6 +34,11 @@ export function peftConfig(s: LoraSettings, baseModel: string): Record<string, u
   };
 }
 
+/** Flat params (the base the adapters apply to) as safetensors under the model's HF tensor names. */
+export function paramsSafetensors(tensors: readonly { name: string; shape: number[]; offset: number; size: number }[], params: Float32Array): Uint8Array {
+  return writeSafetensors(tensors.map((t) => ({ name: t.name, shape: t.shape, data: params.subarray(t.offset, t.offset + t.size) })));
+}
+
 /** Every adapter matrix under its PEFT name (views into the adapters' buffer). */
 export function peftTensors(adapters: LoraAdapters): { name: string; shape: number[]; data: Float32Array }[] {
   const r = adapters.settings.rank;
@@ -139,6 +144,7 @@ export function fromPeft(
     rsLora: c.use_rslora,
     seed: 0,
     sft: true,
+    ship: "merged",
   };
   const targets = loraTargets(model.tensors, settings);
   const params = adapterValues(targets, c.r, (n) => file.get(n), PEFT_WEIGHTS_FILE);

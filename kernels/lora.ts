@@ -36,6 +36,12 @@ export const LoraSchema = z.strictObject({
       "the SFT stage trains the adapters too, on the frozen base (false: SFT trains every weight and RL trains fresh adapters on what it left, for a model trained from scratch)",
     ),
   seed: z.number().int().nonnegative().default(0).describe("the adapters' init seed (A uniform like PEFT's kaiming init, B zero)"),
+  ship: z
+    .enum(["merged", "adapter"])
+    .default("merged")
+    .describe(
+      "what an inference fleet (backend rollstream, sglang or vllm) gets each RL version as: merged, full weights (update_weights_from_disk / the vLLM reload route); adapter, the frozen base once and then a PEFT adapter folder per version (<exportDir>/<run>-v<n>) loaded with load_lora_adapter and named by each request (vLLM model, SGLang lora_path). The local engine always serves merged weights",
+    ),
 });
 export type LoraSettings = z.infer<typeof LoraSchema>;
 

@@ -2,7 +2,8 @@
 // CompletionResponse, CompletionStreamResponse, CompletionLogProbs): a prompt as text, token ids, or a list of
 // either; n choices each; logprobs {tokens, token_logprobs, top_logprobs, text_offset} (tokens as "token_id:N" with
 // return_tokens_as_token_ids); return_token_ids puts prompt_token_ids and token_ids on each choice; stream: SSE.
-// top_logprobs holds the sampled token only (the engine computes no alternatives).
+// top_logprobs: per token {token: logprob} of the `logprobs` k most likely tokens (the model's own distribution,
+// log_softmax of the raw logits, as vLLM's default raw_logprobs) and the sampled one; logprobs 0: the sampled one only.
 import { randomUUID } from "node:crypto";
 import type { FastifyInstance, FastifyReply } from "fastify";
 import { z } from "zod";
@@ -33,6 +34,8 @@ export interface OpenAIRouteDeps {
   engine: TokenEngine;
   tokenizer: Tokenizer;
   modelName: string;
+  /** The model names served (base and loaded LoRA adapters): another `model` is a 404. */
+  models?: { check(model: string | null | undefined, field?: string): void };
 }
 
 function promptsOf(tok: Tokenizer, p: Completion["prompt"]): number[][] {
@@ -41,23 +44,27 @@ function promptsOf(tok: Tokenizer, p: Completion["prompt"]): number[][] {
   return (p as (string | number[])[]).map((x) => (typeof x === "string" ? tok.encode(x) : x));
 }
 
-function logprobsOf(tok: Tokenizer, b: Completion, ids: readonly number[], lps: readonly number[], offset0 = 0) {
+type Top = { token: number; logprob: number }[];
+
+function logprobsOf(tok: Tokenizer, b: Completion, ids: readonly number[], lps: readonly number[], tops?: readonly Top[], offset0 = 0) {
   if (b.logprobs == null) return null;
-  const tokens = ids.map((t) => (b.return_tokens_as_token_ids ? `token_id:${t}` : tok.decode([t])));
+  const name = (t: number) => (b.return_tokens_as_token_ids ? `token_id:${t}` : tok.decode([t]));
+  const tokens = ids.map(name);
   const text_offset: number[] = [];
   let at = offset0;
   for (const t of tokens) {
     text_offset.push(at);
     at += t.length;
   }
-  return { text_offset, token_logprobs: lps.slice(), tokens, top_logprobs: tokens.map((t, i) => ({ [t]: lps[i]! })) };
+  const top_logprobs = tokens.map((t, i) => ({ ...Object.fromEntries((tops?.[i] ?? []).map((x) => [name(x.token), x.logprob])), [t]: lps[i]! }));
+  return { text_offset, token_logprobs: lps.slice(), tokens, top_logprobs };
 }
 
 function choiceJson(tok: Tokenizer, b: Completion, index: number, prompt: number[], c: TextChoice) {
   return {
     index,
     text: c.text,
-    logprobs: logprobsOf(tok, b, c.tokenIds, c.logprobs),
+    logprobs: logprobsOf(tok, b, c.tokenIds, c.logprobs, c.topLogprobs),
     finish_reason: c.finishReason,
     stop_reason: c.stopReason,
     ...(b.return_token_ids ? { prompt_token_ids: prompt, token_ids: c.tokenIds } : {}),
@@ -67,10 +74,11 @@ function choiceJson(tok: Tokenizer, b: Completion, index: number, prompt: number
 export function registerCompletionsRoute(app: FastifyInstance, d: OpenAIRouteDeps): void {
   app.post("/v1/completions", async (req, reply) => {
     const b = parseWith(CompletionRequest, req.body, "body");
+    d.models?.check(b.model);
     const prompts = promptsOf(d.tokenizer, b.prompt);
     prompts.forEach((p, i) => checkPrompt(d.engine, p, prompts.length > 1 ? `prompt[${i}]` : "prompt"));
     const n = b.n ?? 1;
-    const settings = choiceSettings(b, b.max_tokens ?? 16);
+    const settings = { ...choiceSettings(b, b.max_tokens ?? 16), topLogprobs: b.logprobs ?? 0 };
     const head = { id: `cmpl-${randomUUID()}`, object: "text_completion", created: Math.floor(Date.now() / 1000), model: d.modelName };
     const signal = callerGone(reply);
     if (b.stream) return streamCompletions(reply, d, b, prompts, n, settings, head, signal);
@@ -110,7 +118,13 @@ async function streamCompletions(
           const index = pi * n + j;
           const first = !started.has(j) && started.add(j);
           const ids = b.return_token_ids ? { token_ids: [t.tokenId], ...(first ? { prompt_token_ids: prompt } : {}) } : {};
-          send({ index, text: deltas[j]!.push(t.tokenId), logprobs: logprobsOf(d.tokenizer, b, [t.tokenId], [t.logprob]), finish_reason: null, ...ids });
+          send({
+            index,
+            text: deltas[j]!.push(t.tokenId),
+            logprobs: logprobsOf(d.tokenizer, b, [t.tokenId], [t.logprob], t.top ? [t.top] : undefined),
+            finish_reason: null,
+            ...ids,
+          });
         }).then((cs) => {
           cs.forEach((c, j) =>
             send({ index: pi * n + j, text: deltas[j]!.finish(c.text), logprobs: null, finish_reason: c.finishReason, stop_reason: c.stopReason }),

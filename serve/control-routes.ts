@@ -8,6 +8,7 @@ import type { FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { ModelConfig } from "../kernels/model-config.js";
 import { BadRequest, parseWith } from "./http-errors.js";
+import type { LoraRegistry } from "./lora-routes.js";
 import type { PolicyTokenEngine } from "./policy-token-engine.js";
 import { folderWeights, type StoreWeights } from "./weight-loads.js";
 
@@ -17,6 +18,8 @@ export interface ControlDeps {
   modelConfig: ModelConfig;
   /** Present when the server was started on a run: its weights by version. */
   store?: StoreWeights;
+  /** The LoRA adapters loaded (listed by /v1/models with the base as parent). */
+  models: LoraRegistry;
   /** The engine is wedged (a step passed its deadline): /health answers 503. */
   healthy(): boolean;
 }
@@ -34,20 +37,7 @@ const UpdateWeights = z
 
 export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): void {
   app.get("/health", async (_req, reply) => reply.code(d.healthy() ? 200 : 503).send());
-  app.get("/v1/models", async () => ({
-    object: "list",
-    data: [
-      {
-        id: d.modelName,
-        object: "model",
-        created: Math.floor(Date.now() / 1000),
-        owned_by: "rollstream",
-        root: d.modelName,
-        parent: null,
-        max_model_len: d.modelConfig.maxPositionEmbeddings,
-      },
-    ],
-  }));
+  app.get("/v1/models", async () => modelList(d));
   app.post("/pause", async (req) => {
     const q = parseWith(PauseQuery, req.query, "query");
     const aborted = await d.engine.pause(q.mode);
@@ -69,7 +59,13 @@ export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): voi
       const store = d.store;
       if (!store) throw new BadRequest("version: this server was not started on a run (--run), so it has no object store; give weight_dir");
       const v = b.version!;
-      bytes = () => store(v);
+      // Read before the load is queued: a version the store does not have is the caller's 404, not a failed load.
+      const read = await store(v).catch((e: Error) => {
+        if (/is not in the object store/.test(e.message))
+          throw new BadRequest(`version: v${v} is not in the run's object store (pruned, or never written)`, 404);
+        throw e;
+      });
+      bytes = async () => read;
       source = `object store v${v}`;
     }
     const label = b.weight_version ?? (b.version !== undefined ? String(b.version) : (/v?(\d+)$/.exec(b.weight_dir!)?.[1] ?? b.weight_dir!));
@@ -77,4 +73,31 @@ export function registerControlRoutes(app: FastifyInstance, d: ControlDeps): voi
     return { success: true, weight_version: rec.version, ms: Math.round(rec.ms), num_aborted_requests: rec.aborted };
   });
   app.get("/weight_updates", async () => ({ weight_version: d.engine.version, updates: d.engine.updates }));
+}
+
+/** vLLM's ModelList: the base model, then each loaded LoRA adapter with the base as parent. */
+function modelList(d: ControlDeps) {
+  return {
+    object: "list",
+    data: [
+      {
+        id: d.modelName,
+        object: "model",
+        created: Math.floor(Date.now() / 1000),
+        owned_by: "rollstream",
+        root: d.modelName,
+        parent: null,
+        max_model_len: d.modelConfig.maxPositionEmbeddings,
+      },
+      ...[...d.models.loaded].map(([name, path]) => ({
+        id: name,
+        object: "model",
+        created: Math.floor(Date.now() / 1000),
+        owned_by: "rollstream",
+        root: path,
+        parent: d.modelName,
+        max_model_len: null,
+      })),
+    ],
+  };
 }

@@ -30,11 +30,32 @@ export class PolicyTokenEngine implements TokenEngine {
   requestsServed = 0;
 
   private readonly onUpdate: (r: WeightUpdateRecord) => void;
+  /** The weights LoRA adapters merge into: the last full-weight load's bytes, else the startup weights. */
+  private baseBytes: Uint8Array | null = null;
+  private readonly base: () => Uint8Array | null;
+
+  /** What a LoRA adapter is merged into (serve/lora-routes.ts); waits for the weight loads queued before. */
+  async baseWeights(): Promise<Uint8Array> {
+    await this.loading;
+    const b = this.baseBytes ?? this.base();
+    if (!b) throw new Error("no base weights to merge an adapter into");
+    return b;
+  }
 
   constructor(
     readonly engine: PolicyEngine,
-    opts: { vocabSize: number; contextTokens: number; label: string; source: string; onUpdate?(r: WeightUpdateRecord): void },
+    opts: {
+      vocabSize: number;
+      contextTokens: number;
+      label: string;
+      source: string;
+      onUpdate?(r: WeightUpdateRecord): void;
+      /** The startup weights as safetensors (the LoRA base until a full-weight load replaces it); read once, when first needed. */
+      startupWeights?(): Uint8Array;
+    },
   ) {
+    const startup = opts.startupWeights;
+    this.base = startup ? () => (this.baseBytes ??= startup()) : () => null;
     this.limits = { vocabSize: opts.vocabSize, contextTokens: opts.contextTokens };
     this.labelOfNumber[engine.version] = opts.label;
     this.onUpdate = opts.onUpdate ?? (() => undefined);
@@ -64,16 +85,18 @@ export class PolicyTokenEngine implements TokenEngine {
       ignoreEos: req.ignoreEos,
       cacheSalt: req.cacheSalt === undefined ? undefined : saltOf(req.cacheSalt),
       signal: req.signal,
+      ...(req.topLogprobs ? { topLogprobs: req.topLogprobs } : {}),
       ...(onToken
         ? {
-            onToken: (t: { token: number; logprob: number; version: number }) =>
-              onToken({ tokenId: t.token, logprob: t.logprob, version: this.labelOf(t.version) }),
+            onToken: (t: { token: number; logprob: number; version: number; top?: { token: number; logprob: number }[] }) =>
+              onToken({ tokenId: t.token, logprob: t.logprob, version: this.labelOf(t.version), ...(t.top ? { top: t.top } : {}) }),
           }
         : {}),
     });
     this.requestsServed++;
     const finish = out.finish === "abort" ? "abort" : out.finish === "length" || out.finish === "context" ? "length" : "stop";
-    return { tokenIds: out.tokenIds, logprobs: out.logprobs, versions: out.versions.map((v) => this.labelOf(v)), finish };
+    const tops = out.topLogprobs ? { topLogprobs: out.topLogprobs } : {};
+    return { tokenIds: out.tokenIds, logprobs: out.logprobs, versions: out.versions.map((v) => this.labelOf(v)), finish, ...tops };
   }
 
   pause(mode: "keep" | "abort" | "wait"): Promise<number> {
@@ -87,12 +110,15 @@ export class PolicyTokenEngine implements TokenEngine {
   /**
    * Loads `safetensors` as version `label`; resolves once they are in use. abortAll: requests in flight end now
    * with their partial output (finish "abort"), as SGLang's abort_all_requests; else they go on, their later tokens
-   * under the new weights (the engine's weightUpdate mode), and their spans say so.
+   * under the new weights (the engine's weightUpdate mode), and their spans say so. adapter: the bytes are a LoRA
+   * adapter merged into the base, which they do not replace as the base.
    */
-  load(bytes: () => Promise<Uint8Array>, label: string, opts: { abortAll: boolean; source: string }): Promise<WeightUpdateRecord> {
+  load(bytes: () => Promise<Uint8Array>, label: string, opts: { abortAll: boolean; source: string; adapter?: boolean }): Promise<WeightUpdateRecord> {
     const run = async () => {
       const t0 = performance.now();
       const safetensors = await bytes();
+      // Full weights are the base of any adapter loaded later; merged adapter weights are not.
+      if (!opts.adapter) this.baseBytes = safetensors;
       const aborted = opts.abortAll ? this.engine.abortAll() : 0;
       // Labelled before the swap: the first tokens under the new weights may be sampled before the swap resolves.
       const version = this.labelOfNumber.length;

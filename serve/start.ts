@@ -54,12 +54,21 @@ export async function startServe(s: ServeSettings): Promise<RunningServer> {
     contextTokens: served.modelConfig.maxPositionEmbeddings,
     label: served.label,
     source: served.source,
+    startupWeights: () => served.model.toSafetensors(),
     onUpdate: (r) => {
       s.log.info({ ...r }, "weights in use");
       if (s.updateLog) appendFileSync(s.updateLog, `${JSON.stringify({ ...r, pid: process.pid })}\n`);
     },
   });
-  const app = buildServeApp({ engine, tokenizer: served.tokenizer, modelConfig: served.modelConfig, modelName, store: served.store, log: s.log });
+  const app = buildServeApp({
+    engine,
+    tokenizer: served.tokenizer,
+    modelConfig: served.modelConfig,
+    modelName,
+    store: served.store,
+    log: s.log,
+    layout: { tensors: served.model.tensors(), numParams: served.model.numParams },
+  });
   await app.listen({ host: s.host, port: s.port });
   const port = (app.server.address() as { port: number }).port;
   const url = `http://${s.host.includes(":") ? `[${s.host}]` : s.host}:${port}`;

@@ -25,6 +25,8 @@ export interface ChoiceSettings {
   stopTokenIds: number[];
   ignoreEos: boolean;
   cacheSalt?: string;
+  /** The k most likely tokens per step (OpenAI top_logprobs / legacy logprobs: k). */
+  topLogprobs?: number;
 }
 
 /** Why a finished output stopped, and its text without special tokens and without the stop string. */
@@ -67,6 +69,7 @@ export function runChoices(
         ignoreEos: s.ignoreEos,
         stop: s.stop,
         ...(s.cacheSalt === undefined ? {} : { cacheSalt: s.cacheSalt }),
+        ...(s.topLogprobs ? { topLogprobs: s.topLogprobs } : {}),
         signal,
         ...(onToken ? { onToken: (t) => onToken(i, t) } : {}),
       });
@@ -81,13 +84,15 @@ export class TextDeltas {
   private shown = 0;
   private readonly holdBack: number;
 
+  /** cutAt: nothing from its first occurrence on is shown (a tool call's opening tag: the call is sent parsed). */
   constructor(
     private readonly tok: Tokenizer,
     stop: readonly string[],
+    private readonly cutAt?: string,
   ) {
     // A stop string must never be shown (it is cut from the final text), and the token that completes one arrives
     // here before the engine says the request stopped: the last max-stop-length characters wait for the next token.
-    this.holdBack = Math.max(0, ...stop.map((x) => x.length));
+    this.holdBack = Math.max(0, ...stop.map((x) => x.length), cutAt?.length ?? 0);
   }
 
   push(tokenId: number): string {
@@ -95,7 +100,9 @@ export class TextDeltas {
     let text = this.tok.decode(this.ids, { skipSpecial: true });
     // Half a multi-byte character decodes to U+FFFD until its last byte arrives.
     while (text.endsWith("\uFFFD")) text = text.slice(0, -1);
-    const safe = Math.max(this.shown, text.length - this.holdBack);
+    const cut = this.cutAt ? text.indexOf(this.cutAt) : -1;
+    if (cut >= 0) text = text.slice(0, cut);
+    const safe = Math.max(this.shown, cut >= 0 ? text.length : text.length - this.holdBack);
     const delta = text.slice(this.shown, safe);
     this.shown = safe;
     return delta;

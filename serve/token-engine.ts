@@ -24,6 +24,8 @@ export interface TokenRequest {
   stop?: string[];
   /** Prefix-cache namespace: KV is shared only between requests with the same salt. */
   cacheSalt?: string;
+  /** The k most likely tokens at each step, with their logprobs (the model's own distribution); 0 or absent: none. */
+  topLogprobs?: number;
   /** Aborted when the caller goes away: the engine stops the request. */
   signal: AbortSignal;
   /** Each token as it is sampled (streaming answers). */
@@ -35,6 +37,8 @@ export interface SampledToken {
   logprob: number;
   /** The label of the weights that sampled it (vLLM WeightVersionSpan.version, SGLang weight_version). */
   version: string;
+  /** The k most likely tokens at this step (topLogprobs k > 0). */
+  top?: { token: number; logprob: number }[];
 }
 
 export interface TokenResult {
@@ -44,6 +48,8 @@ export interface TokenResult {
   versions: string[];
   /** stop: a stop id or stop string (its last tokens); length: maxTokens or the context window; abort: ended early by a pause or update. */
   finish: "stop" | "length" | "abort";
+  /** Per token, the k most likely tokens (topLogprobs k > 0). */
+  topLogprobs?: { token: number; logprob: number }[][];
 }
 
 export interface TokenEngine {

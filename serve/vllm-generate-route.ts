@@ -5,7 +5,8 @@
 // logprob, rank, top_logprobs}, finish_reason, weight_versions} out, streamed as SSE with stream: true (spans on
 // the last chunk). Only output_mode "tokens" is served (no detokenisation on this route, as upstream's default).
 // registerVllmGenerateRoute is mounted by `rollstream serve` and by the inference actor, over its run's engine.
-// Not computed here: top_logprobs alternatives (always []: the engine keeps the sampled token's logprob only).
+// sampling_params.logprobs k: each token's top_logprobs, the sampled entry then the k most likely others (the model's
+// own distribution, log_softmax of the raw logits).
 import { randomUUID } from "node:crypto";
 import type { FastifyInstance } from "fastify";
 import { z } from "zod";
@@ -77,6 +78,8 @@ export type VllmGenerate = z.output<typeof VllmGenerateRequest>;
 export interface GenerateRouteOptions {
   /** The served model's name (the `model` field of answers). */
   modelName: string;
+  /** The model names served (the base and loaded LoRA adapters): another `model` is a 404. Absent: any name. */
+  models?: { check(model: string | null | undefined, field?: string): void };
 }
 
 /** A 400 when the prompt does not fit the model (ids outside its vocabulary, longer than its context window). */
@@ -102,13 +105,31 @@ export function tokenRequestOf(b: VllmGenerate, requestId: string, signal: Abort
     ignoreEos: sp.ignore_eos,
     ...(sp.stop === null ? {} : { stop: typeof sp.stop === "string" ? [sp.stop] : sp.stop }),
     ...(b.cache_salt === null ? {} : { cacheSalt: b.cache_salt }),
+    ...(sp.logprobs ? { topLogprobs: sp.logprobs } : {}),
     signal,
   };
 }
 
-function logprobsOf(b: VllmGenerate, ids: readonly number[], lps: readonly number[]) {
-  if (b.sampling_params.logprobs === null) return null;
-  return { content: ids.map((token_id, i) => ({ token_id, logprob: lps[i]!, rank: null, top_logprobs: [] })) };
+type Top = readonly { token: number; logprob: number }[];
+
+/**
+ * GenerateLogProbs as upstream renders it (token_in_token_out/logprobs_render.py @227e42a): per token {token_id,
+ * logprob, rank, top_logprobs}, top_logprobs the sampled entry first, then the k most likely others, max(k, 1) in
+ * all. rank: the sampled token's place among the k computed (1 = most likely), null when it is not among them (the
+ * engine ranks only those).
+ */
+function logprobsOf(b: VllmGenerate, ids: readonly number[], lps: readonly number[], tops?: readonly Top[]) {
+  const k = b.sampling_params.logprobs;
+  if (k === null) return null;
+  return {
+    content: ids.map((token_id, i) => {
+      const top = tops?.[i] ?? [];
+      const at = top.findIndex((x) => x.token === token_id);
+      const sampled = { token_id, logprob: lps[i]!, rank: at >= 0 ? at + 1 : null };
+      const others = top.flatMap((x, j) => (x.token === token_id ? [] : [{ token_id: x.token, logprob: x.logprob, rank: j + 1 }]));
+      return { ...sampled, top_logprobs: [sampled, ...others].slice(0, Math.max(k, 1)) };
+    }),
+  };
 }
 
 function usageOf(prompt: number, completion: number) {
@@ -126,7 +147,7 @@ export function generateResponse(b: VllmGenerate, requestId: string, modelName: 
       index,
       finish_reason: r.finish,
       token_ids: r.tokenIds,
-      logprobs: logprobsOf(b, r.tokenIds, r.logprobs),
+      logprobs: logprobsOf(b, r.tokenIds, r.logprobs, r.topLogprobs),
       routed_experts: null,
       sampling_mask: null,
       weight_versions: labelSpans(r.versions),
@@ -143,6 +164,7 @@ export function generateResponse(b: VllmGenerate, requestId: string, modelName: 
 export function registerVllmGenerateRoute(app: FastifyInstance, engine: TokenEngine, opts: GenerateRouteOptions): void {
   app.post("/inference/v1/generate", async (req, reply) => {
     const b = parseWith(VllmGenerateRequest, req.body, "body");
+    opts.models?.check(b.model);
     checkPrompt(engine, b.token_ids, "token_ids");
     const requestId = b.request_id ?? randomUUID();
     const tr = tokenRequestOf(b, requestId, callerGone(reply));
@@ -169,7 +191,7 @@ async function streamGenerate(reply: Parameters<typeof callerGone>[0], engine: T
   try {
     const r = await engine.generate({
       ...tr,
-      onToken: (t) => chunk({ token_ids: [t.tokenId], logprobs: logprobsOf(b, [t.tokenId], [t.logprob]) }),
+      onToken: (t) => chunk({ token_ids: [t.tokenId], logprobs: logprobsOf(b, [t.tokenId], [t.logprob], t.top ? [t.top] : undefined) }),
     });
     chunk({ token_ids: [], finish_reason: r.finish, weight_versions: labelSpans(r.versions) });
     if (b.stream_options?.include_usage) sse.send({ ...base, choices: [], usage: usageOf(b.token_ids.length, r.tokenIds.length) });

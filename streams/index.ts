@@ -15,7 +15,7 @@ export type { MsgpackReader, ReadMessage } from "./channels/msgpack-channel.js";
 export { readStepRecords, type GroupChannel, type StepChannel, type ReplayChannel } from "./channels/feedback-channels.js";
 export type { ScoredChannel, ScoredReader, BatchSource } from "./channels/scored-channel.js";
 export { DEFAULT_CRASH_LIMIT, type AttemptLedger } from "./attempt-ledger.js";
-export type { WeightsChannel } from "./channels/weights-channel.js";
+export type { LoraAdapterFiles, WeightsChannel } from "./channels/weights-channel.js";
 export type { CheckpointChannel, RestoreChannel, RestoreRequest } from "./channels/checkpoint-channels.js";
 export type { ConsumeOptions, ConsumeActivity } from "./channels/consume-options.js";
 export type { DeadLetterChannel } from "./channels/dead-letter-channel.js";

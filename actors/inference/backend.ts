@@ -3,7 +3,7 @@
 // rollouts' clients, tells it about new policy versions, and reads which version it serves.
 import type { ModelClient } from "../../environments/api/model.js";
 import type { Tokenizer } from "../../kernels/tokenizer.js";
-import type { EngineFigures, Task } from "../../streams/index.js";
+import type { EngineFigures, Task, WeightsChannel } from "../../streams/index.js";
 import type { ActorContext } from "../runtime/actor.js";
 import { createPolicyModel, modelConfigOf } from "../runtime/model-factory.js";
 import { engineOptionsOf, exitWedged, PolicyEngine } from "../runtime/policy-engine.js";
@@ -54,7 +54,13 @@ class LocalBackend implements InferenceBackend {
 }
 
 /** The backend the run config names, serving policy `version` (its weights `safetensors`) when this resolves. */
-export async function openBackend(ctx: ActorContext, tokenizer: Tokenizer, version: number, safetensors: Uint8Array): Promise<InferenceBackend> {
+export async function openBackend(
+  ctx: ActorContext,
+  tokenizer: Tokenizer,
+  version: number,
+  safetensors: Uint8Array,
+  weights: WeightsChannel,
+): Promise<InferenceBackend> {
   const { config } = ctx;
   const inf = config.actors.inference;
   if (inf.backend === "local") {
@@ -71,7 +77,17 @@ export async function openBackend(ctx: ActorContext, tokenizer: Tokenizer, versi
     return new LocalBackend(engine);
   }
   const kind = inf.backend;
+  const deadline = inf.weightsDeadlineMs;
+  const adapters =
+    config.model.lora?.ship === "adapter"
+      ? {
+          adapter: (v: number) => weights.fetchAdapter(v, deadline),
+          base: (sha: string) => weights.fetchLoraBase(sha, deadline),
+          keep: config.weights.keepVersions,
+        }
+      : undefined;
   const fleet = new Fleet({
+    adapters,
     servers: inf.servers.map((url) => serverFor(kind, url.replace(/\/+$/, ""), inf.fleet)),
     tokenizer,
     contextTokens: modelConfigOf(config).maxPositionEmbeddings,

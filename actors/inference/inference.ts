@@ -75,7 +75,7 @@ export class InferenceActor implements Actor {
     firstPolicy.end();
     if (ctx.signal.aborted) return;
     const bytes = await ctx.health.wait("weights", () => this.weights.fetch(version), { detail: `v${version}` });
-    this.engine = await ctx.health.wait("weights", () => openBackend(ctx, tokenizer, version, bytes), {
+    this.engine = await ctx.health.wait("weights", () => openBackend(ctx, tokenizer, version, bytes, this.weights), {
       detail: `${config.actors.inference.backend} backend at v${version}`,
     });
     log.info({ version }, "policy loaded");

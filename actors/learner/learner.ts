@@ -32,6 +32,7 @@ import type { TrainSample } from "../../kernels/packing.js";
 import { sftBatch } from "./sft-data.js";
 import { decodeTrainStateWithLora, encodeTrainState, type TrainCounters } from "../../kernels/train-state.js";
 import { LoraAdapters, loraTargets } from "../../kernels/lora.js";
+import { paramsSafetensors, toPeft } from "../../kernels/lora-peft.js";
 import { runTrainStep, type StepReport } from "../../kernels/train-step.js";
 import type { ParsedLossSpec } from "../../kernels/loss-spec.js";
 import { StepGuard, type CollectedBatch } from "./step-guard.js";
@@ -48,6 +49,8 @@ export class LearnerActor implements Actor {
   private recorded: { routes: string | undefined; step: number } | undefined;
   /** model.lora: the adapters RL trains (null before RL starts, and without LoRA). */
   private lora: LoraAdapters | null = null;
+  /** sha256 of the LoRA base this learner published (model.lora.ship adapter). */
+  private loraBaseSha: string | undefined;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -379,11 +382,21 @@ export class LearnerActor implements Actor {
   }
 
   private async publishWeights(version: number, phase: "sft" | "rl"): Promise<void> {
-    await this.ctx.health.work(`publish weights v${version}`, () =>
-      this.weights.publish({ version, step: this.counters.step, phase, bytes: this.model.toSafetensors() }),
-    );
+    await this.ctx.health.work(`publish weights v${version}`, async () => {
+      if (this.lora?.settings.ship === "adapter") await this.publishAdapters(this.lora, version);
+      return this.weights.publish({ version, step: this.counters.step, phase, bytes: this.model.toSafetensors() });
+    });
     await this.state.put(StateKeys.policyVersion, version);
     await this.state.put(StateKeys.learnerStep, this.counters.step);
+  }
+
+  /**
+   * model.lora.ship adapter: the version's adapters alone beside its merged weights (before its announcement), and
+   * the frozen base they apply to once per learner life (not written again when unchanged).
+   */
+  private async publishAdapters(lora: LoraAdapters, version: number): Promise<void> {
+    this.loraBaseSha ??= await this.weights.publishLoraBase(paramsSafetensors(this.model.tensors(), lora.baseOf(this.model.getParams())));
+    await this.weights.publishAdapter(version, { ...toPeft(lora, this.ctx.config.model.path ?? ""), baseSha256: this.loraBaseSha });
   }
 
   private async saveState(): Promise<void> {

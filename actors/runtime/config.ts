@@ -233,6 +233,12 @@ export const FleetSchema = z.strictObject({
     .regex(/^\/[A-Za-z0-9_/.-]*$/, "a path such as /update_weights")
     .default("/update_weights")
     .describe("vllm: full-weight reload route, POST {weight_dir}: not in upstream vLLM; served by a worker extension (PRIME-RL's shape), see README"),
+  loraBase: z
+    .enum(["load", "served"])
+    .default("load")
+    .describe(
+      "model.lora.ship adapter: load, each server loads the frozen base once (a full-weight load: vLLM needs vllmWeightsRoute's extension); served, the servers were started on it (RL from model.path without SFT: `vllm serve <model.path> --enable-lora`) and only adapters are loaded",
+    ),
 });
 
 export const ActorsSchema = z.strictObject({

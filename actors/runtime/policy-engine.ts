@@ -66,8 +66,19 @@ export interface SubmitOptions {
   /** Prefix-cache namespace (blocks are shared only between equal salts); default the engine's. */
   cacheSalt?: bigint;
   signal?: AbortSignal;
+  /**
+   * The k most likely tokens of each step (0..20), by the model's own distribution (log_softmax of the raw logits,
+   * as vLLM's default raw_logprobs; at temperature 1 without top-k/top-p the sampled token's logprob is the same).
+   */
+  topLogprobs?: number;
   /** Each token as it is sampled (streaming). */
-  onToken?(t: { token: number; logprob: number; version: number }): void;
+  onToken?(t: { token: number; logprob: number; version: number; top?: TopLogprob[] }): void;
+}
+
+/** One of the k most likely tokens at a step. */
+export interface TopLogprob {
+  token: number;
+  logprob: number;
 }
 
 /** What submit() resolves with: every sampled token, its logprob and the weights version it was sampled under. */
@@ -77,6 +88,8 @@ export interface SubmitResult {
   versions: number[];
   /** abort: ended early by pause("abort") or abortAll(), with the tokens it had. */
   finish: StopReason | "abort";
+  /** Per token, the k most likely tokens (topLogprobs k > 0). */
+  topLogprobs?: TopLogprob[][];
 }
 
 interface Request {
@@ -91,6 +104,8 @@ interface Request {
   ignoreEos: boolean;
   cacheSalt: bigint | undefined;
   onToken: SubmitOptions["onToken"];
+  topLogprobs: number;
+  tops: TopLogprob[][];
   /** Set once it resolved or failed: later tokens of its sequence are dropped. */
   done: boolean;
   resolve(r: SubmitResult): void;
@@ -291,7 +306,7 @@ export class PolicyEngine {
     if (this.wedged) return Promise.reject(this.wedged);
     const ctxLen = this.model.config.maxPositionEmbeddings;
     const prompt = Int32Array.from(promptIds.length >= ctxLen ? promptIds.slice(-(ctxLen - 1)) : promptIds);
-    const extra = `${o.ignoreEos ? "!" : ""}${(o.stopTokenIds ?? []).join(",")}|${o.cacheSalt ?? ""}`;
+    const extra = `${o.ignoreEos ? "!" : ""}${(o.stopTokenIds ?? []).join(",")}|${o.cacheSalt ?? ""}|${o.topLogprobs ?? 0}`;
     return new Promise<SubmitResult>((resolve, reject) => {
       const r: Request = {
         prompt,
@@ -303,6 +318,8 @@ export class PolicyEngine {
         ignoreEos: o.ignoreEos === true,
         cacheSalt: o.cacheSalt,
         onToken: o.onToken,
+        topLogprobs: Math.max(0, Math.min(20, o.topLogprobs ?? 0)),
+        tops: [],
         done: false,
         resolve,
         reject,
@@ -358,7 +375,8 @@ export class PolicyEngine {
     if (r.done) return false;
     r.done = true;
     r.detach();
-    r.resolve({ tokenIds: r.tokens.slice(), logprobs: r.logprobs.slice(), versions: r.versions.slice(), finish });
+    const tops = r.topLogprobs > 0 ? { topLogprobs: r.tops.slice() } : {};
+    r.resolve({ tokenIds: r.tokens.slice(), logprobs: r.logprobs.slice(), versions: r.versions.slice(), finish, ...tops });
     return true;
   }
 
@@ -528,7 +546,10 @@ export class PolicyEngine {
     const deadline = this.opts.generateDeadlineMs;
     this.stepping = true;
     try {
-      const call = engine.step();
+      // Logits rows come back only while a request asks for top logprobs (they cost a copy of [tokens, vocab]).
+      let returnLogits = false;
+      for (const r of this.live.values()) if (r.topLogprobs > 0 && !r.done) returnLogits = true;
+      const call = engine.step({ returnLogits });
       const out = deadline ? await withDeadline(call, deadline, `engine step over ${this.live.size} sequences`) : await call;
       this.steps++;
       this.meter.observe(engine.stats());
@@ -543,14 +564,17 @@ export class PolicyEngine {
   }
 
   private deliver(out: EngineStep): void {
-    for (const t of out.tokens) {
+    const vocab = out.logits && out.tokens.length ? out.logits.length / out.tokens.length : 0;
+    out.tokens.forEach((t, i) => {
       const r = this.live.get(t.seqId);
-      if (!r || r.done) continue;
+      if (!r || r.done) return;
       r.tokens.push(t.token);
       r.logprobs.push(t.logprob);
       r.versions.push(t.version);
-      r.onToken?.({ token: t.token, logprob: t.logprob, version: t.version });
-    }
+      const top = r.topLogprobs > 0 && out.logits ? topLogprobsOf(out.logits.subarray(i * vocab, (i + 1) * vocab), r.topLogprobs) : undefined;
+      if (top) r.tops.push(top);
+      r.onToken?.({ token: t.token, logprob: t.logprob, version: t.version, ...(top ? { top } : {}) });
+    });
     this.generatedTokens += out.tokens.length;
     for (const f of out.finished) {
       const r = this.live.get(f.seqId);
@@ -615,6 +639,24 @@ export function engineOptionsOf(config: RunConfig): PolicyEngineOptions {
     admission: i.admission,
     generateDeadlineMs: i.generateDeadlineMs,
   };
+}
+
+/** The k largest entries of log_softmax(row), most likely first (ties: lower id first). */
+export function topLogprobsOf(row: Float32Array, k: number): TopLogprob[] {
+  let max = Number.NEGATIVE_INFINITY;
+  for (const z of row) if (z > max) max = z;
+  let sum = 0;
+  for (const z of row) sum += Math.exp(z - max);
+  const lse = max + Math.log(sum);
+  const best: number[] = [];
+  for (let id = 0; id < row.length; id++) {
+    if (best.length === k && row[id]! <= row[best[k - 1]!]!) continue;
+    let at = best.length;
+    while (at > 0 && row[best[at - 1]!]! < row[id]!) at--;
+    best.splice(at, 0, id);
+    if (best.length > k) best.pop();
+  }
+  return best.map((token) => ({ token, logprob: row[token]! - lse }));
 }
 
 function argsKey(a: SamplingArgs): string {

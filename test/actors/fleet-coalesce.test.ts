@@ -13,6 +13,8 @@ function fakeServer() {
   const gate = new Promise<void>((r) => (release = r));
   const server: ManyServer = {
     url: "http://fake",
+    loadAdapter: async () => undefined,
+    unloadAdapter: async () => undefined,
     async generate(req) {
       calls.push({ n: 1, tokenIds: req.tokenIds, seed: req.seed });
       await gate;

@@ -88,6 +88,21 @@ export class EngineDouble {
   readonly received: { route: string; body: unknown }[] = [];
   /** Every weight load, in order: [label, folder]. */
   readonly loads: [string, string][] = [];
+  /** LoRA adapters loaded now: name → folder (both servers' load_lora_adapter); every adapter load in order. */
+  readonly adapters = new Map<string, string>();
+  readonly adapterLoads: [string, string][] = [];
+  /** The adapter each generate request named (null: none), in order. */
+  readonly adapterOfRequests: (string | null)[] = [];
+
+  /** Loads a PEFT folder under `name`; throws when it is not one (or the server is set to fail its updates). */
+  async loadAdapter(name: string, dir: string): Promise<void> {
+    if (this.loadDelayMs) await new Promise((r) => setTimeout(r, this.loadDelayMs));
+    if (this.failUpdates) throw new Error("this server is set to fail its weight updates");
+    if (!existsSync(join(dir, "adapter_config.json")) || !existsSync(join(dir, "adapter_model.safetensors")))
+      throw new Error(`${dir} is not a PEFT adapter folder`);
+    this.adapters.set(name, dir);
+    this.adapterLoads.push([name, dir]);
+  }
 
   constructor(readonly source: TokenSource) {}
 

@@ -4,6 +4,10 @@
 // sampling/sampling_params.py @00c17ca, utils/weight_versions.py, schedule_batch.py FINISH_* to_json):
 // POST /generate, POST /update_weights_from_disk, POST /pause_generation, POST /continue_generation,
 // GET /health. Bodies are checked strictly against the upstream field names, so a misspelt field is a 400.
+// LoRA adapters (http_server.py @9c0549b /load_lora_adapter, /unload_lora_adapter; managers/io_struct.py @001067f
+// LoadLoRAAdapterReqInput {lora_name, lora_path, pinned, lora_id}, UnloadLoRAAdapterReqInput {lora_name, lora_id},
+// LoRAUpdateOutput {success, error_message, loaded_adapters}: 200 when success, else 400 with the same body;
+// GenerateReqInput.lora_path names a loaded adapter, an unknown one is a 400).
 import Fastify, { type FastifyInstance } from "fastify";
 import { z } from "zod";
 import type { EngineDouble } from "./engine-double.js";
@@ -26,7 +30,49 @@ export const GenerateReqInput = z.strictObject({
   logprob_start_len: int.optional(),
   stream: z.literal(false).optional(),
   extra_key: z.string().optional(),
+  lora_path: z.string().nullable().optional(),
 });
+
+const LoadLoRAAdapterReqInput = z.strictObject({
+  lora_name: z.string(),
+  lora_path: z.string(),
+  pinned: z.boolean().optional(),
+  lora_id: z.string().nullable().optional(),
+});
+const UnloadLoRAAdapterReqInput = z.strictObject({ lora_name: z.string(), lora_id: z.string().nullable().optional() });
+
+/** LoRAUpdateOutput: loaded_adapters maps each name to its LoRARef. */
+function loraUpdateOutput(engine: EngineDouble, success: boolean, error_message: string | null) {
+  const loaded_adapters = Object.fromEntries(
+    [...engine.adapters].map(([lora_name, lora_path], i) => [lora_name, { lora_id: `id-${i}`, lora_name, lora_path, pinned: false }]),
+  );
+  return { success, error_message, loaded_adapters };
+}
+
+function loraRoutes(app: FastifyInstance, engine: EngineDouble): void {
+  app.post("/load_lora_adapter", async (req, reply) => {
+    engine.received.push({ route: "/load_lora_adapter", body: req.body });
+    const parsed = LoadLoRAAdapterReqInput.safeParse(req.body);
+    if (!parsed.success) return reply.code(400).send({ object: "error", message: parsed.error.message, code: 400 });
+    const b = parsed.data;
+    if (engine.adapters.has(b.lora_name))
+      return reply.code(400).send(loraUpdateOutput(engine, false, `Failed to load LoRA adapter ${b.lora_name}: already exists`));
+    try {
+      await engine.loadAdapter(b.lora_name, b.lora_path);
+      return loraUpdateOutput(engine, true, null);
+    } catch (e) {
+      return reply.code(400).send(loraUpdateOutput(engine, false, (e as Error).message));
+    }
+  });
+  app.post("/unload_lora_adapter", async (req, reply) => {
+    engine.received.push({ route: "/unload_lora_adapter", body: req.body });
+    const parsed = UnloadLoRAAdapterReqInput.safeParse(req.body);
+    if (!parsed.success) return reply.code(400).send({ object: "error", message: parsed.error.message, code: 400 });
+    if (!engine.adapters.delete(parsed.data.lora_name))
+      return reply.code(400).send(loraUpdateOutput(engine, false, `LoRA adapter ${parsed.data.lora_name} is not loaded`));
+    return loraUpdateOutput(engine, true, null);
+  });
+}
 
 export const UpdateWeightFromDiskReqInput = z.strictObject({
   model_path: z.string(),
@@ -48,6 +94,7 @@ export interface SglangServerOptions {
 
 export function sglangApp(engine: EngineDouble, opts: SglangServerOptions = {}): FastifyInstance {
   const app = Fastify({ forceCloseConnections: true });
+  loraRoutes(app, engine);
   app.get("/metrics", async (_req, reply) => (engine.metrics === null ? reply.code(404).send() : reply.type("text/plain").send(engine.metrics)));
   app.get("/health", async (_req, reply) => reply.code(engine.unhealthy ? 503 : 200).send());
   app.post("/generate", async (req, reply) => {
@@ -55,6 +102,9 @@ export function sglangApp(engine: EngineDouble, opts: SglangServerOptions = {}):
     const parsed = GenerateReqInput.safeParse(req.body);
     if (!parsed.success) return reply.code(400).send({ object: "error", message: parsed.error.message, code: 400 });
     const b = parsed.data;
+    if (b.lora_path != null && !engine.adapters.has(b.lora_path))
+      return reply.code(400).send({ object: "error", message: `The following requested LoRA adapters are not loaded: ${b.lora_path}`, code: 400 });
+    engine.adapterOfRequests.push(b.lora_path ?? null);
     const sp = b.sampling_params;
     const r = await engine.run(b.input_ids, sp.max_new_tokens ?? 128, sp.stop_token_ids ?? [], sp.sampling_seed ?? 0, {
       temperature: sp.temperature ?? 1,

@@ -68,7 +68,8 @@ test("serve -c <run> --nats: initial weights, then a version from the object sto
 
     // A version the store does not have: the load fails, the weights in use stay.
     const missing = await post("/update_weights", { version: 99 });
-    assert.ok(missing.status >= 400, JSON.stringify(missing.json));
+    assert.equal(missing.status, 404, JSON.stringify(missing.json));
+    assert.equal(missing.json.error.message, "version: v99 is not in the run's object store (pruned, or never written)");
     assert.deepEqual((await gen()).token_ids, (await alone(v4, prompt, { maxTokens: 8, seed: 2 })).tokenIds);
     assert.equal((await post("/update_weights", { version: 3, weight_dir: folder })).status, 400);
   } finally {

@@ -10,6 +10,8 @@ type Opts = { deadlineMs: number; signal?: AbortSignal };
 
 export interface ManyServer extends EngineServer {
   generateMany(req: SegmentRequest, n: number, opts: Opts): Promise<Segment[]>;
+  loadAdapter(name: string, dir: string, opts: { deadlineMs: number }): Promise<void>;
+  unloadAdapter(name: string, opts: { deadlineMs: number }): Promise<void>;
 }
 
 interface Waiter {
@@ -23,7 +25,7 @@ interface Waiter {
 }
 
 function keyOf(r: SegmentRequest): string {
-  return `${r.cacheKey}|${r.maxTokens}|${r.temperature}|${r.topP}|${r.topK}|${r.stopTokenIds.join(",")}|${r.tokenIds.join(",")}`;
+  return `${r.cacheKey}|${r.adapter ?? ""}|${r.maxTokens}|${r.temperature}|${r.topP}|${r.topK}|${r.stopTokenIds.join(",")}|${r.tokenIds.join(",")}`;
 }
 
 export class CoalescingServer implements EngineServer {
@@ -35,8 +37,16 @@ export class CoalescingServer implements EngineServer {
     return this.inner.url;
   }
 
-  loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void> {
+  loadWeights(dir: string, version: number | string, opts: { deadlineMs: number }): Promise<void> {
     return this.inner.loadWeights(dir, version, opts);
+  }
+
+  loadAdapter(name: string, dir: string, opts: { deadlineMs: number }): Promise<void> {
+    return this.inner.loadAdapter(name, dir, opts);
+  }
+
+  unloadAdapter(name: string, opts: { deadlineMs: number }): Promise<void> {
+    return this.inner.unloadAdapter(name, opts);
   }
 
   healthy(opts: { deadlineMs: number }): Promise<boolean> {

@@ -18,6 +18,8 @@ export interface SegmentRequest {
   stopTokenIds: number[];
   /** Prefix-cache namespace: run and policy version, so KV computed under old weights is never reused. */
   cacheKey: string;
+  /** The LoRA adapter the request is for (vLLM `model`, SGLang `lora_path`); absent: the server's own weights. */
+  adapter?: string;
 }
 
 export interface Segment {
@@ -35,16 +37,33 @@ export interface Segment {
 export interface EngineServer {
   readonly url: string;
   generate(req: SegmentRequest, opts: { deadlineMs: number; signal?: AbortSignal }): Promise<Segment>;
-  /** Loads the HF folder `dir` as policy `version`; resolves once the server serves it, throws otherwise. */
-  loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void>;
+  /**
+   * Loads the HF folder `dir` labelled `version` (a policy version, or a LoRA base's label); resolves once the
+   * server serves it, throws otherwise.
+   */
+  loadWeights(dir: string, version: number | string, opts: { deadlineMs: number }): Promise<void>;
+  /** Loads the PEFT adapter folder `dir` under `name` (requests then name it); resolves once requests may. */
+  loadAdapter?(name: string, dir: string, opts: { deadlineMs: number }): Promise<void>;
+  /** Unloads adapter `name` (an older version no request of ours names any more). */
+  unloadAdapter?(name: string, opts: { deadlineMs: number }): Promise<void>;
   healthy(opts: { deadlineMs: number }): Promise<boolean>;
   /** Its queue and KV figures from /metrics (null when it exports none): the fleet sizes its in-flight cap by them. */
   load?(opts: { deadlineMs: number }): Promise<ServerLoad | null>;
 }
 
-/** A server's weight-version label as one of our versions, or null when it is not (a server started with another label). */
+/**
+ * A server's weight-version label as one of our versions: "<n>" (a full-weight load), or "<run>-v<n>" (a LoRA
+ * adapter's name, as `rollstream serve` labels the weights it merged from it); null when it is neither (a server
+ * started with another label, or a LoRA base's label).
+ */
 export function versionOfLabel(label: string | null | undefined): number | null {
-  return label != null && /^\d{1,9}$/.test(label) ? Number(label) : null;
+  const m = label == null ? null : /^(?:(\d{1,9})|.+-v(\d{1,9}))$/.exec(label);
+  return m ? Number(m[1] ?? m[2]) : null;
+}
+
+/** The name a policy version's adapter is loaded under (vLLM lora_name / model, SGLang lora_name / lora_path). */
+export function adapterName(run: string, version: number): string {
+  return `${run}-v${version}`;
 }
 
 /** Server spans `{version: "<n>", start, end}` as ours, or undefined when any label is not one of our versions. */

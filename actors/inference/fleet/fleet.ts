@@ -12,13 +12,18 @@
 //   Nothing is sent to a server while it updates, and its update aborts (or drains) what it had in flight, so
 //   every segment a server returns was sampled by one version, the one it had when the request went out.
 //   A server that fails its update leaves rotation rather than serve stale weights.
+// - LoRA adapter shipping (model.lora.ship adapter, `adapters` here): a version with adapters is the frozen base
+//   (loaded once per server, as full weights, labelled lora-base-<sha12>; or not at all with fleet.loraBase served)
+//   plus a PEFT folder loaded under its own name <run>-v<n> (load_lora_adapter), which every request the server gets
+//   then names; the newest `adapters.keep` stay loaded (requests in flight may name them), older ones are unloaded. A server that leaves rotation is
+//   assumed to have lost both (it may have restarted): it loads the base and the adapter again when it rejoins.
 import type { Generation, ModelClient, SamplingArgs } from "../../../environments/api/model.js";
 import type { TokenizerLike } from "../../../environments/api/tokenizer.js";
-import type { Task } from "../../../streams/index.js";
+import type { LoraAdapterFiles, Task } from "../../../streams/index.js";
 import type { FleetSchema } from "../../runtime/config.js";
 import type { InferenceBackend } from "../backend.js";
 import type { z } from "zod";
-import type { EngineServer, Segment, SegmentRequest } from "./engine-server.js";
+import { adapterName, type EngineServer, type Segment, type SegmentRequest } from "./engine-server.js";
 import { GenerationBuilder, firstStop } from "./generation.js";
 import { ServerDown } from "./http.js";
 import { nextCap } from "./server-load.js";
@@ -41,7 +46,14 @@ export interface FleetOptions {
   contextTokens: number;
   run: string;
   settings: FleetSettings;
-  exporter: { write(version: number, safetensors: Uint8Array): string; folderOf(version: number): string; prune(current: number): void };
+  exporter: {
+    write(version: number, safetensors: Uint8Array): string;
+    writeBase(sha256: string, safetensors: Uint8Array): string;
+    writeAdapter(name: string, files: { config: string; weights: Uint8Array }): string;
+    prune(current: number, adapterPrefix?: string): void;
+  };
+  /** Present with model.lora.ship adapter: each version's adapters (null: a version without, shipped whole) and their base. */
+  adapters?: { adapter(version: number): Promise<LoraAdapterFiles | null>; base(sha256: string): Promise<Uint8Array>; keep: number };
   log: Log;
   metrics?: Metrics;
   signal: AbortSignal;
@@ -56,6 +68,10 @@ class Slot {
   cap: number;
   /** A request waited for this server's cap since its last load check. */
   heldBack = false;
+  /** The LoRA base it has (sha256), the adapters loaded on it (oldest first), and the one requests name. */
+  base: string | null = null;
+  adapters: string[] = [];
+  adapter: string | null = null;
   /** Aborted when the server leaves rotation, so the requests it holds are resubmitted elsewhere at once. */
   epoch = new AbortController();
   constructor(
@@ -82,6 +98,9 @@ class RolloutClient implements ModelClient {
   }
 }
 
+/** How a server is brought to one version: its full weights, or a LoRA base plus the version's adapter. */
+type Plan = { kind: "full"; dir: string } | { kind: "adapter"; name: string; dir: string; baseSha: string; baseDir: string };
+
 export class Fleet implements InferenceBackend {
   version = -1;
   generatedTokens = 0;
@@ -90,6 +109,8 @@ export class Fleet implements InferenceBackend {
   private ops: Promise<unknown> = Promise.resolve();
   private waiters = new Set<() => void>();
   private turn = 0;
+  private readonly plans = new Map<number, Plan>();
+  private readonly baseDirs = new Map<string, string>();
 
   constructor(private readonly o: FleetOptions) {
     if (o.servers.length === 0) throw new Error("a fleet needs at least one server");
@@ -98,7 +119,7 @@ export class Fleet implements InferenceBackend {
 
   /** Exports `version`, brings every healthy server to it, and starts the health loop for the others. */
   async start(version: number, safetensors: Uint8Array): Promise<void> {
-    this.o.exporter.write(version, safetensors);
+    await this.prepare(version, safetensors);
     this.version = version;
     for (const slot of this.slots) await this.serial(() => this.rejoin(slot));
     const up = this.slots.filter((s) => s.state === "in").length;
@@ -109,12 +130,29 @@ export class Fleet implements InferenceBackend {
 
   swapWeights(version: number, safetensors: Uint8Array, _rollback: boolean): Promise<void> {
     return this.serial(async () => {
-      const dir = this.o.exporter.write(version, safetensors);
-      for (const slot of this.slots) if (slot.state !== "out" && slot.version !== version) await this.update(slot, version, dir);
+      const plan = await this.prepare(version, safetensors);
+      for (const slot of this.slots) if (slot.state !== "out" && slot.version !== version) await this.update(slot, version, plan);
       // Servers out of rotation take this version when they rejoin.
       this.version = version;
-      this.o.exporter.prune(version);
+      this.o.exporter.prune(version, this.o.adapters ? adapterName(this.o.run, 0).slice(0, -1) : undefined);
+      for (const v of this.plans.keys()) if (v !== version && !this.slots.some((s) => s.version === v)) this.plans.delete(v);
     });
+  }
+
+  /** Exports `version` for the servers: its adapters (and their base) when it has them and they are shipped, else its weights. */
+  private async prepare(version: number, safetensors: Uint8Array): Promise<Plan> {
+    const a = this.o.adapters ? await this.o.adapters.adapter(version) : null;
+    let plan: Plan;
+    if (a && this.o.adapters) {
+      const sha = a.baseSha256;
+      // Fetched and exported once per base (a learner restarted on the same base publishes the same bytes).
+      const baseDir = this.baseDirs.get(sha) ?? this.o.exporter.writeBase(sha, await this.o.adapters.base(sha));
+      this.baseDirs.set(sha, baseDir);
+      const name = adapterName(this.o.run, version);
+      plan = { kind: "adapter", name, dir: this.o.exporter.writeAdapter(name, a), baseSha: a.baseSha256, baseDir };
+    } else plan = { kind: "full", dir: this.o.exporter.write(version, safetensors) };
+    this.plans.set(version, plan);
+    return plan;
   }
 
   rolloutClients(task: Task): ModelClient[] {
@@ -167,9 +205,15 @@ export class Fleet implements InferenceBackend {
   ): Promise<{ seg: Segment; version: number } | null> {
     const slot = await this.acquire(rc, signal);
     const version = slot.version;
+    const adapter = slot.adapter;
     const epoch = slot.epoch.signal;
     try {
-      const full = { ...req, requestId: `${this.o.run}.${rc.key}.${rc.calls}.${++this.turn}`, cacheKey: `${this.o.run}:v${version}` };
+      const full = {
+        ...req,
+        requestId: `${this.o.run}.${rc.key}.${rc.calls}.${++this.turn}`,
+        cacheKey: `${this.o.run}:v${version}`,
+        ...(adapter ? { adapter } : {}),
+      };
       const seg = await slot.server.generate(full, { deadlineMs: this.o.settings.requestDeadlineMs, signal: AbortSignal.any([signal, epoch]) });
       return { seg, version };
     } catch (e) {
@@ -230,14 +274,14 @@ export class Fleet implements InferenceBackend {
   }
 
   /** Loads `version` on one server, retried; it leaves rotation when every try failed. */
-  private async update(slot: Slot, version: number, dir: string): Promise<void> {
-    const { updateRetries, updateDeadlineMs } = this.o.settings;
+  private async update(slot: Slot, version: number, plan: Plan): Promise<void> {
+    const { updateRetries } = this.o.settings;
     slot.state = "updating";
     this.wake();
     for (let attempt = 0; attempt <= updateRetries; attempt++) {
       const started = Date.now();
       try {
-        await slot.server.loadWeights(dir, version, { deadlineMs: updateDeadlineMs });
+        await this.bring(slot, version, plan);
         slot.version = version;
         slot.state = "in";
         this.count("fleet_weight_updates_total", "weight updates an inference server completed");
@@ -253,12 +297,41 @@ export class Fleet implements InferenceBackend {
     this.takeOut(slot, `weight update to v${version} failed ${updateRetries + 1} times`);
   }
 
+  /** One try at bringing a server to `version`: its full weights, or (LoRA) its base when it lacks it, then the adapter. */
+  private async bring(slot: Slot, version: number, plan: Plan): Promise<void> {
+    const opts = { deadlineMs: this.o.settings.updateDeadlineMs };
+    const server = slot.server;
+    if (plan.kind === "full") {
+      await server.loadWeights(plan.dir, version, opts);
+      [slot.base, slot.adapters, slot.adapter] = [null, [], null];
+      return;
+    }
+    if (!server.loadAdapter || !server.unloadAdapter) throw new Error(`${server.url}: this backend cannot load LoRA adapters (model.lora.ship adapter)`);
+    if (slot.base !== plan.baseSha) {
+      // fleet.loraBase served: the server was started on the base (model.path); nothing to load.
+      if (this.o.settings.loraBase === "load") await server.loadWeights(plan.baseDir, `lora-base-${plan.baseSha.slice(0, 12)}`, opts);
+      [slot.base, slot.adapters, slot.adapter] = [plan.baseSha, [], null];
+    }
+    if (!slot.adapters.includes(plan.name)) {
+      await server.loadAdapter(plan.name, plan.dir, opts);
+      slot.adapters.push(plan.name);
+    }
+    slot.adapter = plan.name;
+    while (slot.adapters.length > (this.o.adapters?.keep ?? 1)) {
+      const old = slot.adapters.shift()!;
+      await server
+        .unloadAdapter(old, opts)
+        .catch((e: unknown) => this.o.log.warn({ server: server.url, adapter: old, err: (e as Error).message }, "unload failed"));
+    }
+  }
+
   /** An out-of-rotation server that answers its health check loads the current version and rejoins. */
   private async rejoin(slot: Slot): Promise<void> {
     if (slot.state !== "out" || this.o.signal.aborted) return;
     // Short: a hung server's health check holds up the weight updates queued behind it.
     if (!(await slot.server.healthy({ deadlineMs: Math.min(10_000, this.o.settings.updateDeadlineMs) }))) return;
-    await this.update(slot, this.version, this.o.exporter.folderOf(this.version));
+    const plan = this.plans.get(this.version);
+    if (plan) await this.update(slot, this.version, plan);
   }
 
   private async healthLoop(): Promise<void> {
@@ -291,6 +364,8 @@ export class Fleet implements InferenceBackend {
   private takeOut(slot: Slot, why: string): void {
     if (slot.state === "out") return;
     slot.state = "out";
+    // It may come back as a fresh process: nothing of ours is assumed loaded on it.
+    [slot.base, slot.adapters, slot.adapter] = [null, [], null];
     slot.epoch.abort(new ServerDown(slot.server.url, why));
     slot.epoch = new AbortController();
     this.count("fleet_server_failures_total", "times an inference server left rotation");

@@ -24,7 +24,7 @@ export class RequestRejected extends Error {
   constructor(
     readonly url: string,
     readonly status: number,
-    body: string,
+    readonly body: string,
   ) {
     super(`${url} rejected the request (${status}): ${body.slice(0, 300)}`);
     this.name = "RequestRejected";

@@ -4,6 +4,10 @@
 // (/pause?mode=, /resume, /update_weight_version). Upstream vLLM has no route that reloads full weights from a
 // folder: the reload goes to `weightsRoute` (POST {weight_dir}), which a worker extension serves (PRIME-RL's
 // shape; see README). `rollstream serve` speaks this generate route and loads weights through SGLang's.
+// LoRA adapters (vllm/frontend/entrypoints/serve/lora/api_router.py and openai/models/serving.py @055e47c, served
+// with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): POST /v1/load_lora_adapter {lora_name, lora_path} answers 200 with a
+// text body, 400 when the name is loaded already; POST /v1/unload_lora_adapter {lora_name}, 404 when it is not
+// loaded; a generate request names the adapter as `model`. One name per version, never load_inplace (see PROTOCOLS).
 import { z } from "zod";
 import { type EngineServer, type Segment, type SegmentRequest, spansOfLabels } from "./engine-server.js";
 import { call, callJson, RequestRejected, ServerDown } from "./http.js";
@@ -54,6 +58,7 @@ export function vllmGenerateBody(req: SegmentRequest): Record<string, unknown> {
       stop_token_ids: req.stopTokenIds,
     },
     cache_salt: req.cacheKey,
+    ...(req.adapter ? { model: req.adapter } : {}),
     // The server echoes the prompt it continued, which is checked against ours.
     return_token_ids: true,
     output_mode: "tokens",
@@ -103,7 +108,7 @@ export class VllmServer implements EngineServer {
   }
 
   /** Pause, reload from the folder, label the weights with our version, resume: always resumed, even after a failure. */
-  async loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void> {
+  async loadWeights(dir: string, version: number | string, opts: { deadlineMs: number }): Promise<void> {
     await call(`${this.url}/pause?mode=${this.opts.pauseMode}`, {}, opts);
     try {
       await call(`${this.url}${this.opts.weightsRoute}`, { weight_dir: dir }, opts).catch((e: unknown) => {
@@ -116,6 +121,21 @@ export class VllmServer implements EngineServer {
     } finally {
       await call(`${this.url}/resume`, {}, opts).catch(() => undefined);
     }
+  }
+
+  /** A name loaded already (a retry after an answer that was lost) counts as loaded: versions never reuse a name. */
+  async loadAdapter(name: string, dir: string, opts: { deadlineMs: number }): Promise<void> {
+    await call(`${this.url}/v1/load_lora_adapter`, { lora_name: name, lora_path: dir }, opts).catch((e: unknown) => {
+      if (e instanceof RequestRejected && e.status === 400 && /already been loaded/.test(e.message)) return;
+      throw e instanceof RequestRejected ? new ServerDown(this.url, e.message) : e;
+    });
+  }
+
+  /** An adapter the server does not have (404: it restarted since) is unloaded already. */
+  async unloadAdapter(name: string, opts: { deadlineMs: number }): Promise<void> {
+    await call(`${this.url}/v1/unload_lora_adapter`, { lora_name: name }, opts).catch((e: unknown) => {
+      if (!(e instanceof RequestRejected && e.status === 404)) throw e;
+    });
   }
 
   load(opts: { deadlineMs: number }): Promise<ServerLoad | null> {
@@ -148,7 +168,7 @@ export class RollstreamServer extends VllmServer {
     this.disk = new SglangServer(url, { abortAll: false });
   }
 
-  override loadWeights(dir: string, version: number, opts: { deadlineMs: number }): Promise<void> {
+  override loadWeights(dir: string, version: number | string, opts: { deadlineMs: number }): Promise<void> {
     return this.disk.loadWeights(dir, version, opts);
   }
 
