@@ -28,7 +28,7 @@ export class Zero1Optimizer {
 
   constructor(
     private readonly model: PolicyModel,
-    private readonly comm: NativeComm,
+    readonly comm: NativeComm,
     readonly rank: number,
     readonly size: number,
   ) {
