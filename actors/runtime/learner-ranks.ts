@@ -89,5 +89,20 @@ export async function runLearnerRankRole(config: RunConfig): Promise<number | nu
     throw new Error(
       `this MPI job has ${place.size} ranks but actors.learner.ranks is ${config.actors.learner.ranks}: start it with mpirun -np ${config.actors.learner.ranks}`,
     );
-  return place.rank === 0 ? null : followRankZero(config, place.rank, place.size);
+  pinDevice(config);
+  if (place.rank > 0) return followRankZero(config, place.rank, place.size);
+  // Rank 0 joins the communicator before anything else (its lease may keep it standing by for long): the others
+  // then wait for its first plan sleeping between polls, not inside MPI_Init's busy fence.
+  nativeComm().init();
+  return null;
+}
+
+/**
+ * model.device cuda: one GPU per rank on a node, the rank's local index (unless CUDA_VISIBLE_DEVICES already says).
+ * The collectives still run through MPI on host copies of the gradient and parameters; NCCL on device buffers
+ * (kernels/cuda/nccl.cu) is built and checked by kernels/gpu-check but not yet driven by the learner.
+ */
+function pinDevice(config: RunConfig, env: NodeJS.ProcessEnv = process.env): void {
+  const local = env.OMPI_COMM_WORLD_LOCAL_RANK ?? env.MPI_LOCALRANKID ?? env.SLURM_LOCALID;
+  if (config.model.device === "cuda" && local !== undefined && env.CUDA_VISIBLE_DEVICES === undefined) env.CUDA_VISIBLE_DEVICES = local;
 }
