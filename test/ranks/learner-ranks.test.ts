@@ -6,10 +6,10 @@
 // Checked: every step 1..N is in the record; each step recomputed after the restore has the very loss its first
 // attempt recorded (bit for bit: same rows, same packing, same split of micro-batches over the same ranks, same
 // reduction order); and the 2-rank steps train the same as 1 rank: `rollstream replay` (one process, the model's own
-// step) over the recorded rows reproduces the recorded figures within 1e-4 relative. Bit for bit is not promised:
-// with three or more micro-batches two ranks sum the gradient in another order than one rank (kernels/zero1.ts).
-// Measured here: 0 on every step — these steps pack into two micro-batches, one per rank, and g0 + g1 is the same
-// float sum on one rank as across two (the norm's f64 sum and the per-element AdamW are the same too).
+// step) over the recorded rows reproduces every recorded figure within 1e-4 relative. Not bit for bit: with 6-8
+// micro-batches per step (24-token micro-batches) the two ranks sum the gradient in another order than one rank
+// (kernels/zero1.ts), and the step's loss and entropy in another f64 order. Measured here: at most 1.2e-6 over the
+// 8 steps (the rewards of the spread environment vary within every group, so every step moves the weights).
 // Skipped, saying why, without MPI in the addon or without mpirun.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -20,6 +20,9 @@ import { nativeComm } from "../../kernels/native.js";
 import { StateKeys, StepRecordSchema, type StepRecord } from "../../streams/index.js";
 import { decodeMsgpack } from "../../streams/msgpack-codec.js";
 import { replayInProcess, startRun, waitUntil } from "../helpers/run-fixture.js";
+import { writeSpreadEnv } from "../helpers/spread-env.js";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
 
 const haveMpirun = spawnSync("mpirun", ["--version"]).status === 0;
 const skip = !nativeComm().available ? "the kernels addon was built without MPI (no mpicc at build time)" : !haveMpirun ? "mpirun is not installed" : false;
@@ -36,18 +39,21 @@ function logLines(dir: string): Array<Record<string, unknown>> {
 test("learner ranks: 2 ranks train a run; a SIGKILLed rank restarts the group from its checkpoint; every step once, redone steps bit-exact; 1-rank replay agrees", {
   skip,
 }, async () => {
+  // Rewards that vary within every group: every step has a gradient, so the 1-rank comparison is not of zeros.
+  process.env.ROLLSTREAM_ENV_PATH = writeSpreadEnv(mkdtempSync(join(tmpdir(), "rs-ranks-env-")));
   const run = await startRun(
     "ranks",
     {
-      sft: { steps: 2, batchSize: 8 },
+      environments: [{ id: "spread@^1" }],
       rl: {
         steps: STEPS,
         batchSize: 8,
         groupSize: 4,
-        microBatchTokens: 64,
+        microBatchTokens: 24,
         maxAsyncLevel: 1,
         maxOffPolicySteps: 3,
         sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 },
+        optimizer: { lr: 0.003 },
       },
       checkpoint: { interval: 3, keepLast: 4, keepVersions: 3 },
       // Micro-batches small enough that a step has several, so both ranks train some.
@@ -117,11 +123,21 @@ test("learner ranks: 2 ranks train a run; a SIGKILLed rank restarts the group fr
 
     // 2 ranks vs 1: replay (one process) from the oldest kept checkpoint over the recorded rows.
     const { code, lines: out, rows } = await replayInProcess({ config: run.configPath, steps: String(STEPS), nats: run.nats.url });
-    assert.equal(code, 0, out.join("\n"));
+    // replay exits 1 when a step is not bit-exact: that is allowed here, within the tolerance.
+    assert.ok(code === 0 || code === 1, out.join("\n"));
     assert.equal(rows.length, STEPS, out.join("\n"));
-    for (const r of rows as unknown as Array<{ step: number; exact: boolean | null; maxRelDiff: number | null }>) {
+    const typed = rows as unknown as Array<{ step: number; exact: boolean | null; maxRelDiff: number | null; gradNorm: number; loss: number }>;
+    assert.ok(
+      typed.every((r) => r.gradNorm > 0 && r.loss !== 0),
+      `positive control: every compared step moved the weights\n${out.join("\n")}`,
+    );
+    for (const r of typed) {
       assert.ok(r.maxRelDiff !== null && r.maxRelDiff <= 1e-4, `step ${r.step}: 1-rank replay differs by ${r.maxRelDiff} relative\n${out.join("\n")}`);
     }
+    const split = logLines(run.dir)
+      .filter((l) => l.instance === "rank1" && l.msg === "step")
+      .map((l) => `${l.mine}/${l.microBatches}`);
+    process.stdout.write(`# rank 1's micro-batches per step: ${split.join(" ")}\n`);
     process.stdout.write(
       `# 2 ranks vs 1-rank replay, max relative difference: ${rows.map((r) => (r as unknown as { maxRelDiff: number }).maxRelDiff).join(", ")}\n`,
     );
