@@ -84,6 +84,10 @@ export async function followRankZero(config: RunConfig, rank: number, size: numb
  */
 export async function runLearnerRankRole(config: RunConfig): Promise<number | null> {
   const place = mpiJobPlace();
+  if (config.actors.learner.ranks > 1 && !nativeComm().available)
+    throw new Error(
+      `actors.learner.ranks is ${config.actors.learner.ranks} but the kernels addon was built without MPI: install openmpi-bin and libopenmpi-dev, rebuild the kernels (npm rebuild), or set ranks: 1`,
+    );
   if (!place) return config.actors.learner.ranks > 1 ? launchRanks(config) : null;
   if (place.size !== config.actors.learner.ranks)
     throw new Error(
