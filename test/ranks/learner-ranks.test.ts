@@ -5,11 +5,12 @@
 //
 // Checked: every step 1..N is in the record; each step recomputed after the restore has the very loss its first
 // attempt recorded (bit for bit: same rows, same packing, same split of micro-batches over the same ranks, same
-// reduction order); and the 2-rank steps train the same as 1 rank: `rollstream replay` (one process, the model's own
-// step) over the recorded rows reproduces every recorded figure within 1e-4 relative. Not bit for bit: with 6-8
-// micro-batches per step (24-token micro-batches) the two ranks sum the gradient in another order than one rank
-// (kernels/zero1.ts), and the step's loss and entropy in another f64 order. Measured here: at most 1.2e-6 over the
-// 8 steps (the rewards of the spread environment vary within every group, so every step moves the weights).
+// reduction order); and the 2-rank steps train the same as 1 rank: `rollstream replay` (one process, the model's
+// own step) over the recorded rows reproduces every recorded figure within 1e-3 relative (or 1e-6 absolute, for a
+// figure near 0). Not bit for bit: with 6-8 micro-batches per step (24-token micro-batches) the two ranks sum the
+// gradient in another order than one rank (kernels/zero1.ts), and the loss and entropy in another f64 order.
+// Measured here: at most 2.1e-5 relative over the 8 steps (the spread environment's rewards vary within every
+// group, so every step moves the weights). Run twice: rank 1 killed, then rank 0 (the lease holder).
 // Skipped, saying why, without MPI in the addon or without mpirun.
 import { test } from "node:test";
 import assert from "node:assert/strict";
@@ -36,9 +37,8 @@ function logLines(dir: string): Array<Record<string, unknown>> {
     .map((l) => JSON.parse(l) as Record<string, unknown>);
 }
 
-test("learner ranks: 2 ranks train a run; a SIGKILLed rank restarts the group from its checkpoint; every step once, redone steps bit-exact; 1-rank replay agrees", {
-  skip,
-}, async () => {
+/** The run, with rank `victim` SIGKILLed between checkpoints; every check below. */
+async function killOneRank(victim: 0 | 1): Promise<void> {
   // Rewards that vary within every group: every step has a gradient, so the 1-rank comparison is not of zeros.
   process.env.ROLLSTREAM_ENV_PATH = writeSpreadEnv(mkdtempSync(join(tmpdir(), "rs-ranks-env-")));
   const run = await startRun(
@@ -79,12 +79,14 @@ test("learner ranks: 2 ranks train a run; a SIGKILLed rank restarts the group fr
     );
     const follower = logLines(run.dir).find((l) => l.msg === "learner rank following rank 0");
     assert.ok(follower && follower.rank === 1 && typeof follower.pid === "number", "rank 1 logged its pid");
+    const leader = logLines(run.dir).find((l) => l.msg === "learner ranks: ZeRO-1 over MPI");
+    assert.ok(leader && typeof leader.pid === "number" && leader.pid !== follower.pid, "rank 0 logged its pid");
     const rank1Steps = logLines(run.dir).filter((l) => l.instance === "rank1" && l.msg === "step");
     assert.ok(
       rank1Steps.some((l) => (l.mine as number) >= 1 && (l.microBatches as number) >= 2),
       "positive control: rank 1 trained micro-batches of its own in steps split over both ranks",
     );
-    process.kill(follower.pid as number, "SIGKILL");
+    process.kill((victim === 0 ? leader.pid : follower.pid) as number, "SIGKILL");
     await new Promise((r) => setTimeout(r, 200));
     const stepsBeforeKill = new Set(events.map((e) => e.step)).size;
     await waitUntil(
@@ -126,13 +128,23 @@ test("learner ranks: 2 ranks train a run; a SIGKILLed rank restarts the group fr
     // replay exits 1 when a step is not bit-exact: that is allowed here, within the tolerance.
     assert.ok(code === 0 || code === 1, out.join("\n"));
     assert.equal(rows.length, STEPS, out.join("\n"));
-    const typed = rows as unknown as Array<{ step: number; exact: boolean | null; maxRelDiff: number | null; gradNorm: number; loss: number }>;
+    const typed = rows as unknown as Array<{
+      step: number;
+      exact: boolean | null;
+      maxRelDiff: number | null;
+      absDiff: number | null;
+      gradNorm: number;
+      loss: number;
+    }>;
     assert.ok(
       typed.every((r) => r.gradNorm > 0 && r.loss !== 0),
       `positive control: every compared step moved the weights\n${out.join("\n")}`,
     );
     for (const r of typed) {
-      assert.ok(r.maxRelDiff !== null && r.maxRelDiff <= 1e-4, `step ${r.step}: 1-rank replay differs by ${r.maxRelDiff} relative\n${out.join("\n")}`);
+      assert.ok(
+        r.maxRelDiff !== null && (r.maxRelDiff <= 1e-3 || (r.absDiff ?? 1) <= 1e-6),
+        `step ${r.step}: 1-rank replay differs by ${r.maxRelDiff} relative (${r.absDiff} absolute)\n${out.join("\n")}`,
+      );
     }
     const split = logLines(run.dir)
       .filter((l) => l.instance === "rank1" && l.msg === "step")
@@ -144,4 +156,12 @@ test("learner ranks: 2 ranks train a run; a SIGKILLed rank restarts the group fr
   } finally {
     await run.close();
   }
-});
+}
+
+test(
+  "learner ranks: 2 ranks train a run; SIGKILL of rank 1 restarts the group from its checkpoint; every step once, redone steps bit-exact; 1-rank replay agrees",
+  { skip },
+  () => killOneRank(1),
+);
+
+test("learner ranks: SIGKILL of rank 0 (the one holding the lease) restarts the group the same way", { skip }, () => killOneRank(0));
