@@ -71,7 +71,7 @@ export async function followRankZero(config: RunConfig, rank: number, size: numb
   const place = comm.init();
   if (place.rank !== rank || place.size !== size) throw new Error(`MPI says rank ${place.rank} of ${place.size}, the environment ${rank} of ${size}`);
   const model = createPolicyModel(config, { threads: config.model.threads });
-  log.info({ rank, size, pid: process.pid, params: model.numParams }, "learner rank following rank 0");
+  log.info({ rank, size, params: model.numParams }, "learner rank following rank 0"); // pino adds the pid (the tests kill by it)
   await new RankGroup(model, comm, rank, size).follow((msg, fields) => log.info(fields ?? {}, msg));
   model.dispose();
   log.info("rank 0 stopped the group");
