@@ -16,7 +16,8 @@
 //
 // A follower waits for the next plan in a non-blocking broadcast polled on a timer (MPI_Ibcast + MPI_Test), not in
 // a blocking collective: Open MPI busy-polls, and rank 0 may wait minutes for samples while inference needs the cores.
-import type { NativeComm } from "./native.js";
+import { parseBackendInfo } from "./index.js";
+import { resolveBackend, type NativeComm } from "./native.js";
 import { decodeTrainStateWithLora } from "./train-state.js";
 import type { ParsedLossSpec } from "./loss-spec.js";
 import type { OptimizerConfig } from "./optimizer.js";
@@ -33,14 +34,22 @@ export interface PackSettings {
 
 /** What rank 0 tells the followers to do next. */
 export type RankPlan =
-  | { kind: "train"; samples: TrainSample[]; loss: ParsedLossSpec; opt: OptimizerConfig; pack: PackSettings; threads: number }
+  | { kind: "train"; samples: TrainSample[]; loss: ParsedLossSpec; opt: OptimizerConfig; pack: PackSettings; threads: number; blasRoutes?: string }
   | { kind: "state"; bytes: Uint8Array }
   | { kind: "freshMoments" }
   | { kind: "gather" }
   | { kind: "stop" };
 
 type Header =
-  | { kind: "train"; loss: ParsedLossSpec; opt: OptimizerConfig; pack: PackSettings; threads: number; lens: Array<[number, number, number]> }
+  | {
+      kind: "train";
+      loss: ParsedLossSpec;
+      opt: OptimizerConfig;
+      pack: PackSettings;
+      threads: number;
+      blasRoutes?: string;
+      lens: Array<[number, number, number]>;
+    }
   | { kind: "state"; bytes: number }
   | { kind: "freshMoments" | "gather" | "stop" };
 
@@ -58,7 +67,7 @@ export function encodePlan(plan: RankPlan): Uint8Array {
   let body = 0;
   if (plan.kind === "train") {
     const lens = plan.samples.map((s): [number, number, number] => [s.promptIds.length, s.completionIds.length, s.advantage]);
-    header = { kind: "train", loss: plan.loss, opt: plan.opt, pack: plan.pack, threads: plan.threads, lens };
+    header = { kind: "train", loss: plan.loss, opt: plan.opt, pack: plan.pack, threads: plan.threads, blasRoutes: plan.blasRoutes, lens };
     for (const [p, c] of lens) body += 4 * p + 4 * c + 4 * c + c;
   } else if (plan.kind === "state") {
     header = { kind: "state", bytes: plan.bytes.length };
@@ -111,7 +120,15 @@ export function decodePlan(bytes: Uint8Array): RankPlan {
     b += c;
     return { promptIds, completionIds, completionMask, samplerLogprobs, advantage };
   });
-  return { kind: "train", samples, loss: header.loss, opt: header.opt, pack: header.pack, threads: header.threads };
+  return {
+    kind: "train",
+    samples,
+    loss: header.loss,
+    opt: header.opt,
+    pack: header.pack,
+    threads: header.threads,
+    ...(header.blasRoutes !== undefined ? { blasRoutes: header.blasRoutes } : {}),
+  };
 }
 
 /** Sleeps between polls of a pending broadcast: short enough not to slow a step, long enough to leave the core. */
@@ -144,7 +161,10 @@ export class RankGroup {
 
   /** Rank 0: every rank trains `samples` as one step (lr already scheduled). */
   async train(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, pack: PackSettings): Promise<StepReport> {
-    await broadcastPlan(this.comm, { kind: "train", samples, loss, opt, pack, threads: this.model.threads });
+    // The CPU sgemm routes rank 0 measured (or pinned from its earlier life): every rank computes its micro-batches
+    // with the same products, so a step recomputed after a restart has the bits of its first attempt.
+    const blasRoutes = parseBackendInfo(resolveBackend(this.model.device).backend.info()).blasRoutes;
+    await broadcastPlan(this.comm, { kind: "train", samples, loss, opt, pack, threads: this.model.threads, ...(blasRoutes ? { blasRoutes } : {}) });
     return this.trainLocal(samples, loss, opt, pack);
   }
 
@@ -185,6 +205,7 @@ export class RankGroup {
       else if (plan.kind === "gather") this.zero.fullState();
       else {
         if (plan.threads !== this.model.threads) this.model.setThreads(plan.threads);
+        this.followRoutes(plan.blasRoutes);
         try {
           const r = await this.trainLocal(plan.samples, plan.loss, plan.opt, plan.pack);
           log("step", { step: r.optimizerStep, loss: r.loss, ms: Math.round(r.ms), microBatches: r.microBatches, mine: r.mine });
@@ -207,6 +228,14 @@ export class RankGroup {
     const n = packed.microBatches.length;
     const mine = Math.floor(n / this.size) + (this.rank < n % this.size ? 1 : 0);
     return { ...(await trainOnRanks(this.model, packed, loss, opt, this.zero)), microBatches: n, mine };
+  }
+
+  /** Pins rank 0's sgemm routes (classes it has not measured yet are still measured here). */
+  private followRoutes(routes: string | undefined): void {
+    if (!routes?.includes("=")) return;
+    const backend = resolveBackend(this.model.device).backend;
+    if (backend.settings().blasRoutes !== routes && parseBackendInfo(backend.info()).blasMode === "auto")
+      backend.setSettings({ ...backend.settings(), blasRoutes: routes });
   }
 
   private resetMoments(): void {

@@ -27,7 +27,15 @@ test("a train plan decodes to the very samples, loss and optimizer settings (Inf
     },
   ];
   const opt = { ...OptimizerSchema.parse({ lr: 3e-4 }), maxGradNorm: Number.POSITIVE_INFINITY };
-  const plan: RankPlan = { kind: "train", samples, loss: parseLossSpec({ name: "rl" }), opt, pack: { microBatchTokens: 64, sharePrefix: true }, threads: 2 };
+  const plan: RankPlan = {
+    kind: "train",
+    samples,
+    loss: parseLossSpec({ name: "rl" }),
+    opt,
+    pack: { microBatchTokens: 64, sharePrefix: true },
+    threads: 2,
+    blasRoutes: "nn:16x32x256:1t=blas",
+  };
   const back = decodePlan(encodePlan(plan));
   assert.equal(back.kind, "train");
   if (back.kind !== "train") return;
@@ -36,6 +44,7 @@ test("a train plan decodes to the very samples, loss and optimizer settings (Inf
   assert.equal(back.opt.maxGradNorm, Number.POSITIVE_INFINITY);
   assert.deepEqual(back.pack, plan.pack);
   assert.equal(back.threads, 2);
+  assert.equal(back.blasRoutes, "nn:16x32x256:1t=blas", "the followers compute with rank 0's sgemm routes");
   assert.equal(back.samples.length, 2);
   back.samples.forEach((s, i) => {
     assert.deepEqual(Array.from(s.promptIds), Array.from(samples[i]!.promptIds));
