@@ -10,11 +10,12 @@ import type { ModelConfig } from "../kernels/model-config.js";
 import { parseLossSpec } from "../kernels/loss-spec.js";
 import { packSamples, type TrainSample } from "../kernels/packing.js";
 import { trainOnSamples } from "../kernels/train-step.js";
+import { runRanksBench } from "./learner-ranks.js";
 
 const G = 8;
 
 /** A small decoder with a context long enough for the ratios (the demo's 64 positions are not). */
-function benchModel(quick: boolean): ModelConfig {
+export function benchModel(quick: boolean): ModelConfig {
   return {
     vocabSize: 512,
     hiddenSize: quick ? 64 : 192,
@@ -39,7 +40,7 @@ function rng(seed: number): () => number {
 }
 
 /** `groups` groups of G samples: one prompt of P tokens each, G completions of R tokens, every completion token trained. */
-function groupSamples(groups: number, P: number, R: number, V: number, seed: number): TrainSample[] {
+export function groupSamples(groups: number, P: number, R: number, V: number, seed: number): TrainSample[] {
   const r = rng(seed);
   const ids = (n: number) => Int32Array.from({ length: n }, () => Math.floor(r() * V));
   const out: TrainSample[] = [];
@@ -139,6 +140,8 @@ export async function runLearnerBench(opts: { threads?: number; quick?: boolean;
   }
   for (const l of lines) console.log(l);
   console.log(`effective-token gain of group-prefix packing at 4:1, G = ${G}: ${result.effective_gain_4_1!.toFixed(2)}x (target >= 1.8x)`);
+  // Learner ranks: 1 vs 2 on this machine, and a model of N (bench/learner-ranks.ts).
+  for (const l of await runRanksBench({ quick, seconds }, result)) console.log(l);
   console.log(JSON.stringify(result));
   return result;
 }

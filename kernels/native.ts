@@ -378,6 +378,13 @@ export interface NativeComm {
   allGather(send: Float32Array, recv: Float32Array, counts: number[]): void;
   allReduceSum(values: Float64Array): void;
   barrier(): void;
+  /** In place: every rank gets `root`'s bytes (same byte length on every rank). */
+  bcast(buf: ArrayBufferView, root?: number): void;
+  /** A non-blocking bcast; poll test(id) until true (the buffer must stay untouched until then). */
+  bcastBegin(buf: ArrayBufferView, root?: number): number;
+  test(request: number): boolean;
+  /** Ends every rank of the job with this exit code. */
+  abort(code?: number): void;
   finalize(): void;
 }
 

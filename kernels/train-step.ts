@@ -4,7 +4,8 @@ import type { ParsedLossSpec } from "./loss-spec.js";
 import type { PolicyModel } from "./policy-model.js";
 import { learningRate, type OptimizerConfig } from "./optimizer.js";
 import { packSamples, type PackResult, type TrainSample } from "./packing.js";
-import { NonFiniteStepError } from "./train-errors.js";
+import { isInputCaused, NonFiniteStepError } from "./train-errors.js";
+import type { Zero1Optimizer } from "./zero1.js";
 import { GSPO_SECOND_PASS_LOSS, gspoCoefficients, secondPass } from "./gspo.js";
 import type { LoraAdapters } from "./lora.js";
 
@@ -102,4 +103,69 @@ export async function runTrainStep(
 ): Promise<StepReport> {
   const packed = packSamples(samples, pack.microBatchTokens, model.config.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
   return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, lora);
+}
+
+/**
+ * One optimizer step of a learner rank (actors.learner.ranks > 1): every rank holds the whole step packed the same way
+ * and trains micro-batches m with m % size == rank; the loss is normalised by the whole step's loss tokens, the
+ * gradient summed over ranks by the ZeRO-1 step (kernels/zero1.ts), the statistics all-reduced, so every rank
+ * returns the same report. A failure on one rank reaches every rank through that all-reduce, so none is left
+ * blocked in a collective: a failure the input caused (the kernels refused it, a non-finite loss or gradient) throws
+ * NonFiniteStepError-like input errors on every rank with the weights and moments untouched (rank 0 sets the
+ * batches aside and plans the step again); any other failure throws too, and ends the job.
+ */
+export async function trainOnRanks(
+  model: PolicyModel,
+  packed: PackResult,
+  loss: ParsedLossSpec,
+  opt: OptimizerConfig,
+  zero: Zero1Optimizer,
+): Promise<StepReport> {
+  if (loss.name === "gspo") throw new Error("learner ranks: rl.loss gspo needs every micro-batch's logprobs on one rank; set actors.learner.ranks: 1");
+  const t0 = performance.now();
+  model.zeroGrad();
+  const normalizer = Math.max(1, packed.lossTokens);
+  // loss, entropy, kl, masked, loss tokens, ranks whose input failed, ranks that failed otherwise
+  const stats = new Float64Array(7);
+  let failure: Error | undefined;
+  try {
+    for (const [m, mb] of packed.microBatches.entries()) {
+      if (m % zero.size !== zero.rank) continue;
+      const s = await model.accumulate(mb, loss, normalizer);
+      stats[0]! += s.loss;
+      stats[1]! += s.entropySum;
+      stats[2]! += s.mismatchKlSum;
+      stats[3]! += s.maskedTokens;
+      stats[4]! += s.lossTokens;
+    }
+  } catch (e) {
+    failure = e as Error;
+    stats[isInputCaused(e) ? 5 : 6]! += 1;
+  }
+  zero.comm.allReduceSum(stats);
+  if (stats[6]! > 0) throw failure ?? new Error(`learner ranks: ${stats[6]} other rank(s) failed this step (see their logs)`);
+  if (stats[5]! > 0 || !Number.isFinite(stats[0]!)) {
+    model.zeroGrad();
+    if (failure) throw failure;
+    throw new NonFiniteStepError(
+      stats[5]! > 0 ? "another rank's kernels refused this step's input" : `the step's loss is ${stats[0]}: its samples overflow the objective`,
+    );
+  }
+  const r = zero.step({ lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm });
+  if (r.skipped) throw new NonFiniteStepError(`the step's gradient norm is ${r.gradNorm}: its samples overflow the gradient`);
+  const ms = performance.now() - t0;
+  const lossTokens = stats[4]!;
+  return {
+    loss: stats[0]!,
+    entropy: stats[1]! / Math.max(1, lossTokens),
+    mismatchKl: stats[2]! / Math.max(1, lossTokens),
+    maskedFraction: stats[3]! / Math.max(1, lossTokens),
+    gradNorm: r.gradNorm,
+    lr: opt.lr,
+    tokens: packed.totalTokens,
+    lossTokens,
+    tokensPerSec: packed.totalTokens / (ms / 1000),
+    ms,
+    optimizerStep: r.step,
+  };
 }

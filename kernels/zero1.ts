@@ -7,6 +7,10 @@
 // Against one rank on the same global batch the result agrees to float rounding, not bit for bit: the gradient is
 // summed in another order (each rank's micro-batches, then across ranks) and the norm's sum of squares is split
 // differently. The per-element AdamW is the same kernel (kernels.adamw) as the model's own step.
+//
+// Memory: the moments this optimizer keeps are 1/N of the model's, but the native model still allocates its own
+// full AdamM/AdamV buffers (it has one flat allocation per kind), unused while a rank trains; the saving is real only
+// once the model can be created without them.
 import type { NativeComm } from "./native.js";
 import { kernels } from "./layer-kernels.js";
 import type { PolicyModel, StepOptions, StepResult } from "./policy-model.js";
@@ -28,7 +32,7 @@ export class Zero1Optimizer {
 
   constructor(
     private readonly model: PolicyModel,
-    private readonly comm: NativeComm,
+    readonly comm: NativeComm,
     readonly rank: number,
     readonly size: number,
   ) {

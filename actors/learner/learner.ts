@@ -39,7 +39,9 @@ import { StepGuard, type CollectedBatch } from "./step-guard.js";
 import { StepSelector } from "../../rl/sample-selection.js";
 import { tallyStaleness } from "../../rl/staleness-tally.js";
 import { passRate } from "../../rl/group-filter.js";
-import { resolveBackend } from "../../kernels/native.js";
+import { nativeComm, resolveBackend } from "../../kernels/native.js";
+import { RankGroup } from "../../kernels/rank-group.js";
+import { learningRate } from "../../kernels/optimizer.js";
 
 @injectable()
 export class LearnerActor implements Actor {
@@ -51,6 +53,8 @@ export class LearnerActor implements Actor {
   private lora: LoraAdapters | null = null;
   /** sha256 of the LoRA base this learner published (model.lora.ship adapter). */
   private loraBaseSha: string | undefined;
+  /** actors.learner.ranks > 1: this process is rank 0 and drives the others (kernels/rank-group.ts); null with one rank. */
+  private group: RankGroup | null = null;
 
   constructor(
     @inject(Tokens.Context) private readonly ctx: ActorContext,
@@ -68,7 +72,31 @@ export class LearnerActor implements Actor {
     const { config, log } = ctx;
     this.model = createPolicyModel(config, { threads: config.model.threads, log: ctx.log });
     log.info({ params: this.model.numParams, device: this.model.device }, "model ready");
-    await this.restore();
+    const restored = await this.restore();
+    if (config.actors.learner.ranks > 1) await this.startRanks(restored);
+    await this.train();
+    // The followers leave with rank 0 after a drain or at the end. Not after an error: a follower may be inside a
+    // collective this rank never reaches, so the error ends the process and mpirun ends the job.
+    await this.group?.stop();
+  }
+
+  /**
+   * Rank 0 of actors.learner.ranks: joins the communicator and hands the others the state it starts from (the
+   * checkpoint it restored, else its fresh model), so every rank holds the same weights and its slice of the moments.
+   */
+  private async startRanks(restored: Uint8Array | null): Promise<void> {
+    const { rank, size } = nativeComm().init();
+    const want = this.ctx.config.actors.learner.ranks;
+    if (rank !== 0 || size !== want)
+      throw new Error(`learner: MPI says rank ${rank} of ${size}; actors.learner.ranks is ${want} (start it with rollstream actor learner)`);
+    this.group = new RankGroup(this.model, nativeComm(), rank, size);
+    await this.group.loadState(restored ?? encodeTrainState(this.model, this.counters));
+    this.ctx.log.info({ ranks: size, momentsPerRank: this.group.zero.count }, "learner ranks: ZeRO-1 over MPI");
+  }
+
+  private async train(): Promise<void> {
+    const { ctx } = this;
+    const { config } = ctx;
     if (ctx.signal.aborted) return;
 
     if (!this.counters.sftDone) {
@@ -81,6 +109,7 @@ export class LearnerActor implements Actor {
       this.counters.sftDone = true;
       // RL starts with fresh optimizer moments (with LoRA: the adapters' moments; adapters SFT trained stay).
       this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
+      await this.group?.freshMoments();
       if (this.lora) this.lora.resetOptimizer();
       else this.startLora();
       await this.publishWeights(0, config.sft ? "sft" : "rl");
@@ -93,7 +122,8 @@ export class LearnerActor implements Actor {
     await this.runRl();
   }
 
-  private async restore(): Promise<void> {
+  /** The training state restored (its bytes, for the other ranks), or null when the run starts fresh. */
+  private async restore(): Promise<Uint8Array | null> {
     const { ctx } = this;
     const deadline = Date.now() + 60_000;
     while (!ctx.signal.aborted) {
@@ -102,19 +132,21 @@ export class LearnerActor implements Actor {
         if (r.error) throw new Error(r.error);
         if (r.step < 0 || !r.object) {
           ctx.log.info("no checkpoint: starting fresh");
-          return;
+          return null;
         }
-        const restored = decodeTrainStateWithLora(this.model, await this.checkpoints.takeObject(r.object));
+        const bytes = await this.checkpoints.takeObject(r.object);
+        const restored = decodeTrainStateWithLora(this.model, bytes);
         this.counters = restored.counters;
         this.lora = restored.lora;
         this.checkLoraMatchesConfig();
         ctx.log.info({ ...this.counters, lora: this.lora !== null }, "restored from checkpoint");
-        return;
+        return bytes;
       } catch (e) {
         if (Date.now() > deadline) throw new Error(`no checkpoint actor answered the restore request: ${(e as Error).message}`);
         await new Promise((r) => setTimeout(r, 500));
       }
     }
+    return null;
   }
 
   private startLora(): void {
@@ -325,7 +357,10 @@ export class LearnerActor implements Actor {
   }
 
   private async trainStep(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
-    const report = await runTrainStep(this.model, samples, loss, opt, step, totalSteps, packSettingsOf(this.ctx.config), this.lora);
+    const pack = packSettingsOf(this.ctx.config);
+    const report = this.group
+      ? await this.group.train(samples, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, pack)
+      : await runTrainStep(this.model, samples, loss, opt, step, totalSteps, pack, this.lora);
     this.counters.optimizerStep = report.optimizerStep;
     // The CPU sgemm dispatcher measures each shape class at its first product: record the routes it chose.
     if (this.recorded && this.backendInfo().blasRoutes !== this.recorded.routes) await this.recordBackend();
@@ -400,6 +435,7 @@ export class LearnerActor implements Actor {
   }
 
   private async saveState(): Promise<void> {
+    await this.group?.gather(); // every rank's slice of the moments, for the full state
     await this.ctx.health.work(`publish training state step ${this.counters.step}`, () =>
       this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters, this.lora, this.ctx.config.model.path ?? "")),
     );

@@ -28,5 +28,6 @@ export function createLogger(fields: { run?: string; actor: string; instance?: s
         },
       }
     : undefined;
-  return pino({ level, base: { ...fields, pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime, hooks }, pino.destination(2));
+  // pino reads opts.hooks.logMethod when the key is there at all: leave it out without hooks.
+  return pino({ level, base: { ...fields, pid: process.pid }, timestamp: pino.stdTimeFunctions.isoTime, ...(hooks ? { hooks } : {}) }, pino.destination(2));
 }

@@ -3,12 +3,24 @@
 import type { Command } from "commander";
 import { runActorProcess } from "../../actors/runtime/lifecycle.js";
 import { ACTORS } from "../../actors/registry.js";
-import { parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import { loadRunConfig, parseRunConfig, type RunConfig } from "../../actors/runtime/config.js";
+import { runLearnerRankRole } from "../../actors/runtime/learner-ranks.js";
 import { UsageError } from "../errors.js";
 
 /** A sandbox with no run: default sandbox settings; its heartbeat and metrics live under run `run`. */
 function standaloneSandboxConfig(run: string): RunConfig {
   return parseRunConfig({ run, environments: [{ id: "code@^1" }] }, "(sandbox without a run config)");
+}
+
+/** A config that does not load is left for runActorProcess to report, as for every actor. */
+async function learnerRankRole(configPath: string): Promise<number | null> {
+  let config: RunConfig;
+  try {
+    config = loadRunConfig(configPath);
+  } catch {
+    return null;
+  }
+  return runLearnerRankRole(config);
 }
 
 export function registerActorCommand(program: Command): void {
@@ -24,6 +36,13 @@ export function registerActorCommand(program: Command): void {
       const load = ACTORS[name];
       if (!load) throw new UsageError(`unknown actor ${JSON.stringify(name)}; choose one of ${Object.keys(ACTORS).join(", ")}`);
       if (!opts.config && name !== "sandbox") throw new UsageError(`actor ${name} needs the run config: -c <file>`);
+      // actors.learner.ranks > 1: this process launches the ranks (mpirun), or is a rank that follows rank 0.
+      const ranked = name === "learner" && opts.config ? await learnerRankRole(opts.config) : null;
+      if (ranked !== null) {
+        process.exitCode = ranked;
+        setTimeout(() => process.exit(process.exitCode ?? 0), 200).unref();
+        return;
+      }
       const cls = await load();
       process.exitCode = await runActorProcess(name, cls, {
         configPath: opts.config ?? standaloneSandboxConfig(opts.run),

@@ -10,7 +10,7 @@ const BENCHES: Record<string, { what: string; load: () => Promise<BenchFn> }> = 
     load: async () => (await import("../../bench/kernels.js")).runKernelsBench as BenchFn,
   },
   learner: {
-    what: "learner steps on groups of 8 with group-prefix packing vs every sample whole: tokens/s and effective (loss) tokens/s at prompt:completion 1:1, 4:1, 1:4",
+    what: "learner steps on groups of 8 with group-prefix packing vs every sample whole: tokens/s and effective (loss) tokens/s at prompt:completion 1:1, 4:1, 1:4; step time as 1 rank x 1 thread, 1 rank x 2 threads and 2 MPI ranks x 1 thread, and a model of N ranks",
     load: async () => (await import("../../bench/learner.js")).runLearnerBench as BenchFn,
   },
   transport: {

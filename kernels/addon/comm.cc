@@ -7,6 +7,7 @@
 // synchronous on the JS thread: every rank blocks in the same collective, in the same order.
 #include <napi.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -120,6 +121,70 @@ Napi::Value AllReduceSum(const Napi::CallbackInfo& info) {
   return env.Undefined();
 }
 
+// The bytes of any typed array (the learner's step plans travel as Uint8Array).
+std::pair<void*, size_t> bytes_of(const Napi::Value& v) {
+  auto a = v.As<Napi::TypedArray>();
+  auto buf = a.ArrayBuffer();
+  return {static_cast<uint8_t*>(buf.Data()) + a.ByteOffset(), a.ByteLength()};
+}
+
+int root_of(const Napi::CallbackInfo& info, size_t i) {
+  const int root = info[i].IsUndefined() ? 0 : info[i].As<Napi::Number>().Int32Value();
+  if (root < 0 || root >= world_size()) throw Napi::RangeError::New(info.Env(), "comm: root is not a rank of this communicator");
+  return root;
+}
+
+// bcast(buf: TypedArray, root = 0): in place, every rank gets root's bytes (the buffers must be the same size).
+Napi::Value Bcast(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  need_init(env);
+  auto [data, n] = bytes_of(info[0]);
+  if (n > (size_t)INT32_MAX) throw Napi::RangeError::New(env, "comm: bcast: over 2 GiB");
+  check(env, MPI_Bcast(data, (int)n, MPI_BYTE, root_of(info, 1), MPI_COMM_WORLD), "MPI_Bcast");
+  return env.Undefined();
+}
+
+// Non-blocking broadcasts, polled from JS (bcastBegin -> test until true): a rank waiting for rank 0's next step
+// plan sleeps on a timer between polls instead of spinning in a blocking collective (Open MPI busy-polls), which
+// would take a core from inference for as long as rank 0 waits for samples. The request keeps its buffer alive.
+struct Pending {
+  MPI_Request req;
+  Napi::Reference<Napi::Value> keep;
+};
+std::map<int, Pending> pending;
+int next_request = 1;
+
+Napi::Value BcastBegin(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  need_init(env);
+  auto [data, n] = bytes_of(info[0]);
+  if (n > (size_t)INT32_MAX) throw Napi::RangeError::New(env, "comm: bcastBegin: over 2 GiB");
+  MPI_Request req;
+  check(env, MPI_Ibcast(data, (int)n, MPI_BYTE, root_of(info, 1), MPI_COMM_WORLD, &req), "MPI_Ibcast");
+  const int id = next_request++;
+  pending.emplace(id, Pending{req, Napi::Persistent(info[0])});
+  return Napi::Number::New(env, id);
+}
+
+// test(id): true once the request has completed (it is then forgotten).
+Napi::Value Test(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const int id = info[0].As<Napi::Number>().Int32Value();
+  auto it = pending.find(id);
+  if (it == pending.end()) throw Napi::RangeError::New(env, "comm: test: no such request (already completed?)");
+  int done = 0;
+  check(env, MPI_Test(&it->second.req, &done, MPI_STATUS_IGNORE), "MPI_Test");
+  if (done) pending.erase(it);
+  return Napi::Boolean::New(env, done != 0);
+}
+
+// abort(code): ends every rank of the job (a rank that cannot go on must not leave the others blocked in a collective).
+Napi::Value Abort(const Napi::CallbackInfo& info) {
+  need_init(info.Env());
+  MPI_Abort(MPI_COMM_WORLD, info[0].IsUndefined() ? 1 : info[0].As<Napi::Number>().Int32Value());
+  return info.Env().Undefined();
+}
+
 Napi::Value Barrier(const Napi::CallbackInfo& info) {
   need_init(info.Env());
   check(info.Env(), MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier");
@@ -156,10 +221,14 @@ Napi::Object comm_exports(Napi::Env env) {
   o.Set("allGather", Napi::Function::New(env, AllGather));
   o.Set("allReduceSum", Napi::Function::New(env, AllReduceSum));
   o.Set("barrier", Napi::Function::New(env, Barrier));
+  o.Set("bcast", Napi::Function::New(env, Bcast));
+  o.Set("bcastBegin", Napi::Function::New(env, BcastBegin));
+  o.Set("test", Napi::Function::New(env, Test));
+  o.Set("abort", Napi::Function::New(env, Abort));
   o.Set("finalize", Napi::Function::New(env, Finalize));
 #else
   o.Set("available", Napi::Boolean::New(env, false));
-  for (const char* name : {"init", "reduceScatter", "allGather", "allReduceSum", "barrier", "finalize"})
+  for (const char* name : {"init", "reduceScatter", "allGather", "allReduceSum", "barrier", "bcast", "bcastBegin", "test", "abort", "finalize"})
     o.Set(name, Napi::Function::New(env, Unavailable));
 #endif
   return o;

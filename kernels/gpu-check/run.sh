@@ -75,6 +75,9 @@ if [[ " $stages " == *" check "* ]]; then
     stamp "a kernel faulted: rerunning the kernel checks with --sync (rs_settings.cuda_sync) to name it"
     timeout 120 python3 -u kernels/gpu-check/check.py --cuda "$lib" --cublas "${ROLLSTREAM_CUBLAS:-}" --sync --skip-models 2>&1 | tail -60 | tee "$out/check-sync.txt"
   fi
+  stamp "nccl_check.py (learner ranks: NCCL reduce-scatter / all-gather / all-reduce; 2 ranks when 2 GPUs)"
+  timeout 180 python3 -u kernels/gpu-check/nccl_check.py "$lib" 2>&1 | tee "$out/nccl.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
   stamp "engine_check.py (step-level engine, paged attention)"
   timeout 120 python3 -u kernels/gpu-check/engine_check.py "$lib" 2>&1 | tee "$out/engine.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

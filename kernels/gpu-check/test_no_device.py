@@ -180,13 +180,30 @@ def exports_match(cuda_path, cpu_path):
     if got is None:
         print("skip: nm not found (symbol sets)")
         return
+    got = {s for s in got if not s.startswith("rs_nccl_")}  # the learner ranks' NCCL calls exist on CUDA only
     expect(got == want, f"the CUDA library exports the CPU library's {len(want)} rs_* symbols (missing {sorted(want - got)}, extra {sorted(got - want)})")
+
+
+def nccl_without_device(path):
+    """The learner ranks' NCCL entry points (kernels/cuda/nccl.cu): libnccl is dlopen()ed, never linked, so the
+    library loads without it; without it every call fails with the reason instead of crashing."""
+    lib = C.CDLL(os.path.abspath(path))
+    lib.rs_nccl_describe.restype = C.c_char_p
+    lib.rs_nccl_last_error.restype = C.c_char_p
+    desc = lib.rs_nccl_describe().decode()
+    expect(desc.startswith("nccl ") or desc.startswith("none ("), f"nccl describe: {desc}")
+    if lib.rs_nccl_available() == 0:
+        uid = C.create_string_buffer(128)
+        expect(lib.rs_nccl_unique_id(uid) == 1 and b"cannot load NCCL" in lib.rs_nccl_last_error(), "nccl unique id without libnccl says why")
+        comm = C.c_void_p()
+        expect(lib.rs_nccl_init(C.byref(comm), 1, uid, 0, 0) == 1, "nccl init without libnccl fails cleanly")
 
 
 cuda = os.path.join(build, "librollstream_cuda.so")
 cpu = os.path.join(build, "librollstream_cpu.so")
 if os.path.exists(cuda):
     cuda_without_device(cuda)
+    nccl_without_device(cuda)
 else:
     print(f"skip: {cuda} not built")
 if os.path.exists(cpu):

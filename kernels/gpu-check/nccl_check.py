@@ -1,0 +1,98 @@
+"""The learner ranks' NCCL path on the CUDA backend (kernels/cuda/nccl.cu): libnccl loaded with dlopen, a
+communicator from rank 0's 128-byte unique id, then reduce-scatter (f32), all-gather (f32) and all-reduce (f64) on
+device buffers checked against exact values (rs_nccl_selftest: small integers, so any summation order is exact).
+One rank on GPU 0 always; two ranks (two processes, GPUs 0 and 1, the id handed over a pipe as rank 0 would hand it
+out) when the machine has two GPUs. NCCL comes from RS_NCCL_LIB, the loader path, or torch's nvidia-nccl wheel.
+
+  python3 kernels/gpu-check/nccl_check.py kernels/build/Release/librollstream_cuda.so
+"""
+import ctypes as C
+import glob
+import multiprocessing as mp
+import os
+import sys
+
+sys.dont_write_bytecode = True
+
+
+def find_nccl():
+    if os.environ.get("RS_NCCL_LIB"):
+        return
+    for d in sys.path:
+        hits = glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so*"))
+        if hits:
+            os.environ["RS_NCCL_LIB"] = hits[0]
+            return
+
+
+def load(path):
+    lib = C.CDLL(os.path.abspath(path))
+    lib.rs_nccl_available.restype = C.c_int32
+    lib.rs_nccl_describe.restype = C.c_char_p
+    lib.rs_nccl_last_error.restype = C.c_char_p
+    lib.rs_nccl_unique_id.argtypes = [C.c_char_p]
+    lib.rs_nccl_init.argtypes = [C.POINTER(C.c_void_p), C.c_int32, C.c_char_p, C.c_int32, C.c_int32]
+    lib.rs_nccl_selftest.argtypes = [C.c_void_p, C.c_int32, C.c_int32, C.c_uint64, C.POINTER(C.c_double)]
+    lib.rs_nccl_destroy.argtypes = [C.c_void_p]
+    return lib
+
+
+def check(lib, rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: {lib.rs_nccl_last_error().decode()}")
+
+
+def rank_main(path, nranks, rank, uid, per_rank, out):
+    lib = load(path)
+    comm = C.c_void_p()
+    check(lib, lib.rs_nccl_init(C.byref(comm), nranks, uid, rank, rank), f"rank {rank} init")
+    err = C.c_double(-1)
+    check(lib, lib.rs_nccl_selftest(comm, nranks, rank, per_rank, C.byref(err)), f"rank {rank} selftest")
+    check(lib, lib.rs_nccl_destroy(comm), f"rank {rank} destroy")
+    out.put((rank, err.value))
+
+
+def gpu_count():
+    try:
+        import torch
+
+        return torch.cuda.device_count()
+    except Exception:
+        cudart = C.CDLL("libcudart.so")
+        n = C.c_int(0)
+        cudart.cudaGetDeviceCount(C.byref(n))
+        return n.value
+
+
+def main():
+    path = sys.argv[1] if len(sys.argv) > 1 else "kernels/build/Release/librollstream_cuda.so"
+    find_nccl()
+    lib = load(path)
+    print("nccl:", lib.rs_nccl_describe().decode())
+    if not lib.rs_nccl_available():
+        print("FAIL: NCCL did not load")
+        return 1
+    status = 0
+    per_rank = 1 << 20
+    for nranks in (1, 2):
+        if nranks > gpu_count():
+            print(f"{nranks} ranks: skipped (this machine has {gpu_count()} GPU)")
+            continue
+        uid = C.create_string_buffer(128)
+        check(lib, lib.rs_nccl_unique_id(uid), "unique id")  # rank 0 makes it, every rank gets its 128 bytes
+        ctx = mp.get_context("spawn")
+        out = ctx.Queue()
+        procs = [ctx.Process(target=rank_main, args=(path, nranks, r, uid.raw, per_rank, out)) for r in range(nranks)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(120)
+        results = dict(out.get(timeout=5) for _ in procs if not out.empty())
+        ok = len(results) == nranks and all(e == 0 for e in results.values()) and all(p.exitcode == 0 for p in procs)
+        print(f"{nranks} rank(s), {per_rank} floats per rank: reduce-scatter + all-gather + all-reduce max error {results} -> {'ok' if ok else 'FAIL'}")
+        status |= 0 if ok else 1
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
