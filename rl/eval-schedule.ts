@@ -8,3 +8,17 @@ export function evalSchedule(config: { eval: { interval: number }; rl: { steps: 
   if (every > 0) for (let v = every; v < config.rl.steps; v += every) out.add(v);
   return [...out].sort((a, b) => a - b);
 }
+
+/**
+ * The versions the weights pruning must keep for the evaluator: those scheduled and not yet evaluated, while
+ * the run has an evaluator (running, or dead and not yet cleared). A run without one (train --no-eval, a
+ * deployment without it) keeps none, else every scheduled version would stay in the store for good.
+ */
+export function versionsHeldForEvaluator(
+  config: { eval: { interval: number }; rl: { steps: number } },
+  evaluated: Readonly<Record<string, unknown>>,
+  evaluatorPresent: boolean,
+): Set<number> {
+  if (!evaluatorPresent) return new Set();
+  return new Set(evalSchedule(config).filter((v) => evaluated[String(v)] === undefined));
+}

@@ -137,6 +137,16 @@ export class HealthBoard {
     }
   }
 
+  /**
+   * Whether the run has an instance of `actor` that has not exited cleanly: one running, or one that died
+   * (its live key stays until the bucket's age limit, an hour). Its keys only: no value is read.
+   */
+  async hasLive(actor: string): Promise<boolean> {
+    const prefix = healthKey(actor, "");
+    for (const key of await listKeys(await this.kv())) if (key.startsWith(prefix)) return true;
+    return false;
+  }
+
   /** Every live and exited record; a live instance's older `exited.*` record (an earlier life) is left out. */
   async read(): Promise<HealthEntry[]> {
     const kv = await this.kv();

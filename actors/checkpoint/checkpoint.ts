@@ -8,10 +8,11 @@ import type { Actor, ActorContext } from "../runtime/actor.js";
 import { consumeOptions } from "../runtime/consumer-loop.js";
 import { CheckpointDir } from "../runtime/checkpoint-dir.js";
 import { peftCheckpointFiles } from "../../kernels/lora-peft.js";
-import { evalSchedule } from "../../rl/eval-schedule.js";
+import { versionsHeldForEvaluator } from "../../rl/eval-schedule.js";
 import {
   StateKeys,
   stateObjectName,
+  type HealthBoard,
   type CheckpointChannel,
   type RestoreChannel,
   type RestoreReply,
@@ -31,6 +32,7 @@ export class CheckpointActor implements Actor {
     @inject(Tokens.Checkpoints) private readonly checkpoints: CheckpointChannel,
     @inject(Tokens.Weights) private readonly weights: WeightsChannel,
     @inject(Tokens.Restore) private readonly restores: RestoreChannel,
+    @inject(Tokens.HealthBoard) private readonly board: HealthBoard,
   ) {}
 
   async run(): Promise<void> {
@@ -44,7 +46,7 @@ export class CheckpointActor implements Actor {
       async (ann) => {
         // Scheduled versions the evaluator has not evaluated yet stay: it may be running behind.
         const evaluated = (await this.state.get(StateKeys.evalResults)) ?? {};
-        const pending = new Set(evalSchedule(ctx.config).filter((v) => evaluated[String(v)] === undefined));
+        const pending = versionsHeldForEvaluator(ctx.config, evaluated, await this.board.hasLive("evaluator"));
         const removed = await this.weights.prune(ann.version, ctx.config.checkpoint.keepVersions, pending);
         if (removed.length) ctx.log.debug({ removed }, "pruned weight versions");
       },

@@ -112,6 +112,7 @@ export function resolveActor(cls: ActorClass, w: ActorWiring): Actor {
   c.register(Tokens.Groups, { useValue: w.channels.groups });
   c.register(Tokens.Steps, { useValue: w.channels.steps });
   c.register(Tokens.Eval, { useValue: w.channels.eval });
+  c.register(Tokens.HealthBoard, { useValue: new HealthBoard(w.topology.wire.health) });
   c.register(Tokens.Sandbox, { useFactory: () => sandboxWithHealth(new NatsSandboxClient(w.ctx.nc), w.ctx.health) });
   return c.resolve(cls as unknown as InjectionToken<Actor>);
 }

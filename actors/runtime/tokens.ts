@@ -26,6 +26,8 @@ export const Tokens = {
   Steps: Symbol("StepChannel"),
   /** DeadLetterChannel: rs.<run>.dlq, for what an actor leaves out of a message it otherwise handles. */
   DeadLetters: Symbol("DeadLetterChannel"),
+  /** HealthBoard: every actor instance's heartbeat in the run's health bucket (who is running). */
+  HealthBoard: Symbol("HealthBoard"),
   /** CodeSandbox: the sandbox service client environments run code through. */
   Sandbox: Symbol("CodeSandbox"),
 } as const;
