@@ -1,0 +1,18 @@
+// LoRA dropout's mask, one copy for both backends: keep or drop input element j of token t for adapted module k
+// under a micro-batch's seed, from a counter-based hash (no state, so any thread order and either backend draw the
+// same mask, and a replayed step draws it again).
+#pragma once
+#include <cstdint>
+
+#include "sample_token.h"
+
+namespace rs_shared {
+
+// The factor drop(x) / x: 1 / (1 - p) when kept, 0 when dropped (nn.Dropout's inverted scaling).
+inline float lora_keep(uint64_t seed, int k, int t, int j, float p) {
+  const uint64_t h = mix64(mix64(mix64(seed, (uint64_t)k), (uint64_t)t), (uint64_t)j);
+  const double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
+  return u < (double)p ? 0.f : 1.f / (1.f - p);
+}
+
+}  // namespace rs_shared
