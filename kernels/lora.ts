@@ -10,7 +10,9 @@
 // train micro-batches only) is a correction the kernels add on top of the merged product (rs_model_set_lora): the
 // adapters' gradient is then the projection above plus the correction's part, which the kernels accumulate. Each
 // micro-batch's masks come from (lora.seed, the step, the micro-batch's index in it), so a replayed step draws them
-// again. What this does not save yet: the full gradient buffer the backward writes (a native LoRA backward would form
+// again. With group-prefix packing a shared prompt is computed once, so its tokens draw one mask for the group's
+// samples (PEFT's unpacked rows draw one each: the same expectation, correlated within the group; sharePrefix: false
+// draws per sample). What this does not save yet: the full gradient buffer the backward writes (a native LoRA backward would form
 // dA and dB without it), and the base's gradient work.
 import { z } from "zod";
 import { kernels } from "./layer-kernels.js";

@@ -3,7 +3,7 @@
 // PEFT's training forward. The backward adds that term's gradient to x and accumulates its part of dA and dB
 // (dA_corr = dU^T E, dB_corr = s dY^T U, with E = drop(x) - x, U = E A^T, dU = s dY B) into the LoRA gradient buffer;
 // with the merged weight's own gradient G the adapters' gradient is exactly s B^T dY^T drop(x) and s dY^T (A drop(x)).
-// The mask is recomputed in the backward from its hash (rs_shared::lora_keep), never stored.
+// The mask is recomputed in the backward from its hash (rs_shared::lora_keep), never kept between the passes.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -15,11 +15,17 @@ namespace rs {
 
 namespace {
 
-// E [T, in] = x (keep - 1): drop(x) - x.
-void dropped_minus_x(const LoraState& s, const LoraSite& site, const float* x, int ldx, int T, float* E) {
-  for (int t = 0; t < T; t++)
-    for (int j = 0; j < site.in; j++)
-      E[(int64_t)t * site.in + j] = x[(int64_t)t * ldx + j] * (rs_shared::lora_keep(s.seed, site.k, t, j, s.p) - 1.f);
+// F [T, in] = keep - 1 (F x = drop(x) - x) and E = F x.
+void dropped_minus_x(const LoraState& s, const LoraSite& site, const float* x, int ldx, int T, float* F, float* E, int nt) {
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int t = 0; t < T; t++) {
+    const uint64_t key = rs_shared::lora_row_key(s.seed, site.k, t);
+    for (int j = 0; j < site.in; j++) {
+      const int64_t i = (int64_t)t * site.in + j;
+      F[i] = rs_shared::lora_keep(key, j, s.p) - 1.f;
+      E[i] = x[(int64_t)t * ldx + j] * F[i];
+    }
+  }
 }
 
 }  // namespace
@@ -31,10 +37,11 @@ void lora_fwd(rs_model* m, GemmImpl impl, int l, LoraSlot slot, const float* x, 
     if (site.layer != l || site.slot != slot) continue;
     const float* A = s.adapters.data() + site.a;
     const float* B = s.adapters.data() + site.b;
-    std::vector<float> E((size_t)T * site.in), U((size_t)T * r), C((size_t)T * site.out);
-    dropped_minus_x(s, site, x, ldx, T, E.data());
+    std::vector<float> F((size_t)T * site.in), E((size_t)T * site.in), U((size_t)T * r), C((size_t)T * site.out);
+    dropped_minus_x(s, site, x, ldx, T, F.data(), E.data(), nt);
     linear_fwd(impl, E.data(), T, site.in, A, r, nullptr, U.data(), nt);
     linear_fwd(impl, U.data(), T, r, B, site.out, nullptr, C.data(), nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int t = 0; t < T; t++)
       for (int o = 0; o < site.out; o++) y[(int64_t)t * ldy + site.col0 + o] += s.scale * C[(size_t)t * site.out + o];
   }
@@ -47,18 +54,20 @@ void lora_bwd(rs_model* m, GemmImpl impl, int l, LoraSlot slot, const float* x, 
     if (site.layer != l || site.slot != slot) continue;
     const float* A = s.adapters.data() + site.a;
     const float* B = s.adapters.data() + site.b;
-    std::vector<float> E((size_t)T * site.in), U((size_t)T * r), Ds((size_t)T * site.out), dU((size_t)T * r), dE((size_t)T * site.in);
-    dropped_minus_x(s, site, x, ldx, T, E.data());
+    std::vector<float> F((size_t)T * site.in), E((size_t)T * site.in), U((size_t)T * r), Ds((size_t)T * site.out), dU((size_t)T * r);
+    dropped_minus_x(s, site, x, ldx, T, F.data(), E.data(), nt);
     linear_fwd(impl, E.data(), T, site.in, A, r, nullptr, U.data(), nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int t = 0; t < T; t++)
       for (int o = 0; o < site.out; o++) Ds[(size_t)t * site.out + o] = s.scale * dy[(int64_t)t * ldy + site.col0 + o];
     linear_bwd_dx(impl, Ds.data(), T, site.out, B, r, 0.f, dU.data(), nt);
     linear_bwd_dw(impl, Ds.data(), U.data(), T, r, site.out, s.grads.data() + site.b, nt);
     linear_bwd_dw(impl, dU.data(), E.data(), T, site.in, r, s.grads.data() + site.a, nt);
-    linear_bwd_dx(impl, dU.data(), T, r, A, site.in, 0.f, dE.data(), nt);
+    float* dE = E.data();  // E is not needed any more
+    linear_bwd_dx(impl, dU.data(), T, r, A, site.in, 0.f, dE, nt);
+#pragma omp parallel for schedule(static) num_threads(nt)
     for (int t = 0; t < T; t++)
-      for (int j = 0; j < site.in; j++)
-        dx[(int64_t)t * ldx + j] += dE[(size_t)t * site.in + j] * (rs_shared::lora_keep(s.seed, site.k, t, j, s.p) - 1.f);
+      for (int j = 0; j < site.in; j++) dx[(int64_t)t * ldx + j] += dE[(size_t)t * site.in + j] * F[(size_t)t * site.in + j];
   }
 }
 

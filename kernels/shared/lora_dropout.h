@@ -8,10 +8,12 @@
 
 namespace rs_shared {
 
-// The factor drop(x) / x: 1 / (1 - p) when kept, 0 when dropped (nn.Dropout's inverted scaling).
-inline float lora_keep(uint64_t seed, int k, int t, int j, float p) {
-  const uint64_t h = mix64(mix64(mix64(seed, (uint64_t)k), (uint64_t)t), (uint64_t)j);
-  const double u = (double)(h >> 11) * (1.0 / 9007199254740992.0);
+// The key of module k's masks at token t; element j's draw is mix64(row key, j).
+inline uint64_t lora_row_key(uint64_t seed, int k, int t) { return mix64(mix64(seed, (uint64_t)k), (uint64_t)t); }
+
+// The factor drop(x) / x of element j: 1 / (1 - p) when kept, 0 when dropped (nn.Dropout's inverted scaling).
+inline float lora_keep(uint64_t row_key, int j, float p) {
+  const double u = (double)(mix64(row_key, (uint64_t)j) >> 11) * (1.0 / 9007199254740992.0);
   return u < (double)p ? 0.f : 1.f / (1.f - p);
 }
 
