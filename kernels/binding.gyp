@@ -18,7 +18,7 @@
         "cpu/common.cpp", "cpu/library.cpp", "cpu/blas_dispatch.cpp", "cpu/gemm_router.cpp", "cpu/sgemm.cpp", "cpu/matmul.cpp",
         "cpu/embedding.cpp", "cpu/rmsnorm.cpp", "cpu/rope.cpp", "cpu/qk_norm.cpp", "cpu/attention.cpp", "cpu/swiglu.cpp", "cpu/moe.cpp",
         "cpu/loss.cpp", "cpu/adamw.cpp", "cpu/model.cpp", "cpu/model_forward.cpp", "cpu/model_train.cpp",
-        "cpu/model_step.cpp", "cpu/sampling.cpp", "cpu/paged_attention.cpp", "cpu/engine.cpp", "cpu/generate.cpp"
+        "cpu/model_step.cpp", "cpu/lora.cpp", "cpu/sampling.cpp", "cpu/paged_attention.cpp", "cpu/engine.cpp", "cpu/generate.cpp"
       ],
       "include_dirs": ["."],
       "cflags!": ["-fno-exceptions"],

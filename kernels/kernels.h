@@ -52,10 +52,11 @@
 extern "C" {
 #endif
 
-/* 4: rs_model_buffer_ranges (partial reads and writes of the flat buffers, for LoRA).
+/* 5: rs_model_set_lora and rs_model_lora_grads (LoRA dropout as PEFT defines it, a correction on the merged weights).
+   4: rs_model_buffer_ranges (partial reads and writes of the flat buffers, for LoRA).
    3: rs_model_config grew (head_dim, qk_norm, the MoE fields, rotary_dim): a caller built for 2 passes a shorter struct;
    rs_model_forward and rs_model_train_micro take seg_parent (group-prefix packing). */
-#define RS_ABI_VERSION 4
+#define RS_ABI_VERSION 5
 #define RS_API __attribute__((visibility("default")))
 
 enum rs_status {
@@ -348,6 +349,37 @@ RS_API float* rs_model_adam_v(rs_model* model);
  * download). Every range must lie inside the buffer; n = 0 does nothing. */
 RS_API int32_t rs_model_buffer_ranges(rs_model* model, int32_t kind, int32_t write, const int64_t* offsets, const int64_t* sizes,
                                       int32_t n, float* values, rs_error* err);
+/* LoRA dropout (PEFT's lora_dropout: y = W0 x + scale * B A drop(x), drop independent per adapted module, per token
+ * and per input element, kept values scaled by 1 / (1 - dropout)). The model keeps the merged weights W0 + scale * B A,
+ * so the train micro-batches add the correction scale * B A (drop(x) - x) to each adapted projection's output, and
+ * their backward adds its gradient to x and accumulates the correction's part of dA and dB into the model's LoRA
+ * gradient buffer (read by rs_model_lora_grads; rs_model_zero_grad zeroes it). The whole adapters' gradient is then
+ * scale * B^T G + dA_corr, scale * G A^T + dB_corr, with G the merged weight's gradient. Only rs_model_train_micro
+ * applies it (forward, generation and the engine serve the merged weights: PEFT's eval mode). The mask of module k,
+ * token t (position in the packed row), input element j is mix64(seed, k, t, j) (kernels/shared/lora_dropout.h). */
+typedef struct rs_lora_target {
+  int64_t weight_offset;  /* the adapted weight [out, in] in the flat params: one of a layer's q/k/v/o/gate/up/down */
+  int64_t a_offset;       /* A [rank, in] in `adapters` */
+  int64_t b_offset;       /* B [out, rank] in `adapters` */
+} rs_lora_target;
+
+typedef struct rs_lora_spec {
+  int32_t n_targets;      /* 0: no correction (the default) */
+  int32_t rank;
+  float scale;            /* alpha / rank (or alpha / sqrt(rank)) */
+  float dropout;          /* [0, 1); 0: no correction */
+  uint64_t seed;          /* the masks of the following micro-batches */
+  const rs_lora_target* targets;
+  const float* adapters;  /* copied; n_adapters floats */
+  int64_t n_adapters;
+} rs_lora_spec;
+
+/* Sets the LoRA dropout of the following rs_model_train_micro calls (copies targets and adapters). The LoRA gradient
+ * buffer (n_adapters floats) is kept across calls with the same n_adapters and zeroed when it changes. The CUDA
+ * backend refuses dropout > 0 (RS_ERR_UNSUPPORTED). */
+RS_API int32_t rs_model_set_lora(rs_model* model, const rs_lora_spec* spec, rs_error* err);
+/* Copies the accumulated LoRA correction gradient (n = the spec's n_adapters floats) into out. */
+RS_API int32_t rs_model_lora_grads(rs_model* model, float* out, int64_t n, rs_error* err);
 RS_API int64_t rs_model_step_count(const rs_model* model);
 RS_API void rs_model_set_step_count(rs_model* model, int64_t step);
 

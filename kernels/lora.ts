@@ -6,8 +6,14 @@
 // adapters' gradient, since W is linear in each), clips and runs AdamW on the adapters only, and writes the adapted
 // tensors' merged weights back, nothing else of the model. Base weights get no update and no optimizer moments; the
 // adapters keep a copy of the adapted tensors' base values only (the other tensors' base is what the model holds).
-// What this does not save yet: the full gradient buffer the backward writes (a native LoRA backward would form dA
-// and dB without it), and the base's gradient work.
+// LoRA dropout (PEFT's: y = W0 x + scale * B A drop(x), a fresh mask per adapted module, token and input element,
+// train micro-batches only) is a correction the kernels add on top of the merged product (rs_model_set_lora): the
+// adapters' gradient is then the projection above plus the correction's part, which the kernels accumulate. Each
+// micro-batch's masks come from (lora.seed, the step, the micro-batch's index in it), so a replayed step draws them
+// again. With group-prefix packing a shared prompt is computed once, so its tokens draw one mask for the group's
+// samples (PEFT's unpacked rows draw one each: the same expectation, correlated within the group; sharePrefix: false
+// draws per sample). What this does not save yet: the full gradient buffer the backward writes (a native LoRA backward would form
+// dA and dB without it), and the base's gradient work.
 import { z } from "zod";
 import { kernels } from "./layer-kernels.js";
 import type { OptimizerConfig } from "./optimizer.js";
@@ -20,9 +26,13 @@ export const LoraSchema = z.strictObject({
   rank: z.number().int().min(1).max(4096),
   alpha: z.number().positive().default(16),
   dropout: z
-    .literal(0)
+    .number()
+    .min(0)
+    .lt(1)
     .default(0)
-    .describe("LoRA dropout on the adapters' input: only 0 (adapters are merged into the weights, so the input is not theirs alone)"),
+    .describe(
+      "LoRA dropout on the adapters' input, as PEFT's lora_dropout (each module, token and input element; training forward only; masks seeded by lora.seed, the step and the micro-batch, so replay redraws them); > 0 needs the CPU backend",
+    ),
   targetModules: z
     .array(z.enum([...LORA_MODULES, "all-linear"]))
     .min(1)
@@ -35,7 +45,7 @@ export const LoraSchema = z.strictObject({
     .describe(
       "the SFT stage trains the adapters too, on the frozen base (false: SFT trains every weight and RL trains fresh adapters on what it left, for a model trained from scratch)",
     ),
-  seed: z.number().int().nonnegative().default(0).describe("the adapters' init seed (A uniform like PEFT's kaiming init, B zero)"),
+  seed: z.number().int().nonnegative().default(0).describe("the adapters' init seed (A uniform like PEFT's kaiming init, B zero) and the dropout masks' seed"),
   ship: z
     .enum(["merged", "adapter"])
     .default("merged")
@@ -98,6 +108,21 @@ export interface LoraModel {
   readRanges(buffer: "grads", ranges: ParamRanges): Float32Array;
   writeParamRanges(ranges: ParamRanges, values: Float32Array): void;
   zeroGrad(): void;
+  setLora(spec: { rank: number; scale: number; dropout: number; seed: number; targets: Float64Array; adapters: Float32Array }): void;
+  readLoraGrads(n: number): Float32Array;
+}
+
+/** The seed of one micro-batch's dropout masks: (lora.seed, step, micro-batch) mixed into 52 bits (a JS-safe integer). */
+export function dropoutSeed(seed: number, step: number, micro: number): number {
+  let h = 0x811c9dc5 ^ seed;
+  let l = 0x9e3779b9;
+  for (const v of [seed, step, micro]) {
+    // Two 32-bit lanes of FNV-like mixing; the same on every machine.
+    h = Math.imul(h ^ (v >>> 0), 0x01000193) >>> 0;
+    l = Math.imul(l ^ Math.floor(v / 4294967296) ^ h, 0x85ebca6b) >>> 0;
+    h = (h ^ (l >>> 13)) >>> 0;
+  }
+  return (l & 0xfffff) * 4294967296 + h;
 }
 
 export class LoraAdapters {
@@ -196,12 +221,29 @@ export class LoraAdapters {
     return g;
   }
 
+  /** With dropout > 0: hands the kernels the adapters and the masks of micro-batch `micro` of `step` (before it runs). */
+  beforeMicro(model: Pick<LoraModel, "setLora">, step: number, micro: number): void {
+    if (this.settings.dropout === 0) return;
+    const targets = Float64Array.from(this.targets.flatMap((t) => [t.weightOffset, t.a, t.b]));
+    const seed = dropoutSeed(this.settings.seed, step, micro);
+    model.setLora({ rank: this.settings.rank, scale: this.scale, dropout: this.settings.dropout, seed, targets, adapters: this.params });
+  }
+
+  /** The adapters' gradient after the micro-batches: the merged weights' part, plus the dropout correction's. */
+  gradientsOf(model: Pick<LoraModel, "readRanges" | "readLoraGrads">): Float32Array {
+    const g = this.gradients(model.readRanges("grads", this.ranges));
+    if (this.settings.dropout === 0) return g;
+    const c = model.readLoraGrads(g.length);
+    for (let i = 0; i < g.length; i++) g[i]! += c[i]!;
+    return g;
+  }
+
   /**
    * The optimizer step of LoRA training: the adapters' gradient from the adapted tensors' gradient, the update, and
    * their merged weights written back; the model's gradient is zeroed as its own step would.
    */
   stepModel(model: LoraModel, opt: Parameters<LoraAdapters["update"]>[1]): AdapterStepResult {
-    const grads = this.gradients(model.readRanges("grads", this.ranges));
+    const grads = this.gradientsOf(model);
     model.zeroGrad();
     const r = this.update(grads, opt);
     if (!r.skipped) this.load(model);

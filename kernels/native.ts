@@ -135,6 +135,10 @@ export interface NativeModel {
   stepCount(): number;
   setStepCount(step: number): void;
   zeroGrad(): void;
+  /** LoRA dropout of the following trainMicro calls; targets [weightOffset, a, b] per target (rs_model_set_lora). */
+  setLora(rank: number, scale: number, dropout: number, seed: number, targets: Float64Array, adapters: Float32Array): void;
+  /** The LoRA dropout correction's adapter gradient, accumulated since zeroGrad (rs_model_lora_grads). */
+  loraGrads(out: Float32Array): void;
   forward(tokens: Int32Array, segmentStarts: Int32Array, segmentParents: Int32Array | null): Promise<Float32Array>;
   trainMicro(
     tokens: Int32Array,

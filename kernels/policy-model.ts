@@ -177,6 +177,18 @@ export class PolicyModel {
     this.idle("zeroGrad").zeroGrad();
   }
 
+  /** LoRA dropout for the following micro-batches (kernels/lora.ts): the adapters, their targets and the masks' seed. */
+  setLora(spec: { rank: number; scale: number; dropout: number; seed: number; targets: Float64Array; adapters: Float32Array }): void {
+    this.idle("setLora").setLora(spec.rank, spec.scale, spec.dropout, spec.seed, spec.targets, spec.adapters);
+  }
+
+  /** The LoRA dropout correction's part of the adapters' gradient (n: the adapters' length), accumulated since zeroGrad. */
+  readLoraGrads(n: number): Float32Array {
+    const out = new Float32Array(n);
+    this.idle("readLoraGrads").loraGrads(out);
+    return out;
+  }
+
   exportOptimizerState(): OptimizerState {
     const native = this.idle("exportOptimizerState");
     return { m: this.read(BufferKind.AdamM, "exportOptimizerState"), v: this.read(BufferKind.AdamV, "exportOptimizerState"), step: native.stepCount() };

@@ -23,16 +23,22 @@ export interface StepReport {
   optimizerStep: number;
 }
 
-/** One step; with `lora` the adapters take the optimizer step (the model's weights stay base + adapters). */
+/**
+ * One step; with `lora` the adapters take the optimizer step (the model's weights stay base + adapters), and `step`
+ * with each micro-batch's index keys LoRA dropout's masks (GSPO's second pass redraws its first pass's masks: the
+ * coefficients and the gradient are of the same forward).
+ */
 export async function trainOnSamples(
   model: PolicyModel,
   packed: PackResult,
   loss: ParsedLossSpec,
   opt: OptimizerConfig,
   lora?: LoraAdapters | null,
+  step = 0,
 ): Promise<StepReport> {
   const t0 = performance.now();
   model.zeroGrad();
+  const before = (micro: number) => lora?.beforeMicro(model, step, micro);
   const normalizer = Math.max(1, packed.lossTokens);
   let lossSum = 0,
     entropy = 0,
@@ -43,7 +49,8 @@ export async function trainOnSamples(
     // First pass: the learner's token logprobs (its gradient is discarded); then the sequence-level
     // coefficients; then the pass that trains (kernels/gspo.ts).
     const logp: Float32Array[] = [];
-    for (const mb of packed.microBatches) {
+    for (const [m, mb] of packed.microBatches.entries()) {
+      before(m);
       const s = await model.accumulate(mb, { name: "sft" }, normalizer, { tokenLogprobs: true });
       logp.push(s.tokenLogprobs!);
       entropy += s.entropySum;
@@ -51,13 +58,16 @@ export async function trainOnSamples(
     }
     model.zeroGrad();
     const g = gspoCoefficients(packed.microBatches, logp, loss, normalizer);
-    for (const [m, mb] of packed.microBatches.entries())
+    for (const [m, mb] of packed.microBatches.entries()) {
+      before(m);
       await model.accumulate(secondPass(mb, g.coefficients[m]!, logp[m]!), GSPO_SECOND_PASS_LOSS, normalizer);
+    }
     lossSum = g.loss;
     kl = g.mismatchKlSum;
     masked = g.clippedTokens;
   } else {
-    for (const mb of packed.microBatches) {
+    for (const [m, mb] of packed.microBatches.entries()) {
+      before(m);
       const s = await model.accumulate(mb, loss, normalizer);
       lossSum += s.loss;
       entropy += s.entropySum;
@@ -102,7 +112,7 @@ export async function runTrainStep(
   lora?: LoraAdapters | null,
 ): Promise<StepReport> {
   const packed = packSamples(samples, pack.microBatchTokens, model.config.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
-  return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, lora);
+  return trainOnSamples(model, packed, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, lora, step);
 }
 
 /**

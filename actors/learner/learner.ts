@@ -154,6 +154,8 @@ export class LearnerActor implements Actor {
     if (!settings) return;
     this.lora = new LoraAdapters(settings, loraTargets(this.model.tensors(), settings), this.model.getParams());
     this.lora.load(this.model);
+    // With dropout > 0 the backend takes the adapters now, so one that cannot (CUDA) says so at start, not at step 1.
+    this.lora.beforeMicro(this.model, 0, 0);
     const size = this.lora.params.length;
     this.ctx.log.info(
       { rank: settings.rank, targets: this.lora.targets.length, adapterParams: size, ofModel: size / this.model.numParams },

@@ -30,7 +30,7 @@ export const ModelSectionSchema = z.strictObject({
   threads: pos().optional().describe("kernel threads; default = CPU cores"),
   device: z.enum(["auto", "cpu", "cuda"]).default("auto"),
   lora: LoraSchema.optional().describe(
-    "SFT and RL train low-rank adapters on the frozen model.path weights (lora.sft false: SFT trains every weight, RL trains adapters on what it left): {rank, alpha, targetModules, rsLora, seed, sft}; the weights broadcast are merged, `rollstream lora export` writes PEFT's format",
+    "SFT and RL train low-rank adapters on the frozen model.path weights (lora.sft false: SFT trains every weight, RL trains adapters on what it left): {rank, alpha, dropout, targetModules, rsLora, seed, sft}; the weights broadcast are merged, `rollstream lora export` writes PEFT's format",
   ),
 });
 

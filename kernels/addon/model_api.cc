@@ -57,6 +57,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("write", &ModelWrap::Write),
                         InstanceMethod("ranges", &ModelWrap::Ranges), InstanceMethod("stepCount", &ModelWrap::StepCount),
                         InstanceMethod("setStepCount", &ModelWrap::SetStepCount), InstanceMethod("zeroGrad", &ModelWrap::ZeroGrad),
+                        InstanceMethod("setLora", &ModelWrap::SetLora), InstanceMethod("loraGrads", &ModelWrap::LoraGrads),
                         InstanceMethod("forward", &ModelWrap::Forward), InstanceMethod("trainMicro", &ModelWrap::TrainMicro),
                         InstanceMethod("step", &ModelWrap::Step), InstanceMethod("generate", &ModelWrap::Generate),
                         InstanceMethod("createEngine", &ModelWrap::CreateEngine),
@@ -183,6 +184,33 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     if ((int64_t)values.len != total) a.range_error("values has " + std::to_string(values.len) + " elements, the ranges hold " + std::to_string(total));
     rs_error e{};
     check_status(info.Env(), "ranges", be_->rs_model_buffer_ranges(m, kind, write ? 1 : 0, o.data(), s.data(), (int32_t)o.size(), values.data, &e), e);
+    return info.Env().Undefined();
+  }
+  // setLora(rank, scale, dropout, seed, targets: Float64Array [weightOffset, a, b] per target, adapters: Float32Array):
+  // the LoRA dropout of the following trainMicro calls (rs_model_set_lora).
+  Napi::Value SetLora(const Napi::CallbackInfo& info) {
+    Args a(info, "setLora");
+    rs_model* m = live(a);
+    auto tg = a.arr<double>(4, "targets", 0);
+    auto adapters = a.arr<float>(5, "adapters", 0);
+    if (tg.len % 3 != 0) a.range_error("targets holds [weightOffset, a, b] per target");
+    std::vector<rs_lora_target> t(tg.len / 3);
+    for (size_t i = 0; i < t.size(); i++)
+      t[i] = {a.int_in(tg.data[3 * i], "weightOffset", 0, (int64_t)1 << 52), a.int_in(tg.data[3 * i + 1], "a", 0, (int64_t)1 << 52),
+              a.int_in(tg.data[3 * i + 2], "b", 0, (int64_t)1 << 52)};
+    rs_lora_spec spec{(int32_t)t.size(), a.i32(0, "rank", 1, 4096), (float)a.num(1, "scale"), (float)a.num(2, "dropout"),
+                      (uint64_t)a.int_in(a.num(3, "seed"), "seed", 0, (int64_t)1 << 53), t.data(), adapters.data, (int64_t)adapters.len};
+    rs_error e{};
+    check_status(info.Env(), "setLora", be_->rs_model_set_lora(m, &spec, &e), e);
+    return info.Env().Undefined();
+  }
+  // loraGrads(out: Float32Array): the LoRA dropout correction's adapter gradient (rs_model_lora_grads).
+  Napi::Value LoraGrads(const Napi::CallbackInfo& info) {
+    Args a(info, "loraGrads");
+    rs_model* m = live(a);
+    auto out = a.arr<float>(0, "out", 0);
+    rs_error e{};
+    check_status(info.Env(), "loraGrads", be_->rs_model_lora_grads(m, out.data, (int64_t)out.len, &e), e);
     return info.Env().Undefined();
   }
   Napi::Value StepCount(const Napi::CallbackInfo& info) {

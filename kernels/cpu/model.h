@@ -35,6 +35,23 @@ struct Acts {
   bool ensure(const Dims& d, int T);
 };
 
+// LoRA dropout (lora.cpp): the adapted projections of the train micro-batches, by layer and fused product.
+enum class LoraSlot { Qkv, O, GateUp, Down };
+struct LoraSite {
+  int layer;
+  LoraSlot slot;
+  int col0, out, in;  // the target's output columns [col0, col0 + out) of the fused product; its input width
+  int64_t a, b;       // A [rank, in] and B [out, rank] in LoraState::adapters (and grads)
+  int k;              // the target's index: its masks' key
+};
+struct LoraState {
+  int rank = 0;
+  float scale = 0.f, p = 0.f;
+  uint64_t seed = 0;
+  std::vector<LoraSite> sites;  // empty: no correction (dropout 0 or no spec)
+  std::vector<float> adapters, grads;
+};
+
 }  // namespace rs
 
 struct rs_model {
@@ -50,6 +67,7 @@ struct rs_model {
   rs::Acts acts;
   rs::FloatBuf head_buf;  // LM-head chunk: gathered rows, logits, their gradient
   rs::RopeTable rope;
+  rs::LoraState lora;
 };
 
 namespace rs {
@@ -68,10 +86,15 @@ struct KvSink {
   virtual void put(int layer, const float* k, const float* v, int ld) = 0;
   virtual ~KvSink() = default;
 };
-// Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input).
-void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink);
+// Embedding -> layers -> final norm; leaves every activation in m->acts (lnf is the LM head input). train: with the
+// LoRA dropout correction (rs_model_train_micro only).
+void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink, bool train = false);
 // The MLP of layer l (dense SwiGLU or MoE block) on x [T, D] into out [T, D].
-void mlp_fwd(rs_model* m, GemmImpl impl, int l, const float* x, int T, float* gu, float* hm, MoeBuf& moe, float* out);
+void mlp_fwd(rs_model* m, GemmImpl impl, int l, const float* x, int T, float* gu, float* hm, MoeBuf& moe, float* out, bool train = false);
+// LoRA dropout: adds s B A (drop(x) - x) of layer l's targets in `slot` to y's columns (x [T, in] with row stride ldx,
+// y with row stride ldy); the backward adds to dx and accumulates into m->lora.grads. No-ops without LoRA sites.
+void lora_fwd(rs_model* m, GemmImpl impl, int l, LoraSlot slot, const float* x, int ldx, int T, float* y, int ldy);
+void lora_bwd(rs_model* m, GemmImpl impl, int l, LoraSlot slot, const float* x, int ldx, int T, const float* dy, int ldy, float* dx);
 
 // Qwen3 q_norm / k_norm on q|k|v rows [T, QKV] in place (no-op without qk_norm). raw/rstd (the layer's
 // qk_raw/qk_rstd) keep what the backward needs, or are NULL at inference.

@@ -5,7 +5,7 @@
 
 namespace rs {
 
-void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink) {
+void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, KvSink* sink, bool train) {
   const Dims& d = m->d;
   Acts& a = m->acts;
   const float* P = m->params.p;
@@ -19,28 +19,32 @@ void forward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, Kv
     Acts::Layer& y = a.layers[l];
     // q|k|v in one product: their weights (and biases) are adjacent in the layout.
     linear_fwd(impl, y.ln1, T, d.D, P + o.wqkv, d.QKV, o.bqkv >= 0 ? P + o.bqkv : nullptr, y.qkv, nt);
+    if (train) lora_fwd(m, impl, l, LoraSlot::Qkv, y.ln1, d.D, T, y.qkv, d.QKV);
     qk_norm_fwd(m, l, y.qkv, T, y.qk_raw, y.qk_rstd);
     rope_apply(y.qkv, T, d.QKV, d.H, d.hd, a.row.pos.data(), m->rope, false, nt);
     rope_apply(y.qkv + A, T, d.QKV, d.KV, d.hd, a.row.pos.data(), m->rope, false, nt);
     if (sink) sink->put(l, y.qkv + A, y.qkv + A + d.KV * d.hd, d.QKV);
     attention_fwd(y.qkv, y.qkv + A, y.qkv + A + d.KV * d.hd, ad, a.mask(), y.att, y.lse, a.attn, nt);
     linear_fwd(impl, y.att, T, A, P + o.wo, d.D, nullptr, a.tmpD, nt);
+    if (train) lora_fwd(m, impl, l, LoraSlot::O, y.att, A, T, a.tmpD, d.D);
     residual_rmsnorm_fwd(a.X[l], a.tmpD, P + o.ln2, T, d.D, d.eps, y.xmid, y.ln2, y.rstd2, nt);
-    mlp_fwd(m, impl, l, y.ln2, T, y.gu, y.hm, a.moe[l], a.tmpD);
+    mlp_fwd(m, impl, l, y.ln2, T, y.gu, y.hm, a.moe[l], a.tmpD, train);
     const bool last = l + 1 == d.L;
     residual_rmsnorm_fwd(y.xmid, a.tmpD, P + (last ? m->off_norm : m->lo[l + 1].ln1), T, d.D, d.eps, a.X[l + 1],
                          last ? a.lnf : a.layers[l + 1].ln1, last ? a.rstdf : a.layers[l + 1].rstd1, nt);
   }
 }
 
-void mlp_fwd(rs_model* m, GemmImpl impl, int l, const float* x, int T, float* gu, float* hm, MoeBuf& moe, float* out) {
+void mlp_fwd(rs_model* m, GemmImpl impl, int l, const float* x, int T, float* gu, float* hm, MoeBuf& moe, float* out, bool train) {
   const Dims& d = m->d;
   const LayerOffsets& o = m->lo[l];
   const float* P = m->params.p;
   if (o.router >= 0) return moe_fwd(MoeArgs{d, o, P, impl, m->threads}, x, T, moe, out);
   linear_fwd(impl, x, T, d.D, P + o.wgu, 2 * d.I, nullptr, gu, m->threads);
+  if (train) lora_fwd(m, impl, l, LoraSlot::GateUp, x, d.D, T, gu, 2 * d.I);
   swiglu_fwd_rows(gu, T, d.I, hm, m->threads);
   linear_fwd(impl, hm, T, d.I, P + o.wdown, d.D, nullptr, out, m->threads);
+  if (train) lora_fwd(m, impl, l, LoraSlot::Down, hm, d.I, T, out, d.D);
 }
 
 void qk_norm_fwd(const rs_model* m, int l, float* qkv, int T, float* raw, float* rstd) {

@@ -8,7 +8,9 @@ using namespace rs;
 extern "C" {
 
 void rs_model_zero_grad(rs_model* m) {
-  if (m) std::memset(m->grads.p, 0, sizeof(float) * (size_t)m->n_params);
+  if (!m) return;
+  std::memset(m->grads.p, 0, sizeof(float) * (size_t)m->n_params);
+  std::fill(m->lora.grads.begin(), m->lora.grads.end(), 0.f);
 }
 
 int32_t rs_model_step(rs_model* m, const rs_optim_config* o, rs_step_result* out, rs_error* err) {

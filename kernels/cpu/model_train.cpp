@@ -89,9 +89,11 @@ void mlp_bwd(rs_model* m, GemmImpl impl, int l, int T, const float* dout, const 
   const int nt = m->threads;
   if (o.router >= 0) return moe_bwd(MoeArgs{d, o, P, impl, nt}, y.ln2, T, a.moe[l], dout, aux_dp, a.moe_scratch, G, a.dln);
   linear_bwd_dx(impl, dout, T, d.D, P + o.wdown, d.I, 0.f, a.dhm, nt);
+  lora_bwd(m, impl, l, LoraSlot::Down, y.hm, d.I, T, dout, d.D, a.dhm);
   linear_bwd_dw(impl, dout, y.hm, T, d.I, d.D, G + o.wdown, nt);
   swiglu_bwd_rows(a.dhm, y.gu, T, d.I, a.dgu, nt);
   linear_bwd_dx(impl, a.dgu, T, 2 * d.I, P + o.wgu, d.D, 0.f, a.dln, nt);
+  lora_bwd(m, impl, l, LoraSlot::GateUp, y.ln2, d.D, T, a.dgu, 2 * d.I, a.dln);
   linear_bwd_dw(impl, a.dgu, y.ln2, T, d.D, 2 * d.I, G + o.wgu, nt);
 }
 
@@ -112,6 +114,7 @@ void backward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, c
     rmsnorm_bwd(a.dln, y.xmid, P + o.ln2, y.rstd2, T, d.D, a.dres, a.dres, G + o.ln2, nt);
     // a.dres = dLoss/dxmid, also the gradient of the attention output projection.
     linear_bwd_dx(impl, a.dres, T, d.D, P + o.wo, A, 0.f, a.datt, nt);
+    lora_bwd(m, impl, l, LoraSlot::O, y.att, A, T, a.dres, d.D, a.datt);
     linear_bwd_dw(impl, a.dres, y.att, T, A, d.D, G + o.wo, nt);
     attention_bwd(a.datt, y.qkv, y.qkv + A, y.qkv + A + KVD, y.att, y.lse, ad, a.mask(), a.dqkv,
                   a.dqkv + A, a.dqkv + A + KVD, attn_scratch(ad, a.attn), nt);
@@ -119,6 +122,7 @@ void backward_layers(rs_model* m, GemmImpl impl, const int32_t* tokens, int T, c
     rope_apply(a.dqkv + A, T, d.QKV, d.KV, d.hd, a.row.pos.data(), m->rope, true, nt);
     qk_norm_bwd(m, l, a.dqkv, T);
     linear_bwd_dx(impl, a.dqkv, T, d.QKV, P + o.wqkv, d.D, 0.f, a.dln, nt);
+    lora_bwd(m, impl, l, LoraSlot::Qkv, y.ln1, d.D, T, a.dqkv, d.QKV, a.dln);
     linear_bwd_dw(impl, a.dqkv, y.ln1, T, d.D, d.QKV, G + o.wqkv, nt);
     if (o.bqkv >= 0) bias_bwd(a.dqkv, T, d.QKV, G + o.bqkv, nt);
     rmsnorm_bwd(a.dln, a.X[l], P + o.ln1, y.rstd1, T, d.D, a.dres, a.dres, G + o.ln1, nt);
@@ -148,7 +152,7 @@ int32_t rs_model_train_micro(rs_model* m, const int32_t* tokens, int32_t T, cons
   try {
     if (!m->acts.ensure(m->d, T)) return fail(err, RS_ERR_OUT_OF_MEMORY, "train: out of memory for %d tokens of activations", T);
     prepare_positions(m, seg, parent, S, T);
-    forward_layers(m, GemmImpl::Auto, tokens, T, nullptr);
+    forward_layers(m, GemmImpl::Auto, tokens, T, nullptr, true);
     // The final-norm gradient reuses the MLP-output scratch, which the backward only needs afterwards.
     float* dlnf = m->acts.tmpD;
     head_and_loss(m, GemmImpl::Auto, tokens, T, mask, adv, slp, *spec, stats, token_logp, dlnf);

@@ -296,6 +296,25 @@ int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const i
   });
 }
 
+// LoRA dropout is not implemented on this backend: dropout 0 (no correction) is accepted and its correction gradient
+// is zero, dropout > 0 is refused (the CPU backend, kernels/cpu/lora.cpp, implements it).
+int32_t rs_model_set_lora(rs_model* m, const rs_lora_spec* spec, rs_error* err) {
+  if (!m || !spec) return fail(err, RS_ERR_INVALID_ARGUMENT, "set_lora: null argument");
+  if (spec->dropout > 0.f)
+    return fail(err, RS_ERR_UNSUPPORTED, "model.lora.dropout > 0 is not implemented on the CUDA backend: set it to 0 or train on the CPU backend");
+  if (spec->n_adapters < 0) return fail(err, RS_ERR_INVALID_ARGUMENT, "set_lora: n_adapters < 0");
+  m->lora_adapters = spec->n_adapters;
+  return ok(err);
+}
+
+int32_t rs_model_lora_grads(rs_model* m, float* out, int64_t n, rs_error* err) {
+  if (!m || (!out && n > 0)) return fail(err, RS_ERR_INVALID_ARGUMENT, "lora_grads: null argument");
+  if (n != m->lora_adapters)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "lora_grads: %lld values asked, the LoRA spec has %lld", (long long)n, (long long)m->lora_adapters);
+  if (n > 0) std::memset(out, 0, sizeof(float) * (size_t)n);
+  return ok(err);
+}
+
 void rs_model_zero_grad(rs_model* m) {
   if (!m) return;
   Mirror& mi = m->mirror[kGrads];

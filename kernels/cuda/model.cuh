@@ -76,6 +76,7 @@ struct rs_model {
   rsc::Dims d{};
   int threads = 1;
   int64_t n_params = 0;
+  int64_t lora_adapters = 0;  // rs_model_set_lora's n_adapters (dropout 0 only: no correction on this backend)
   std::vector<rs_tensor_info> tensors;
   std::vector<rsc::LayerOffsets> lo;
   int64_t off_embed = 0, off_norm = 0, off_head = 0;  // off_head == off_embed when tied

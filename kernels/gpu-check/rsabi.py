@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-ABI_VERSION = 4
+ABI_VERSION = 5
 
 
 class Error(C.Structure):
@@ -62,6 +62,15 @@ I32P, I64P, U64P = C.POINTER(C.c_int32), C.POINTER(C.c_int64), C.POINTER(C.c_uin
 F32P, F64P, U8P = C.POINTER(C.c_float), C.POINTER(C.c_double), C.POINTER(C.c_uint8)
 ERRP = C.POINTER(Error)
 MODEL = C.c_void_p
+
+
+class LoraTarget(C.Structure):
+    _fields_ = [("weight_offset", C.c_int64), ("a_offset", C.c_int64), ("b_offset", C.c_int64)]
+
+
+class LoraSpec(C.Structure):
+    _fields_ = [("n_targets", C.c_int32), ("rank", C.c_int32), ("scale", C.c_float), ("dropout", C.c_float), ("seed", C.c_uint64),
+                ("targets", C.POINTER(LoraTarget)), ("adapters", F32P), ("n_adapters", C.c_int64)]
 
 
 class GenerateConfig(C.Structure):
@@ -154,6 +163,8 @@ SIGNATURES = {
     "rs_model_adam_m": (F32P, [MODEL]),
     "rs_model_adam_v": (F32P, [MODEL]),
     "rs_model_buffer_ranges": (C.c_int32, [MODEL, C.c_int32, C.c_int32, I64P, I64P, C.c_int32, F32P, ERRP]),
+    "rs_model_set_lora": (C.c_int32, [MODEL, C.POINTER(LoraSpec), ERRP]),
+    "rs_model_lora_grads": (C.c_int32, [MODEL, F32P, C.c_int64, ERRP]),
     "rs_model_step_count": (C.c_int64, [MODEL]),
     "rs_model_set_step_count": (None, [MODEL, C.c_int64]),
     "rs_model_forward": (C.c_int32, [MODEL, I32P, C.c_int32, I32P, C.c_int32, I32P, F32P, ERRP]),
@@ -172,7 +183,7 @@ SIGNATURES = {
 }
 
 STRUCTS = {"rs_error": Error, "rs_settings": Settings, "rs_test_hooks": TestHooks, "rs_loss_spec": LossSpec, "rs_loss_stats": LossStats, "rs_model_config": ModelConfig,
-           "rs_tensor_info": TensorInfo, "rs_optim_config": OptimConfig, "rs_step_result": StepResult,
+           "rs_tensor_info": TensorInfo, "rs_lora_target": LoraTarget, "rs_lora_spec": LoraSpec, "rs_optim_config": OptimConfig, "rs_step_result": StepResult,
            "rs_generate_config": GenerateConfig, "rs_generate_output": GenerateOutput, "rs_engine_config": EngineConfig,
            "rs_engine_request": EngineRequest, "rs_engine_token": EngineToken, "rs_engine_finish": EngineFinish,
            "rs_engine_step_output": EngineStepOutput, "rs_engine_stats": EngineStats}

@@ -52,7 +52,7 @@ lib.rs_set_settings.argtypes = [C.POINTER(Settings), C.POINTER(Error)]
 lib.rs_get_settings.argtypes = [C.POINTER(Settings)]
 lib.rs_get_settings.restype = None
 
-assert lib.rs_abi_version() == 4
+assert lib.rs_abi_version() == 5
 # Settings are arguments: BLAS off before its first use (never loaded), our sgemm's AVX2 kernel; read back and reported.
 err = Error()
 assert lib.rs_set_settings(C.byref(Settings(blas_mode=1, simd_level=1)), C.byref(err)) == 0, err.message
@@ -99,5 +99,34 @@ assert [p[40], p[41], p[42]] == [1.5, -2.0, 3.25]
 n = lib.rs_model_num_params(m)
 off[0] = n - 1
 assert lib.rs_model_buffer_ranges(m, 0, 1, off, size, 1, one, C.byref(err)) == 1 and b"outside the buffer" in err.message, err.message
+# LoRA dropout (ABI 5): one adapted q_proj (layer 0, at 608 = embed 37x16 + input norm 16), rank 4, A at 0, B at 64.
+class LoraTarget(C.Structure):
+    _fields_ = [("weight_offset", C.c_int64), ("a_offset", C.c_int64), ("b_offset", C.c_int64)]
+
+
+class LoraSpec(C.Structure):
+    _fields_ = [("n_targets", C.c_int32), ("rank", C.c_int32), ("scale", C.c_float), ("dropout", C.c_float), ("seed", C.c_uint64),
+                ("targets", C.POINTER(LoraTarget)), ("adapters", F32P), ("n_adapters", C.c_int64)]
+
+
+lib.rs_model_set_lora.argtypes = [C.c_void_p, C.POINTER(LoraSpec), C.POINTER(Error)]
+lib.rs_model_lora_grads.argtypes = [C.c_void_p, F32P, C.c_int64, C.POINTER(Error)]
+lib.rs_model_zero_grad.argtypes = [C.c_void_p]
+lib.rs_model_zero_grad.restype = None
+adapters = (C.c_float * 128)(*[0.1 * ((i * 7) % 5 - 2) for i in range(128)])
+target = LoraTarget(608, 0, 64)
+lspec = LoraSpec(1, 4, 2.0, 0.5, 42, C.pointer(target), adapters, 128)
+assert lib.rs_model_set_lora(m, C.byref(lspec), C.byref(err)) == 0, err.message
+tokens[2] = 3
+assert lib.rs_model_train_micro(m, tokens, 6, segs, 2, None, mask, None, None, C.byref(spec), C.byref(stats), None, C.byref(err)) == 0, err.message
+lg = (C.c_float * 128)()
+assert lib.rs_model_lora_grads(m, lg, 128, C.byref(err)) == 0, err.message
+assert any(v != 0 for v in lg[:64]) and any(v != 0 for v in lg[64:]), "the correction has a gradient for A and for B"
+lib.rs_model_zero_grad(m)
+assert lib.rs_model_lora_grads(m, lg, 128, C.byref(err)) == 0 and all(v == 0 for v in lg), "zero_grad zeroes it"
+target.weight_offset = 0  # the embedding: not a projection
+assert lib.rs_model_set_lora(m, C.byref(lspec), C.byref(err)) == 1 and b"not a dense q/k/v/o/gate/up/down projection" in err.message, err.message
+lspec.dropout = 1.0
+assert lib.rs_model_set_lora(m, C.byref(lspec), C.byref(err)) == 1 and b"dropout must be in [0, 1)" in err.message, err.message
 lib.rs_model_free(m)
 print("ctypes ok:", info.value.decode())

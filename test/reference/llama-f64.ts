@@ -227,6 +227,8 @@ export interface LayoutOptions {
 /** forwardLogits' options: the layout, and routerProbs, which receives each MoE layer's router probabilities [T, E]. */
 export interface ForwardOptions extends LayoutOptions {
   routerProbs?: Float64Array[];
+  /** Replaces `linear` for the dense layers' projections (q/k/v/o, gate/up/down), e.g. to add LoRA adapters. */
+  linear?: typeof linear;
 }
 
 /** Per token: the parent's token indices it sees, and its position. */
@@ -260,6 +262,7 @@ export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32A
   const { segStart, prefixOf, position } = layoutOf(T, segmentStarts, opts);
   const w = (name: string) => get(weights, name, cfg);
   const maybe = (name: string) => (cfg.attentionBias ? w(name) : undefined);
+  const proj = opts.linear ?? linear;
 
   const embed = w("model.embed_tokens.weight");
   const x = new Float64Array(T * D);
@@ -273,28 +276,28 @@ export function forwardLogits(cfg: ModelConfig, weights: Weights, tokens: Int32A
     const p = `model.layers.${l}`;
     // Attention block: x += o_proj(attention(rope(q), rope(k), v)) on the normed input.
     const h = rmsNorm(x, T, D, w(`${p}.input_layernorm.weight`), cfg.rmsNormEps);
-    let q = linear(h, T, D, w(`${p}.self_attn.q_proj.weight`), H * hd, maybe(`${p}.self_attn.q_proj.bias`));
-    let k = linear(h, T, D, w(`${p}.self_attn.k_proj.weight`), KV * hd, maybe(`${p}.self_attn.k_proj.bias`));
+    let q = proj(h, T, D, w(`${p}.self_attn.q_proj.weight`), H * hd, maybe(`${p}.self_attn.q_proj.bias`));
+    let k = proj(h, T, D, w(`${p}.self_attn.k_proj.weight`), KV * hd, maybe(`${p}.self_attn.k_proj.bias`));
     if (cfg.qkNorm) {
       // Qwen3: RMSNorm over each head vector (one weight of hd shared by the heads), before RoPE.
       q = rmsNorm(q, T * H, hd, w(`${p}.self_attn.q_norm.weight`), cfg.rmsNormEps);
       k = rmsNorm(k, T * KV, hd, w(`${p}.self_attn.k_norm.weight`), cfg.rmsNormEps);
     }
-    const v = linear(h, T, D, w(`${p}.self_attn.v_proj.weight`), KV * hd, maybe(`${p}.self_attn.v_proj.bias`));
+    const v = proj(h, T, D, w(`${p}.self_attn.v_proj.weight`), KV * hd, maybe(`${p}.self_attn.v_proj.bias`));
     for (let t = 0; t < T; t++) {
       const pos = position(t);
       for (let hh = 0; hh < H; hh++) applyRope(q, (t * H + hh) * hd, hd, pos, cfg.ropeTheta, cfg.rotaryDim ?? hd);
       for (let hh = 0; hh < KV; hh++) applyRope(k, (t * KV + hh) * hd, hd, pos, cfg.ropeTheta, cfg.rotaryDim ?? hd);
     }
     const att = causalAttention(q, k, v, T, H, KV, hd, segStart, prefixOf);
-    const o = linear(att, T, H * hd, w(`${p}.self_attn.o_proj.weight`), D);
+    const o = proj(att, T, H * hd, w(`${p}.self_attn.o_proj.weight`), D);
     for (let i = 0; i < T * D; i++) x[i] += o[i];
 
     // MLP block: x += down(silu(gate(h2)) * up(h2)), or the MoE block (moe-f64.ts) in a sparse layer.
     const h2 = rmsNorm(x, T, D, w(`${p}.post_attention_layernorm.weight`), cfg.rmsNormEps);
     const down = moeLayerFlags(cfg)?.[l]
       ? moeBlock(cfg, linear, w, p, h2, T, opts.routerProbs)
-      : swigluMlp(linear, h2, T, D, I, w(`${p}.mlp.gate_proj.weight`), w(`${p}.mlp.up_proj.weight`), w(`${p}.mlp.down_proj.weight`));
+      : swigluMlp(proj, h2, T, D, I, w(`${p}.mlp.gate_proj.weight`), w(`${p}.mlp.up_proj.weight`), w(`${p}.mlp.down_proj.weight`));
     for (let i = 0; i < T * D; i++) x[i] += down[i];
   }
 
@@ -319,7 +322,7 @@ export function logSoftmaxRow(logits: Float64Array, off: number, V: number): Flo
  * logprobs[t] = log p(tokens[t] | tokens of its segment (and parent) before t), read from the logits at t - 1
  * (a child's first token: at its parent's last token). NaN at root segment starts, which have no prediction.
  */
-export function tokenLogprobs(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array, opts: LayoutOptions = {}): Float64Array {
+export function tokenLogprobs(cfg: ModelConfig, weights: Weights, tokens: Int32Array, segmentStarts: Int32Array, opts: ForwardOptions = {}): Float64Array {
   const V = cfg.vocabSize;
   const T = tokens.length;
   const logits = forwardLogits(cfg, weights, tokens, segmentStarts, opts);
