@@ -22,7 +22,8 @@
 #     package instead, which vLLM itself depends on, so no private vLLM function is called).
 #
 # **Untested against a real vLLM here**: no GPU build of vLLM can run where rollstream's tests run. The test suite
-# compiles this file and checks the method name serve.py calls (test/deploy/vllm-extension.test.ts); nothing more.
+# (test/deploy/vllm-extension.test.ts) compiles this file, checks the method name serve.py calls, and runs
+# safetensors_files on folders (one the fleet's exporter wrote, a sharded one); the loading itself never ran.
 # Targets vLLM's v1 engine (the files above are from its main branch, 2026); the extension mechanism dates from
 # vLLM 0.8, so older v1 releases should work too, unverified.
 

@@ -4,16 +4,19 @@
 // VllmServer.loadWeights sends — method, path, query and body field names, recorded from the client itself on a
 // plain HTTP listener — for every pause mode the config allows; and the names that tie the two Python files together
 // (the extension's qualified name, the worker method the launcher calls, a handler per row) exist. The controls: a
-// table with a misspelt path or body field, and a file with a syntax error, are caught by the same checks.
+// table with a misspelt path or body field, and a file with a syntax error, are caught by the same checks. The one
+// part of the worker that needs neither torch nor vLLM, which files of a folder it reads, runs here for real on a
+// folder the fleet's own exporter wrote and on a sharded one.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { HfExporter } from "../../actors/inference/fleet/hf-export.js";
 import { VllmServer } from "../../actors/inference/fleet/vllm.js";
 import { FleetSchema } from "../../actors/runtime/config.js";
 
@@ -39,8 +42,9 @@ interface Sent {
   body: string[];
 }
 
+/** -B: no __pycache__ left in deploy/vllm by the import below. */
 function python(script: string, ...args: string[]): { status: number | null; stdout: string; stderr: string } {
-  return spawnSync(PYTHON, ["-c", script, ...args], { encoding: "utf8", timeout: 60_000 });
+  return spawnSync(PYTHON, ["-B", "-c", script, ...args], { encoding: "utf8", timeout: 60_000 });
 }
 
 /** py_compile into a scratch folder (no __pycache__ in the repository); the error text, or null. */
@@ -187,4 +191,46 @@ test("deploy/vllm: the launcher names an extension class that has the worker met
   assert.ok(facts.classes[cls!]!.includes(facts.workerMethod), `${cls} defines ${facts.workerMethod}`);
   assert.match(facts.workerMethod, /^rollstream_/, "a prefix no vLLM worker attribute has (vLLM refuses an extension that shadows one)");
   assert.deepEqual([...facts.handlers].sort(), facts.routes.map((r) => r.name).sort());
+});
+
+/** rollstream_worker.safetensors_files(folder) run by Python: the file names it reads, or its error. */
+function filesOf(folder: string): { files?: string[]; error?: string } {
+  const script = `
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import rollstream_worker
+try:
+    print(json.dumps({"files": [os.path.basename(p) for p in rollstream_worker.safetensors_files(sys.argv[2])]}))
+except (OSError, ValueError) as e:
+    print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+`;
+  const r = python(script, dir, folder);
+  assert.equal(r.status, 0, r.stderr);
+  return JSON.parse(r.stdout) as { files?: string[]; error?: string };
+}
+
+test("deploy/vllm: the worker reads the folder the fleet exports, every shard an index names, and refuses a folder without weights", () => {
+  const scratch = mkdtempSync(join(tmpdir(), "vllm-ext-"));
+  try {
+    const exported = new HfExporter(join(scratch, "hf"), "{}", undefined, 2).write(3, new Uint8Array(16));
+    assert.deepEqual(filesOf(exported), { files: ["model.safetensors"] });
+    const sharded = join(scratch, "sharded");
+    mkdirSync(sharded);
+    const map = {
+      "a.weight": "model-00002-of-00002.safetensors",
+      "b.weight": "model-00001-of-00002.safetensors",
+      "c.weight": "model-00002-of-00002.safetensors",
+    };
+    writeFileSync(join(sharded, "model.safetensors.index.json"), JSON.stringify({ metadata: {}, weight_map: map }));
+    writeFileSync(join(sharded, "model-00001-of-00002.safetensors"), "");
+    assert.match(filesOf(sharded).error ?? "", /FileNotFoundError: .*names shards that are not there: .*model-00002-of-00002/, "the control: a shard missing");
+    writeFileSync(join(sharded, "model-00002-of-00002.safetensors"), "");
+    assert.deepEqual(filesOf(sharded), { files: ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"] });
+    const empty = join(scratch, "empty");
+    mkdirSync(empty);
+    writeFileSync(join(empty, "config.json"), "{}");
+    assert.match(filesOf(empty).error ?? "", /FileNotFoundError: .*no model\.safetensors/);
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
+  }
 });
