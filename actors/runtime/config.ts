@@ -232,7 +232,9 @@ export const FleetSchema = z.strictObject({
     .string()
     .regex(/^\/[A-Za-z0-9_/.-]*$/, "a path such as /update_weights")
     .default("/update_weights")
-    .describe("vllm: full-weight reload route, POST {weight_dir}: not in upstream vLLM; served by a worker extension (PRIME-RL's shape), see README"),
+    .describe(
+      "vllm: full-weight reload route, POST {weight_dir}: not in upstream vLLM; deploy/vllm/serve.py serves it with a worker extension (PRIME-RL's shape), see README",
+    ),
   loraBase: z
     .enum(["load", "served"])
     .default("load")

@@ -2,8 +2,9 @@
 // (entrypoints/scale_out/token_in_token_out/protocol.py GenerateRequest / GenerateTokensResponse,
 // outputs.py WeightVersionSpan), and the RL control routes of entrypoints/serve/dev/rlhf/api_router.py
 // (/pause?mode=, /resume, /update_weight_version). Upstream vLLM has no route that reloads full weights from a
-// folder: the reload goes to `weightsRoute` (POST {weight_dir}), which a worker extension serves (PRIME-RL's
-// shape; see README). `rollstream serve` speaks this generate route and loads weights through SGLang's.
+// folder: the reload goes to `weightsRoute` (POST {weight_dir}), which deploy/vllm/serve.py and its worker extension
+// serve (PRIME-RL's shape; test/deploy/vllm-extension.test.ts holds that launcher's routes to what loadWeights sends).
+// `rollstream serve` speaks this generate route and loads weights through SGLang's.
 // LoRA adapters (vllm/frontend/entrypoints/serve/lora/api_router.py and openai/models/serving.py @055e47c, served
 // with VLLM_ALLOW_RUNTIME_LORA_UPDATING=True): POST /v1/load_lora_adapter {lora_name, lora_path} answers 200 with a
 // text body, 400 when the name is loaded already; POST /v1/unload_lora_adapter {lora_name}, 404 when it is not
