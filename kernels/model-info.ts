@@ -3,13 +3,14 @@
 // whether every tensor it needs is there, the tokenizer and its chat template. Reads only safetensors headers,
 // so it is instant on a multi-GB checkpoint. Anything rollstream cannot load is a problem naming the key, the
 // tensor or the file.
-import { closeSync, existsSync, openSync, readFileSync, readSync, statSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fromHfConfig } from "./hf-config.js";
 import { hfTensorShapes, parameterCount } from "./hf-layout.js";
 import { HfTokenizer } from "./hf-tokenizer.js";
 import { headDimOf, type ModelConfig, moeLayerFlags } from "./model-config.js";
-import { readSafetensorsHeader, type SafetensorsHeaderEntry } from "./safetensors.js";
+import { hasHfWeights, hfWeightHeaders, WEIGHTS_FILE, WEIGHTS_INDEX_FILE } from "./hf-weights.js";
+import type { SafetensorsHeaderEntry } from "./safetensors.js";
 
 export interface ModelFolderInfo {
   /** [label, value] in print order. */
@@ -74,35 +75,19 @@ function loraOf(dir: string): string {
   return `PEFT adapter (r ${String(a["r"])}, alpha ${String(a["lora_alpha"])}, targets ${JSON.stringify(a["target_modules"])}); rollstream does not load adapters yet`;
 }
 
-/** The header of a safetensors file, read without its data. */
-function headerOf(path: string): SafetensorsHeaderEntry[] {
-  const size = statSync(path).size;
-  const fd = openSync(path, "r");
-  try {
-    const len = Buffer.alloc(8);
-    readSync(fd, len, 0, 8, 0);
-    const n = Math.min(Number(len.readBigUInt64LE(0)), size - 8);
-    const head = Buffer.alloc(8 + Math.max(0, n));
-    readSync(fd, head, 0, head.length, 0);
-    return readSafetensorsHeader(new Uint8Array(head.buffer, head.byteOffset, head.length), size).tensors;
-  } finally {
-    closeSync(fd);
-  }
-}
 
 function describeWeights(dir: string, raw: Record<string, unknown>, cfg: ModelConfig | undefined, out: ModelFolderInfo): void {
-  const single = join(dir, "model.safetensors");
-  if (!existsSync(single)) {
-    const sharded = existsSync(join(dir, "model.safetensors.index.json"));
-    out.facts.push(["weights", sharded ? "sharded (model.safetensors.index.json)" : "none"]);
-    out.problems.push(sharded ? "weights: sharded checkpoints are not loaded yet; merge them into one model.safetensors" : `weights: ${single} not found`);
+  if (!hasHfWeights(dir)) {
+    out.facts.push(["weights", "none"]);
+    out.problems.push(`weights: neither ${join(dir, WEIGHTS_FILE)} nor ${WEIGHTS_INDEX_FILE} found`);
     return;
   }
+  let files: string[];
   let tensors: SafetensorsHeaderEntry[];
   try {
-    tensors = headerOf(single);
+    ({ files, tensors } = hfWeightHeaders(dir));
   } catch (e) {
-    out.problems.push(`weights: ${single}: ${(e as Error).message}`);
+    out.problems.push(`weights: ${(e as Error).message}`);
     return;
   }
   const dtypes = new Map<string, number>();
@@ -111,7 +96,7 @@ function describeWeights(dir: string, raw: Record<string, unknown>, cfg: ModelCo
   const declared = raw["torch_dtype"] ?? raw["dtype"];
   out.facts.push([
     "weights",
-    `model.safetensors: ${tensors.length} tensors, ${human(count)} values, ${[...dtypes].map(([d, n]) => `${d} x${n}`).join(", ")}${declared ? ` (config says ${String(declared)})` : ""}`,
+    `${files.length === 1 ? files[0] : `${files.length} shards (${WEIGHTS_INDEX_FILE})`}: ${tensors.length} tensors, ${human(count)} values, ${[...dtypes].map(([d, n]) => `${d} x${n}`).join(", ")}${declared ? ` (config says ${String(declared)})` : ""}`,
   ]);
   if (cfg) out.problems.push(...tensorProblems(tensors, cfg));
 }

@@ -6,7 +6,7 @@ import { type ModelConfig, moeLayerFlags } from "./model-config.js";
 import { isPolicyLoss, toNativeLossSpec, type LossSpec } from "./loss-spec.js";
 import { OptimizerSchema } from "./optimizer.js";
 import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeLossStats, type NativeModel } from "./native.js";
-import { readSafetensors, writeSafetensors } from "./safetensors.js";
+import { readSafetensors, writeSafetensors, type LoadedTensor } from "./safetensors.js";
 import { type EngineOptions, InferenceEngine, toNativeEngineConfig } from "./engine.js";
 import { fromNativeGenerate, toNativeGenerate, type GenerateRequest, type GenerateResult } from "./generate-request.js";
 import { checkSegmentParents, checkSegments, checkTokenIds, expectArray, expectFinite, expectInt } from "./validate.js";
@@ -314,7 +314,11 @@ export class PolicyModel {
    * redundant lm_head.weight in a tied checkpoint.
    */
   loadSafetensors(bytes: Uint8Array): void {
-    const file = readSafetensors(bytes);
+    this.loadTensors(readSafetensors(bytes));
+  }
+
+  /** Every tensor of the model from `file` (an HF folder's weights: kernels/hf-weights.ts), by HF name and shape. */
+  loadTensors(file: ReadonlyMap<string, LoadedTensor>): void {
     const params = new Float32Array(this.numParams);
     const known = new Set(this.entries.map((e) => e.name));
     for (const e of this.entries) {

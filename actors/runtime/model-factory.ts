@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { backendInfo, PolicyModel } from "../../kernels/index.js";
 import { fromHfConfig } from "../../kernels/hf-config.js";
+import { readHfWeights } from "../../kernels/hf-weights.js";
 import { loadTokenizer, type Tokenizer } from "../../kernels/tokenizer.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
 import type { RolloutLimits, TaskLimits } from "../../streams/index.js";
@@ -75,7 +76,7 @@ export function createPolicyModel(config: RunConfig, opts: { threads?: number; l
     throw new Error(`model.vocabSize ${cfg.vocabSize} must equal the HF tokenizer's vocabulary (${tok.vocabSize}) for a model trained from scratch`);
   }
   const model = PolicyModel.create(cfg, { seed: config.model.seed, threads: opts.threads ?? config.model.threads, device: config.model.device });
-  if (config.model.path) model.loadSafetensors(new Uint8Array(readFileSync(join(config.model.path, "model.safetensors"))));
+  if (config.model.path) model.loadTensors(readHfWeights(config.model.path));
   if (opts.log) {
     const be = backendInfo(config.model.device);
     opts.log.info(

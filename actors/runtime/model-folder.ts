@@ -6,6 +6,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { PolicyModel } from "../../kernels/index.js";
 import { fromHfConfig } from "../../kernels/hf-config.js";
+import { hasHfWeights, readHfWeights } from "../../kernels/hf-weights.js";
 import type { ModelConfig } from "../../kernels/model-config.js";
 import { loadTokenizer, type Tokenizer } from "../../kernels/tokenizer.js";
 import { decodeTrainState } from "../../kernels/train-state.js";
@@ -26,14 +27,14 @@ export interface FolderModel {
 
 export function loadModelFolder(path: string, opts: { threads?: number } = {}): FolderModel {
   const p = resolve(path);
-  if (existsSync(join(p, "config.json")) && existsSync(join(p, "model.safetensors"))) {
+  if (existsSync(join(p, "config.json")) && hasHfWeights(p)) {
     const cfg = fromHfConfig(JSON.parse(readFileSync(join(p, "config.json"), "utf8")));
     // The folder's own tokenizer when it has one (every Hub checkpoint does); else ours, for models from scratch.
     const tokenizer = existsSync(join(p, "tokenizer.json")) ? loadTokenizer({ kind: "hf", path: p }) : loadTokenizer({ kind: "byte" });
     if (tokenizer.vocabSize > cfg.vocabSize)
       throw new Error(`${p}: the tokenizer has ${tokenizer.vocabSize} ids but the model only ${cfg.vocabSize} embedding rows`);
     const model = PolicyModel.create(cfg, { threads: opts.threads });
-    model.loadSafetensors(new Uint8Array(readFileSync(join(p, "model.safetensors"))));
+    model.loadTensors(readHfWeights(p));
     return { model, tokenizer, modelConfig: cfg, version: 0 };
   }
   const manifestPath = join(p, "manifest.json");
@@ -47,5 +48,5 @@ export function loadModelFolder(path: string, opts: { threads?: number } = {}): 
     const counters = decodeTrainState(model, state);
     return { model, tokenizer: createTokenizer(config), modelConfig: modelConfigOf(config), version: counters.step, runConfig: config };
   }
-  throw new Error(`${p} is neither an HF model folder (config.json + model.safetensors) nor a run checkpoint (manifest.json)`);
+  throw new Error(`${p} is neither an HF model folder (config.json + model.safetensors or its shard index) nor a run checkpoint (manifest.json)`);
 }

@@ -325,7 +325,8 @@ print("state", open("/proc/1/stat").read().rsplit(")", 1)[1].split()[0])
       });
       assert.equal(r.exitCode, 0, describeResult(r));
       assert.doesNotMatch(r.stdout, /OPENED/);
-      assert.match(r.stdout, /^state S$/m, "the supervisor is neither stopped nor dead");
+      // Sleeping, or running on another core at that instant (seen under load): alive and not stopped (T) either way.
+      assert.match(r.stdout, /^state [SR]$/m, "the supervisor is neither stopped nor dead");
       const after1 = await fx.client.exec({ language: "python", code: "print(open('/proc/1/comm').read().strip())" });
       assert.equal(after1.stdout, "rs-supervisor\n");
       const s1 = fx.service.stats();

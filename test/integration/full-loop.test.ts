@@ -33,12 +33,12 @@ test("SFT then RL runs end to end across actor processes and checkpoints to disk
       .sort();
     assert.deepEqual(kept, ["step-00000002", "step-00000004"], "keep-last-2 of steps 0, 2, 4");
     assert.ok(existsSync(join(ckdir, "step-00000004", "manifest.json")));
-    // Object store keeps only the newest weight versions, and v0 (the SFT result RL started from).
+    // Object store keeps only the newest weight versions: no evaluator runs here, so none is held for it (v0 was).
     const objects = (await run.topology.objects.list())
       .map((o) => o.name)
       .filter((n) => /^v\d+$/.test(n))
       .sort();
-    assert.deepEqual(objects, ["v0", "v3", "v4"]);
+    assert.deepEqual(objects, ["v3", "v4"]);
     // Scored batches carry each environment's name@version and valid masks.
     const envs = new Set<string>();
     for (const m of await storedMessages(run.topology.jsm, run.topology.names.streams.rollouts, run.topology.names.subjects.rolloutsScored)) {

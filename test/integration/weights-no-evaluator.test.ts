@@ -2,7 +2,6 @@
 // store only while the run has an evaluator. A run without one (train --no-eval) kept every scheduled version
 // for good: a 1,000-step demo run with eval.interval 50 held 21 of them, 129 MB where 4 versions were asked for.
 import { test } from "node:test";
-import assert from "node:assert/strict";
 import { join } from "node:path";
 import { startRun, waitUntil } from "../helpers/run-fixture.js";
 import { startInProcess } from "../helpers/in-process-actor.js";
@@ -22,7 +21,11 @@ async function publishVersions(channels: RunChannels): Promise<void> {
 for (const withEvaluator of [false, true]) {
   test(`weights pruning ${withEvaluator ? "with" : "without"} an evaluator in the run: scheduled versions ${withEvaluator ? "kept until evaluated" : "not held"}`, async () => {
     const name = withEvaluator ? "evalheld" : "noeval";
-    const run = await startRun(name, { rl: { steps: VERSIONS, batchSize: 8, groupSize: 4, maxAsyncLevel: 1 }, eval: { n: 8, interval: 4 }, checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 } });
+    const run = await startRun(name, {
+      rl: { steps: VERSIONS, batchSize: 8, groupSize: 4, maxAsyncLevel: 1 },
+      eval: { n: 8, interval: 4 },
+      checkpoint: { interval: 2, keepLast: 2, keepVersions: 2 },
+    });
     const channels = new RunChannels(run.topology.wire);
     if (withEvaluator) {
       // The evaluator's heartbeat as a running one writes it (the control: the same pruning then holds its versions).
@@ -49,9 +52,11 @@ for (const withEvaluator of [false, true]) {
       await new Promise((r) => setTimeout(r, 500)); // its announcement subscription is a core one: it must be listening
       await publishVersions(channels);
       const expected = withEvaluator ? [0, 4, 8, 12, 13] : [12, 13];
-      await waitUntil("pruning settled", async () => JSON.stringify(await channels.weights.storedVersions()) === JSON.stringify(expected), 10_000).catch(async (e: Error) => {
-        throw new Error(`${e.message}: stored ${JSON.stringify(await channels.weights.storedVersions())}, expected ${JSON.stringify(expected)}`);
-      });
+      await waitUntil("pruning settled", async () => JSON.stringify(await channels.weights.storedVersions()) === JSON.stringify(expected), 10_000).catch(
+        async (e: Error) => {
+          throw new Error(`${e.message}: stored ${JSON.stringify(await channels.weights.storedVersions())}, expected ${JSON.stringify(expected)}`);
+        },
+      );
     } finally {
       await actor.stop();
       await run.close();
