@@ -84,20 +84,7 @@ export async function trainOnSamples(
   const r = lora ? lora.stepModel(model, stepOpt) : await model.step(stepOpt);
   // The kernels drop a step with a non-finite gradient (weights, moments and step count untouched).
   if (r.skipped) throw new NonFiniteStepError(`the step's gradient norm is ${r.gradNorm}: its samples overflow the gradient`);
-  const ms = performance.now() - t0;
-  return {
-    loss: lossSum,
-    entropy: entropy / Math.max(1, lossTokens),
-    mismatchKl: kl / Math.max(1, lossTokens),
-    maskedFraction: masked / Math.max(1, lossTokens),
-    gradNorm: r.gradNorm,
-    lr: opt.lr,
-    tokens: packed.totalTokens,
-    lossTokens,
-    tokensPerSec: packed.totalTokens / (ms / 1000),
-    ms,
-    optimizerStep: r.step,
-  };
+  return stepReport({ loss: lossSum, entropy, kl, masked, lossTokens }, r, opt.lr, packed.totalTokens, performance.now() - t0);
 }
 
 /** Packs, schedules the learning rate for `step` of `totalSteps`, and trains one optimizer step. */
@@ -163,18 +150,29 @@ export async function trainOnRanks(
   }
   const r = zero.step({ lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm });
   if (r.skipped) throw new NonFiniteStepError(`the step's gradient norm is ${r.gradNorm}: its samples overflow the gradient`);
-  const ms = performance.now() - t0;
-  const lossTokens = stats[4]!;
+  const sums = { loss: stats[0]!, entropy: stats[1]!, kl: stats[2]!, masked: stats[3]!, lossTokens: stats[4]! };
+  return stepReport(sums, r, opt.lr, packed.totalTokens, performance.now() - t0);
+}
+
+/** A step's report from its sums over the loss tokens (entropy, mismatch KL and masked tokens become per-token means). */
+function stepReport(
+  sums: { loss: number; entropy: number; kl: number; masked: number; lossTokens: number },
+  r: { gradNorm: number; step: number },
+  lr: number,
+  tokens: number,
+  ms: number,
+): StepReport {
+  const perToken = (x: number) => x / Math.max(1, sums.lossTokens);
   return {
-    loss: stats[0]!,
-    entropy: stats[1]! / Math.max(1, lossTokens),
-    mismatchKl: stats[2]! / Math.max(1, lossTokens),
-    maskedFraction: stats[3]! / Math.max(1, lossTokens),
+    loss: sums.loss,
+    entropy: perToken(sums.entropy),
+    mismatchKl: perToken(sums.kl),
+    maskedFraction: perToken(sums.masked),
     gradNorm: r.gradNorm,
-    lr: opt.lr,
-    tokens: packed.totalTokens,
-    lossTokens,
-    tokensPerSec: packed.totalTokens / (ms / 1000),
+    lr,
+    tokens,
+    lossTokens: sums.lossTokens,
+    tokensPerSec: tokens / (ms / 1000),
     ms,
     optimizerStep: r.step,
   };
