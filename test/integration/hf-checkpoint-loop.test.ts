@@ -48,6 +48,8 @@ test("a run started from an HF checkpoint folder loads its weights and tokenizer
     model: { path: dir, threads: 1 },
     tokenizer: { kind: "hf" }, // its path defaults to model.path
     rl: { steps: 2, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 2, sampling: { temperature: 2, topP: 1, topK: 0, maxTokens: 8 } },
+    // Every version stays in the store (v0 is read below; no evaluator runs to hold it).
+    checkpoint: { interval: 2, keepLast: 2, keepVersions: 3 },
   });
   try {
     for (const name of ["checkpoint", "learner", "orchestrator", "reward", "inference"]) run.launcher.start({ name, replica: 0 });
