@@ -8,7 +8,8 @@
 // of a few f64 statistics. NCCL's reduce-scatter and all-gather take equal counts per rank: the caller pads the flat
 // buffer to a multiple of the rank count. Rank 0 makes the unique id (rs_nccl_unique_id) and hands its 128 bytes
 // to the other ranks (over the ranks' MPI communicator, or the run's KV), every rank then calls rs_nccl_init.
-// Library search: RS_NCCL_LIB, then libnccl.so.2, libnccl.so (a process that imported torch has one loaded).
+// Library search: the path given to rs_nccl_set_lib, then libnccl.so.2, libnccl.so (a process that imported torch has
+// one loaded). No environment variable: kernel settings come through the C ABI.
 // rs_nccl_selftest runs the three collectives on device buffers and checks them (kernels/gpu-check/nccl_check.py).
 #include <dlfcn.h>
 
@@ -56,13 +57,20 @@ struct Lib {
 };
 
 std::once_flag g_once;
+std::mutex g_path_mu;
+std::string g_path;       // rs_nccl_set_lib
+bool g_loading = false;  // set_lib after the first load would not be the library in use
 Lib g_lib;
 thread_local std::string g_error;
 
 void load() {
   std::call_once(g_once, [] {
     std::vector<std::string> names;
-    if (const char* p = std::getenv("RS_NCCL_LIB"); p && *p) names.emplace_back(p);
+    {
+      std::lock_guard<std::mutex> g(g_path_mu);
+      g_loading = true;
+      if (!g_path.empty()) names.push_back(g_path);
+    }
     names.emplace_back("libnccl.so.2");
     names.emplace_back("libnccl.so");
     std::string tried;
@@ -91,7 +99,7 @@ void load() {
       g_lib = l;
       return;
     }
-    g_lib.why = "cannot load NCCL (tried " + tried + "; set RS_NCCL_LIB to libnccl.so.2's path)";
+    g_lib.why = "cannot load NCCL (tried " + tried + "; give libnccl.so.2's path to rs_nccl_set_lib)";
   });
 }
 
@@ -119,6 +127,14 @@ int need_lib() {
 }  // namespace
 
 extern "C" {
+
+/** The libnccl to load before the default names: 0, or 1 once a load has already happened (kept for rs_nccl_last_error). */
+RS_NCCL_API int32_t rs_nccl_set_lib(const char* path) {
+  std::lock_guard<std::mutex> g(g_path_mu);
+  if (g_loading) return fail("rs_nccl_set_lib: NCCL was already looked up; set the library before any other rs_nccl_* call");
+  g_path = path ? path : "";
+  return 0;
+}
 
 RS_NCCL_API int32_t rs_nccl_available(void) {
   return need_lib() == 0 ? 1 : 0;

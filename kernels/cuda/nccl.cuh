@@ -11,6 +11,8 @@
 
 extern "C" {
 // 1 when libnccl loaded (RS_NCCL_LIB, libnccl.so.2, libnccl.so), else 0.
+// The libnccl to load first (before libnccl.so.2, libnccl.so); only before any other rs_nccl_* call.
+RS_NCCL_API int32_t rs_nccl_set_lib(const char* path);
 RS_NCCL_API int32_t rs_nccl_available(void);
 // "nccl <version> (<file>)" or "none (<why>)".
 RS_NCCL_API const char* rs_nccl_describe(void);

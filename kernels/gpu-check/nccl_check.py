@@ -2,7 +2,8 @@
 communicator from rank 0's 128-byte unique id, then reduce-scatter (f32), all-gather (f32) and all-reduce (f64) on
 device buffers checked against exact values (rs_nccl_selftest: small integers, so any summation order is exact).
 One rank on GPU 0 always; two ranks (two processes, GPUs 0 and 1, the id handed over a pipe as rank 0 would hand it
-out) when the machine has two GPUs. NCCL comes from RS_NCCL_LIB, the loader path, or torch's nvidia-nccl wheel.
+out) when the machine has two GPUs. NCCL comes from $RS_NCCL_LIB (read here, handed to rs_nccl_set_lib), torch's
+nvidia-nccl wheel, or the loader path.
 
   python3 kernels/gpu-check/nccl_check.py kernels/build/Release/librollstream_cuda.so
 """
@@ -17,16 +18,20 @@ sys.dont_write_bytecode = True
 
 def find_nccl():
     if os.environ.get("RS_NCCL_LIB"):
-        return
+        return os.environ["RS_NCCL_LIB"]
     for d in sys.path:
         hits = glob.glob(os.path.join(d, "nvidia", "nccl", "lib", "libnccl.so*"))
         if hits:
-            os.environ["RS_NCCL_LIB"] = hits[0]
-            return
+            return hits[0]
+    return None
 
 
 def load(path):
     lib = C.CDLL(os.path.abspath(path))
+    lib.rs_nccl_set_lib.argtypes = [C.c_char_p]
+    nccl_lib = find_nccl()
+    if nccl_lib:
+        lib.rs_nccl_set_lib(nccl_lib.encode())
     lib.rs_nccl_available.restype = C.c_int32
     lib.rs_nccl_describe.restype = C.c_char_p
     lib.rs_nccl_last_error.restype = C.c_char_p
@@ -66,7 +71,6 @@ def gpu_count():
 
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "kernels/build/Release/librollstream_cuda.so"
-    find_nccl()
     lib = load(path)
     print("nccl:", lib.rs_nccl_describe().decode())
     if not lib.rs_nccl_available():
