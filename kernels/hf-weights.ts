@@ -85,7 +85,12 @@ export function hfWeightHeaders(dir: string): { files: string[]; tensors: Safete
   const shards = readWeightIndex(dir);
   for (const [file, listed] of shards) {
     const entries = headerOf(join(dir, file));
-    checkShard(dir, file, listed, entries.map((e) => e.name));
+    checkShard(
+      dir,
+      file,
+      listed,
+      entries.map((e) => e.name),
+    );
     tensors.push(...entries);
   }
   return { files: [...shards.keys()], tensors };

@@ -75,7 +75,6 @@ function loraOf(dir: string): string {
   return `PEFT adapter (r ${String(a["r"])}, alpha ${String(a["lora_alpha"])}, targets ${JSON.stringify(a["target_modules"])}); rollstream does not load adapters yet`;
 }
 
-
 function describeWeights(dir: string, raw: Record<string, unknown>, cfg: ModelConfig | undefined, out: ModelFolderInfo): void {
   if (!hasHfWeights(dir)) {
     out.facts.push(["weights", "none"]);

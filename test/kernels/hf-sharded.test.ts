@@ -24,7 +24,12 @@ const cfg: ModelConfig = tinyConfig({ headDim: 6, qkNorm: true, tieWordEmbedding
 function tensorsOf(c: ModelConfig, seed: number): TensorToWrite[] {
   let s = seed;
   const rand = () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32 - 0.5) * 0.2;
-  return [...hfTensorShapes(c)].map(([name, shape]) => ({ name, shape, data: Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, rand), dtype: "BF16" as const }));
+  return [...hfTensorShapes(c)].map(([name, shape]) => ({
+    name,
+    shape,
+    data: Float32Array.from({ length: shape.reduce((a, b) => a * b, 1) }, rand),
+    dtype: "BF16" as const,
+  }));
 }
 
 /** An HF folder with `tensors` in one file (shards 1) or split round-robin over `shards` files with an index. */
