@@ -1,6 +1,7 @@
 // A real run for integration tests: a temp folder, a small config, a real nats-server, and actors
 // launched as child processes exactly as `rollstream train` launches them.
 import { replay } from "../../cli/commands/replay.js";
+import type { ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve, dirname } from "node:path";
@@ -153,4 +154,9 @@ export async function describeConsumers(jsm: JetStreamManager): Promise<string> 
     lines.push(`(listing failed: ${(e as Error).message})`);
   }
   return lines.join("\n");
+}
+
+/** A child process's exit code once it has exited (at once if it already has). */
+export function exitOf(child: ChildProcess): Promise<number | null> {
+  return new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
 }

@@ -14,7 +14,7 @@ import { stringify } from "yaml";
 import type { Page } from "playwright-core";
 import { launchChromium } from "../helpers/chromium.js";
 import { connect } from "@nats-io/transport-node";
-import { cliMain, storedMessages, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, exitOf, storedMessages, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { writeSpreadEnv } from "../helpers/spread-env.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { runNames, StepRecordSchema } from "../../streams/index.js";
@@ -22,10 +22,6 @@ import { startNatsServer } from "../../deploy/local/nats-server.js";
 import { jetstreamManager } from "@nats-io/jetstream";
 
 const SHOTS = join(process.cwd(), "dist", "screenshots");
-
-function exitOf(child: ChildProcess): Promise<number | null> {
-  return new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
-}
 
 const series = (page: Page, name: string) =>
   page.evaluate((n) => (window as unknown as { __series: Record<string, [number[], (number | null)[]]> }).__series[n], name) as Promise<

@@ -13,15 +13,11 @@ import { join } from "node:path";
 import { stringify } from "yaml";
 import type { Page } from "playwright-core";
 import { launchChromium } from "../helpers/chromium.js";
-import { cliMain, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, exitOf, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { writeSpreadEnv } from "../helpers/spread-env.js";
 import { StepRecordSchema } from "../../streams/index.js";
 
 const STEPS = 12;
-
-function exitOf(child: ChildProcess): Promise<number | null> {
-  return new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
-}
 
 /** GET `path` as JSON, failing the test if it takes longer than `ms`; also returns how long it took. */
 async function timedGet<T>(url: string, ms: number): Promise<{ body: T; tookMs: number }> {

@@ -11,7 +11,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 import { stringify } from "yaml";
-import { cliMain, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, exitOf, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { fillDisk, mountTmpfs, whyNoTmpfs } from "../helpers/tmpfs.js";
 
 const STEPS = 16;
@@ -24,9 +24,6 @@ function steps(runDir: string): number[] {
     return [];
   }
 }
-
-const exitOf = (child: ChildProcess) =>
-  new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
 
 test("the disk under train's own NATS store fills mid-run: said once, JetStream brought back by train, the run finishes", {
   skip: cannotMount ?? false,

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
-import { cliMain, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, exitOf, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { fillDisk, mountTmpfs, whyNoTmpfs } from "../helpers/tmpfs.js";
 
 const STEPS = 16;
@@ -32,9 +32,6 @@ function lastStep(runDir: string): number {
     return 0;
   }
 }
-
-const exitOf = (child: ChildProcess) =>
-  new Promise<number | null>((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
 
 const cannotMount = whyNoTmpfs();
 

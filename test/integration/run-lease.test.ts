@@ -5,13 +5,13 @@
 // the only steps recorded twice are bit-identical recomputes of the steps after the last checkpoint.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { hostname, tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
 import { connect } from "@nats-io/transport-node";
-import { cliMain, startRun, storedMessages, storedSteps, tinyConfig, waitUntil, type RunFixture } from "../helpers/run-fixture.js";
+import { cliMain, exitOf, type RunFixture, startRun, storedMessages, storedSteps, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { startTestNats } from "../helpers/nats.js";
 import { testSampling } from "../helpers/rollout-fixtures.js";
 import {
@@ -26,10 +26,6 @@ import {
   type StepRecord,
 } from "../../streams/index.js";
 import { ensureTopology } from "../../streams/topology.js";
-
-function exitOf(child: ChildProcess): Promise<number | null> {
-  return new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
-}
 
 function plantedLease(renewedAt: number): Lease {
   return {

@@ -2,13 +2,13 @@
 // started, the same command resumes and finishes, and `rollstream inspect` decodes what is in the run.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { connect as netConnect } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { stringify } from "yaml";
-import { cliMain, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, exitOf, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { startTestNats } from "../helpers/nats.js";
 import { procStat } from "../../sandbox/test/proc.js";
 
@@ -25,10 +25,6 @@ function childrenOf(ppid: number): Array<{ pid: number; args: string }> {
     }
   }
   return out;
-}
-
-function exitOf(child: ChildProcess): Promise<number | null> {
-  return new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
 }
 
 function portOpen(port: number): Promise<boolean> {

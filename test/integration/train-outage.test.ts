@@ -3,7 +3,7 @@
 // back. The run finishes, every task is scored exactly once, and train reports each outage.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -11,15 +11,11 @@ import { stringify } from "yaml";
 import { connect } from "@nats-io/transport-node";
 import { jetstreamManager } from "@nats-io/jetstream";
 import { startNatsServer } from "../../deploy/local/nats-server.js";
-import { cliMain, storedMessages, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
+import { cliMain, exitOf, storedMessages, tinyConfig, waitUntil } from "../helpers/run-fixture.js";
 import { decodeRolloutBatch } from "../../streams/arrow-codec.js";
 import { openWire, RunChannels } from "../../streams/index.js";
 
 const STEPS = 24;
-
-function exitOf(child: ChildProcess): Promise<number | null> {
-  return new Promise((resolve) => (child.exitCode !== null ? resolve(child.exitCode) : child.once("exit", (code) => resolve(code))));
-}
 
 function writeConfig(dir: string, run: string): string {
   const cfgPath = join(dir, "run.yaml");
