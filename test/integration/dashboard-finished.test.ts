@@ -105,6 +105,7 @@ test("the dashboard of a finished run serves its stored streams with no server u
     const total = Number(/(\d+) group/.exec((await page.textContent("#group-count")) ?? "")?.[1]);
     assert.ok(total > 0);
     const seq = Number(await page.getAttribute("#groups tbody tr:first-child", "data-seq"));
+    const listed = (await page.$$eval("#groups tbody tr", (trs) => trs.map((tr) => tr.getAttribute("data-seq")))).map(Number);
     await page.click("#groups tbody tr:first-child");
     await page.waitForSelector("#group .completion");
     const cards = await page.$$eval("#group .completion", (els) =>
@@ -148,15 +149,23 @@ test("the dashboard of a finished run serves its stored streams with no server u
 
     // The learner's logprobs under the sampler's own version agree with the sampler's (the same weights);
     // under another version they differ (the weights moved): the page shades the real gap.
-    const group = (await (await fetch(`${url}/api/groups/${seq}`)).json()) as {
-      rows: { policyVersionMin: number; policyVersionMax: number; tokens: { logprob: number }[] }[];
-    };
-    // A row sampled under one version (the engine applies new weights mid-generation, so a row may span two).
-    const at = group.rows.findIndex((r) => r.policyVersionMin === r.policyVersionMax);
-    assert.ok(at >= 0, "the group has a row sampled under one version");
-    const r0 = group.rows[at]!;
+    // A row sampled under one version (the engine applies new weights mid-generation, so a row may span two,
+    // and every row of the newest group can): the newest listed group that has one.
+    type GroupRows = { rows: { policyVersionMin: number; policyVersionMax: number; tokens: { logprob: number }[] }[] };
+    let picked: { seq: number; at: number; group: GroupRows } | null = null;
+    for (const s of listed) {
+      const group = (await (await fetch(`${url}/api/groups/${s}`)).json()) as GroupRows;
+      const at = group.rows.findIndex((r) => r.policyVersionMin === r.policyVersionMax);
+      if (at >= 0) {
+        picked = { seq: s, at, group };
+        break;
+      }
+    }
+    assert.ok(picked, `a listed group has a row sampled under one version (${listed.length} groups)`);
+    const { at } = picked;
+    const r0 = picked.group.rows[at]!;
     const learnerAt = async (v: number) =>
-      ((await (await fetch(`${url}/api/groups/${seq}/learner?row=${at}&version=${v}`)).json()) as { logprobs: number[] }).logprobs;
+      ((await (await fetch(`${url}/api/groups/${picked.seq}/learner?row=${at}&version=${v}`)).json()) as { logprobs: number[] }).logprobs;
     const same = await learnerAt(r0.policyVersionMin);
     assert.ok(same.length > 0 && same.length === r0.tokens.length, "one learner logprob per completion token");
     const gaps = same.map((lp, i) => Math.abs(lp - r0.tokens[i]!.logprob));
