@@ -27,6 +27,8 @@ interface RankFigures {
   inCollectivesMs: number;
   commOnlyMs: number;
   loss: number;
+  rssBeforeKb: number;
+  peakRssKb: number;
   microBatches: number;
   numParams: number;
   momentFloats: number;
@@ -48,7 +50,8 @@ async function oneRank(cfg: ReturnType<typeof benchModel>, samples: ReturnType<t
   }
 }
 
-function twoRanks(cfg: ReturnType<typeof benchModel>, samples: ReturnType<typeof groupSamples>, mbt: number, steps: number): RankFigures {
+/** Runs the worker: under `mpirun -np 2` (ZeRO-1), or alone without MPI (plain: the model's own step). */
+function runWorker(cfg: ReturnType<typeof benchModel>, samples: ReturnType<typeof groupSamples>, mbt: number, steps: number, plain = false): RankFigures {
   const dir = mkdtempSync(join(tmpdir(), "rs-bench-ranks-"));
   try {
     const samplesFile = join(dir, "samples.json");
@@ -66,17 +69,46 @@ function twoRanks(cfg: ReturnType<typeof benchModel>, samples: ReturnType<typeof
     );
     const out = join(dir, "rank0.json");
     const worker = fileURLToPath(new URL("./learner-ranks-worker.js", import.meta.url));
-    const job = JSON.stringify({ cfg, samplesFile, microBatchTokens: mbt, steps, out });
-    const r = spawnSync("mpirun", mpirunArgs(2, [process.execPath, worker, job]), {
-      encoding: "utf8",
-      timeout: 600_000,
-      env: { ...process.env, OMPI_MCA_plm_rsh_agent: "" },
-    });
-    if (r.status !== 0) throw new Error(`mpirun -np 2 failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
+    const job = JSON.stringify({ cfg, samplesFile, microBatchTokens: mbt, steps, out, plain });
+    const [cmd, args] = plain ? [process.execPath, [worker, job]] : ["mpirun", mpirunArgs(2, [process.execPath, worker, job])];
+    const r = spawnSync(cmd, args, { encoding: "utf8", timeout: 600_000, env: { ...process.env, OMPI_MCA_plm_rsh_agent: "" } });
+    if (r.status !== 0) throw new Error(`${plain ? "the plain worker" : "mpirun -np 2"} failed (${r.status}):\n${r.stdout}\n${r.stderr}`);
     return JSON.parse(readFileSync(out, "utf8")) as RankFigures;
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+/** A model big enough that its buffers, not Node, dominate a process's memory (about 26M parameters; quick: 7M). */
+function memoryModel(quick: boolean): ReturnType<typeof benchModel> {
+  const base = benchModel(quick);
+  return { ...base, hiddenSize: quick ? 256 : 512, intermediateSize: quick ? 768 : 1536, numLayers: quick ? 4 : 8, maxPositionEmbeddings: 256 };
+}
+
+/** Peak resident memory of one process with the whole optimizer state against each of 2 ZeRO-1 ranks, same model. */
+function memoryLines(quick: boolean, result: Record<string, number>): string[] {
+  const cfg = memoryModel(quick);
+  const samples = groupSamples(2, 32, 32, cfg.vocabSize, 5);
+  const one = runWorker(cfg, samples, 256, 1, true);
+  const two = runWorker(cfg, samples, 256, 1);
+  const mb = (kb: number) => kb / 1024;
+  const modelMb = (f: RankFigures) => mb(f.peakRssKb - f.rssBeforeKb);
+  const P = one.numParams;
+  Object.assign(result, {
+    ranks_mem_params: P,
+    ranks_mem_peak_mb_1process: mb(one.peakRssKb),
+    ranks_mem_peak_mb_per_rank_2ranks: mb(two.peakRssKb),
+    ranks_mem_model_mb_1process: modelMb(one),
+    ranks_mem_model_mb_per_rank_2ranks: modelMb(two),
+    ranks_mem_model_ratio_2ranks: modelMb(two) / modelMb(one),
+  });
+  return [
+    `memory: ${P} params (${((16 * P) / 2 ** 20).toFixed(0)} MiB of params + grads + AdamW m, v in one process), 1 step`,
+    `${"setup".padEnd(30)}${"peak RSS MiB".padStart(14)}${"above start".padStart(13)}${"ratio".padStart(8)}`,
+    `${"1 process, whole optimizer".padEnd(30)}${mb(one.peakRssKb).toFixed(0).padStart(14)}${modelMb(one).toFixed(0).padStart(13)}${"1.00x".padStart(8)}`,
+    `${"each of 2 ZeRO-1 ranks".padEnd(30)}${mb(two.peakRssKb).toFixed(0).padStart(14)}${modelMb(two).toFixed(0).padStart(13)}${`${(modelMb(two) / modelMb(one)).toFixed(2)}x`.padStart(8)}`,
+    `(params + grads whole on every rank, moments 1/N: (2 + 2/N) / 4 of the buffers, 0.75x at N = 2, toward 0.5x as N grows)`,
+  ];
 }
 
 /** Adds the ranks' figures to `result` and prints their table; nothing (saying why) without MPI. */
@@ -91,7 +123,7 @@ export async function runRanksBench(opts: { quick: boolean; seconds: number }, r
   const steps = Math.max(2, Math.round((opts.seconds * 1000) / probe.stepMs));
   // Baseline before and after the others, so a drift in this shared machine's speed lands on both sides.
   const a = await oneRank(cfg, samples, mbt, 1, steps);
-  const two = twoRanks(cfg, samples, mbt, steps);
+  const two = runWorker(cfg, samples, mbt, steps);
   const threads2 = await oneRank(cfg, samples, mbt, 2, steps);
   const b = await oneRank(cfg, samples, mbt, 1, steps);
   const base = (a.stepMs + b.stepMs) / 2;
@@ -133,5 +165,5 @@ export async function runRanksBench(opts: { quick: boolean; seconds: number }, r
     result[`ranks_model_speedup_${n}_measured_bw`] = base / model(n, bandwidth);
     result[`ranks_model_speedup_${n}_10gbs`] = base / model(n, 10e9);
   }
-  return lines;
+  return [...lines, "", ...memoryLines(opts.quick, result)];
 }

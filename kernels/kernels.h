@@ -52,11 +52,12 @@
 extern "C" {
 #endif
 
-/* 5: rs_model_set_lora and rs_model_lora_grads (LoRA dropout as PEFT defines it, a correction on the merged weights).
+/* 6: rs_model_shard_optimizer and rs_model_shard_step (ZeRO-1: a learner rank keeps the AdamW moments of its slice).
+   5: rs_model_set_lora and rs_model_lora_grads (LoRA dropout as PEFT defines it, a correction on the merged weights).
    4: rs_model_buffer_ranges (partial reads and writes of the flat buffers, for LoRA).
    3: rs_model_config grew (head_dim, qk_norm, the MoE fields, rotary_dim): a caller built for 2 passes a shorter struct;
    rs_model_forward and rs_model_train_micro take seg_parent (group-prefix packing). */
-#define RS_ABI_VERSION 5
+#define RS_ABI_VERSION 6
 #define RS_API __attribute__((visibility("default")))
 
 enum rs_status {
@@ -420,8 +421,22 @@ typedef struct rs_step_result {
   int64_t step;     /* optimizer steps taken so far */
 } rs_step_result;
 
-/* Global-norm clip + AdamW + zero grads. */
+/* Global-norm clip + AdamW + zero grads. Refused (RS_ERR_INVALID_ARGUMENT) while the moments are sharded. */
 RS_API int32_t rs_model_step(rs_model* model, const rs_optim_config* opt, rs_step_result* out, rs_error* err);
+
+/* ZeRO-1 (data-parallel learner ranks, kernels/zero1.ts): the model keeps the AdamW moments of the flat slice
+ * [offset, offset + count) only, so N ranks hold 1/N of the optimizer state each. The slice's current moments are
+ * kept; the rest are freed. After it, rs_model_adam_m / _v point at the slice (count floats) and
+ * rs_model_buffer_ranges kinds 2 and 3 take flat offsets inside it. offset 0, count num_params: the whole state
+ * again (the moments outside the old slice start at zero). */
+RS_API int32_t rs_model_shard_optimizer(rs_model* model, int64_t offset, int64_t count, rs_error* err);
+RS_API void rs_model_optimizer_shard(const rs_model* model, int64_t* offset, int64_t* count);
+/* The ZeRO-1 step of a rank: grads[offset, offset + count) hold the gradient of the slice summed over the ranks (the
+ * caller's reduce-scatter put it there) and grad_norm is the global norm over every rank's slice (the caller's
+ * all-reduce). Clips by grad_norm as rs_model_step does, AdamW on params[offset, offset + count) with the slice's
+ * moments, zero grads; the other params are untouched (the caller's all-gather fills them). A non-finite grad_norm
+ * skips the step (skipped = 1), as rs_model_step does. */
+RS_API int32_t rs_model_shard_step(rs_model* model, const rs_optim_config* opt, double grad_norm, rs_step_result* out, rs_error* err);
 RS_API void rs_model_zero_grad(rs_model* model);
 
 enum rs_stop_reason { RS_STOP_EOS = 0, RS_STOP_SEQUENCE = 1, RS_STOP_LENGTH = 2, RS_STOP_CONTEXT = 3 };

@@ -119,6 +119,22 @@ export interface NativeGenerateOutput {
   stepLogits?: Float32Array;
 }
 
+export interface NativeStepOptions {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  weightDecay: number;
+  maxGradNorm: number;
+}
+
+export interface NativeStepResult {
+  gradNorm: number;
+  clipped: boolean;
+  skipped: boolean;
+  step: number;
+}
+
 /** Buffer kinds of NativeModel.read / write. */
 export const BufferKind = { Params: 0, Grads: 1, AdamM: 2, AdamV: 3 } as const;
 export type BufferKind = (typeof BufferKind)[keyof typeof BufferKind];
@@ -135,6 +151,15 @@ export interface NativeModel {
   stepCount(): number;
   setStepCount(step: number): void;
   zeroGrad(): void;
+  /** ZeRO-1: keep the AdamW moments of the flat slice [offset, offset + count) only (rs_model_shard_optimizer). */
+  shardOptimizer(offset: number, count: number): void;
+  optimizerShard(): { offset: number; count: number };
+  /** AdamW on the slice from the grads' slice (the ranks' sum) and the global norm (rs_model_shard_step). */
+  shardStep(opts: NativeStepOptions, gradNorm: number): Promise<NativeStepResult>;
+  /** MPI reduce-scatter of the grads in place (this rank's slice is the sum); returns the slice's sum of squares. */
+  reduceScatterGrads(counts: number[]): number;
+  /** MPI all-gather of the params in place (every rank's slice). */
+  allGatherParams(counts: number[]): void;
   /** LoRA dropout of the following trainMicro calls; targets [weightOffset, a, b] per target (rs_model_set_lora). */
   setLora(rank: number, scale: number, dropout: number, seed: number, targets: Float64Array, adapters: Float32Array): void;
   /** The LoRA dropout correction's adapter gradient, accumulated since zeroGrad (rs_model_lora_grads). */
@@ -150,12 +175,7 @@ export interface NativeModel {
     spec: NativeLossSpec,
     wantTokenLogprobs: boolean,
   ): Promise<NativeLossStats>;
-  step(opt: { lr: number; beta1: number; beta2: number; eps: number; weightDecay: number; maxGradNorm: number }): Promise<{
-    gradNorm: number;
-    clipped: boolean;
-    skipped: boolean;
-    step: number;
-  }>;
+  step(opt: NativeStepOptions): Promise<NativeStepResult>;
   generate(prompts: Int32Array, offsets: Float64Array, seeds: BigUint64Array | null, cfg: NativeGenerateConfig): Promise<NativeGenerateOutput>;
   /** rs_engine_create over this model (kernels/engine.ts wraps it). */
   createEngine(cfg: NativeEngineConfig): NativeEngine;

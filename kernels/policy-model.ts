@@ -5,7 +5,7 @@ import { validateModelConfig } from "./hf-config.js";
 import { type ModelConfig, moeLayerFlags } from "./model-config.js";
 import { isPolicyLoss, toNativeLossSpec, type LossSpec } from "./loss-spec.js";
 import { OptimizerSchema } from "./optimizer.js";
-import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeLossStats, type NativeModel } from "./native.js";
+import { BufferKind, resolveBackend, type Device, type DeviceRequest, type NativeLossStats, type NativeModel, type NativeStepOptions } from "./native.js";
 import { readSafetensors, writeSafetensors, type LoadedTensor } from "./safetensors.js";
 import { type EngineOptions, InferenceEngine, toNativeEngineConfig } from "./engine.js";
 import { fromNativeGenerate, toNativeGenerate, type GenerateRequest, type GenerateResult } from "./generate-request.js";
@@ -53,6 +53,24 @@ export interface StepOptions {
 
 // Read once from the schema (lr is always the caller's).
 const STEP_DEFAULTS = OptimizerSchema.parse({});
+
+/** AdamW settings checked and completed with the schema's defaults, as the kernels take them (clip 0 = none). */
+function nativeStepOptions(what: string, opt: StepOptions): NativeStepOptions {
+  if (typeof opt !== "object" || opt === null) throw new TypeError(`${what}: options must be an object with at least lr`);
+  const lr = expectFinite(`${what}: lr`, opt.lr);
+  const beta1 = expectFinite(`${what}: beta1`, opt.beta1 ?? STEP_DEFAULTS.beta1);
+  const beta2 = expectFinite(`${what}: beta2`, opt.beta2 ?? STEP_DEFAULTS.beta2);
+  const eps = expectFinite(`${what}: eps`, opt.eps ?? STEP_DEFAULTS.eps);
+  const weightDecay = expectFinite(`${what}: weightDecay`, opt.weightDecay ?? STEP_DEFAULTS.weightDecay);
+  const maxGradNorm = opt.maxGradNorm ?? STEP_DEFAULTS.maxGradNorm;
+  if (typeof maxGradNorm !== "number" || Number.isNaN(maxGradNorm)) throw new TypeError(`${what}: maxGradNorm must be a number (got ${maxGradNorm})`);
+  if (lr < 0) throw new RangeError(`${what}: lr must be >= 0 (got ${lr})`);
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) throw new RangeError(`${what}: beta1 and beta2 must be in [0, 1) (got ${beta1}, ${beta2})`);
+  if (!(eps > 0)) throw new RangeError(`${what}: eps must be > 0 (got ${eps})`);
+  if (weightDecay < 0) throw new RangeError(`${what}: weightDecay must be >= 0 (got ${weightDecay})`);
+  const clip = Number.isFinite(maxGradNorm) && maxGradNorm > 0 ? maxGradNorm : 0;
+  return { lr, beta1, beta2, eps, weightDecay, maxGradNorm: clip };
+}
 
 export interface StepResult {
   /** Global gradient norm before clipping. */
@@ -160,6 +178,12 @@ export class PolicyModel {
     return this.read(BufferKind.Grads, "getGrads");
   }
 
+  /** Overwrites the accumulated gradient (a gradient summed elsewhere, e.g. over learner ranks). */
+  setGrads(g: Float32Array): void {
+    expectArray("setGrads: grads", g, Float32Array, this.numParams);
+    this.idle("setGrads").write(BufferKind.Grads, g);
+  }
+
   /** The ranges [offsets[i], +sizes[i]) of the params or grads, back to back: only these values move (LoRA's targets). */
   readRanges(buffer: "params" | "grads", ranges: ParamRanges): Float32Array {
     const out = new Float32Array(ranges.total);
@@ -191,7 +215,36 @@ export class PolicyModel {
 
   exportOptimizerState(): OptimizerState {
     const native = this.idle("exportOptimizerState");
+    if (native.optimizerShard().count !== this.numParams)
+      throw new Error("exportOptimizerState: the model keeps one ZeRO-1 slice of the moments; gather the ranks' slices (Zero1Optimizer.fullState)");
     return { m: this.read(BufferKind.AdamM, "exportOptimizerState"), v: this.read(BufferKind.AdamV, "exportOptimizerState"), step: native.stepCount() };
+  }
+
+  /** Optimizer steps taken so far. */
+  exportStepCount(): number {
+    return this.idle("exportStepCount").stepCount();
+  }
+
+  /** The moments of the flat slice [offset, offset + count), which must lie in the slice the model keeps. */
+  readMoments(offset: number, count: number): { m: Float32Array; v: Float32Array } {
+    const native = this.idle("readMoments");
+    const [o, n] = [new Float64Array([offset]), new Float64Array([count])];
+    const m = new Float32Array(count);
+    const v = new Float32Array(count);
+    native.ranges(BufferKind.AdamM, false, o, n, m);
+    native.ranges(BufferKind.AdamV, false, o, n, v);
+    return { m, v };
+  }
+
+  /** Writes the moments of the flat slice [offset, offset + m.length) and the step count. */
+  writeMoments(offset: number, m: Float32Array, v: Float32Array, step: number): void {
+    expectArray("writeMoments: v", v, Float32Array, m.length);
+    expectInt("writeMoments: step", step, 0);
+    const native = this.idle("writeMoments");
+    const [o, n] = [new Float64Array([offset]), new Float64Array([m.length])];
+    native.ranges(BufferKind.AdamM, true, o, n, m);
+    native.ranges(BufferKind.AdamV, true, o, n, v);
+    native.setStepCount(step);
   }
 
   importOptimizerState(s: OptimizerState): void {
@@ -200,9 +253,9 @@ export class PolicyModel {
     expectArray("importOptimizerState: v", s.v, Float32Array, this.numParams);
     expectInt("importOptimizerState: step", s.step, 0);
     const native = this.idle("importOptimizerState");
-    native.write(BufferKind.AdamM, s.m);
-    native.write(BufferKind.AdamV, s.v);
-    native.setStepCount(s.step);
+    // A ZeRO-1 rank takes its slice of the whole state (written by any number of ranks).
+    const { offset, count } = native.optimizerShard();
+    this.writeMoments(offset, s.m.subarray(offset, offset + count), s.v.subarray(offset, offset + count), s.step);
   }
 
   /** Logits [T * vocab]: row t is the next-token distribution after tokens[t] within its segment. */
@@ -259,24 +312,50 @@ export class PolicyModel {
   /** Global grad-norm clip, AdamW with bias correction, then zero grads. */
   step(opt: StepOptions): Promise<StepResult> {
     return this.run("step", () => {
-      if (typeof opt !== "object" || opt === null) throw new TypeError("step: options must be an object with at least lr");
-      const lr = expectFinite("step: lr", opt.lr);
-      const beta1 = expectFinite("step: beta1", opt.beta1 ?? STEP_DEFAULTS.beta1);
-      const beta2 = expectFinite("step: beta2", opt.beta2 ?? STEP_DEFAULTS.beta2);
-      const eps = expectFinite("step: eps", opt.eps ?? STEP_DEFAULTS.eps);
-      const weightDecay = expectFinite("step: weightDecay", opt.weightDecay ?? STEP_DEFAULTS.weightDecay);
-      const maxGradNorm = opt.maxGradNorm ?? STEP_DEFAULTS.maxGradNorm;
-      if (typeof maxGradNorm !== "number" || Number.isNaN(maxGradNorm)) throw new TypeError(`step: maxGradNorm must be a number (got ${maxGradNorm})`);
-      if (lr < 0) throw new RangeError(`step: lr must be >= 0 (got ${lr})`);
-      if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) throw new RangeError(`step: beta1 and beta2 must be in [0, 1) (got ${beta1}, ${beta2})`);
-      if (!(eps > 0)) throw new RangeError(`step: eps must be > 0 (got ${eps})`);
-      if (weightDecay < 0) throw new RangeError(`step: weightDecay must be >= 0 (got ${weightDecay})`);
-      const clip = Number.isFinite(maxGradNorm) && maxGradNorm > 0 ? maxGradNorm : 0;
+      const o = nativeStepOptions("step", opt);
       return async () => {
-        const r = await this.native.step({ lr, beta1, beta2, eps, weightDecay, maxGradNorm: clip });
+        const r = await this.native.step(o);
         return { gradNorm: r.gradNorm, clipped: r.clipped, step: r.step, skipped: r.skipped };
       };
     });
+  }
+
+  /**
+   * ZeRO-1 (kernels/zero1.ts): from now on the model keeps the AdamW moments of the flat slice [offset, offset + count)
+   * only (its current values there), so each of N ranks holds 1/N of the optimizer state. offset 0, count numParams
+   * gives the whole state back.
+   */
+  shardOptimizer(offset: number, count: number): void {
+    expectInt("shardOptimizer: offset", offset, 0, this.numParams);
+    expectInt("shardOptimizer: count", count, 0, this.numParams - offset);
+    this.idle("shardOptimizer").shardOptimizer(offset, count);
+  }
+
+  /** The flat slice whose moments the model keeps: all of it unless shardOptimizer narrowed it. */
+  get optimizerShard(): { offset: number; count: number } {
+    return this.idle("optimizerShard").optimizerShard();
+  }
+
+  /** A ZeRO-1 rank's step: AdamW on its slice from the reduce-scattered gradient there, clipped by the global norm. */
+  shardStep(opt: StepOptions, gradNorm: number): Promise<StepResult> {
+    return this.run("shardStep", () => {
+      const o = nativeStepOptions("shardStep", opt);
+      if (typeof gradNorm !== "number") throw new TypeError(`shardStep: gradNorm must be a number (got ${gradNorm})`);
+      return async () => {
+        const r = await this.native.shardStep(o, gradNorm);
+        return { gradNorm: r.gradNorm, clipped: r.clipped, step: r.step, skipped: r.skipped };
+      };
+    });
+  }
+
+  /** The MPI reduce-scatter of the gradient in the model's own buffer; this rank's slice's sum of squares. */
+  reduceScatterGrads(counts: number[]): number {
+    return this.idle("reduceScatterGrads").reduceScatterGrads(counts);
+  }
+
+  /** The MPI all-gather of the parameters in the model's own buffer. */
+  allGatherParams(counts: number[]): void {
+    this.idle("allGatherParams").allGatherParams(counts);
   }
 
   /** KV-cache sampling over a ragged batch of prompts (see GenerateRequest / GenerateResult). */

@@ -22,7 +22,7 @@ import { decodeTrainStateWithLora } from "./train-state.js";
 import type { ParsedLossSpec } from "./loss-spec.js";
 import type { OptimizerConfig } from "./optimizer.js";
 import { packSamples, type TrainSample } from "./packing.js";
-import type { PolicyModel } from "./policy-model.js";
+import type { OptimizerState, PolicyModel } from "./policy-model.js";
 import { isInputCaused } from "./train-errors.js";
 import { trainOnRanks, type StepReport } from "./train-step.js";
 import { Zero1Optimizer } from "./zero1.js";
@@ -155,8 +155,7 @@ export class RankGroup {
     readonly rank: number,
     readonly size: number,
   ) {
-    this.zero = new Zero1Optimizer(model, comm, rank, size);
-    this.zero.restore(model.exportOptimizerState());
+    this.zero = new Zero1Optimizer(model, comm, rank, size); // keeps the model's moments on this rank's slice
   }
 
   /** Rank 0: every rank trains `samples` as one step (lr already scheduled). */
@@ -170,8 +169,7 @@ export class RankGroup {
 
   /** Rank 0, after it decoded a training state into its model: the followers load the same bytes. */
   async loadState(bytes: Uint8Array): Promise<void> {
-    await broadcastPlan(this.comm, { kind: "state", bytes });
-    this.zero.restore(this.model.exportOptimizerState());
+    await broadcastPlan(this.comm, { kind: "state", bytes }); // rank 0's model took its slice of the state's moments
   }
 
   /** Rank 0: every rank starts fresh AdamW moments (RL after SFT). */
@@ -180,10 +178,10 @@ export class RankGroup {
     this.resetMoments();
   }
 
-  /** Rank 0: gathers every rank's slice of the moments into the model (what its checkpoint encodes). */
-  async gather(): Promise<void> {
+  /** Rank 0: gathers every rank's slice of the moments (what its checkpoint encodes; the model keeps its slice). */
+  async gather(): Promise<OptimizerState> {
     await broadcastPlan(this.comm, { kind: "gather" });
-    this.model.importOptimizerState(this.zero.fullState());
+    return this.zero.fullState();
   }
 
   /** Rank 0: the followers finish (their plan loop returns), then every rank leaves MPI. */
@@ -198,8 +196,7 @@ export class RankGroup {
       const plan = await broadcastPlan(this.comm, null);
       if (plan.kind === "stop") break;
       if (plan.kind === "state") {
-        decodeTrainStateWithLora(this.model, plan.bytes);
-        this.zero.restore(this.model.exportOptimizerState());
+        decodeTrainStateWithLora(this.model, plan.bytes); // the model takes its slice of the moments
         log("loaded rank 0's training state", { step: this.zero.steps });
       } else if (plan.kind === "freshMoments") this.resetMoments();
       else if (plan.kind === "gather") this.zero.fullState();
@@ -239,7 +236,6 @@ export class RankGroup {
   }
 
   private resetMoments(): void {
-    const n = this.model.numParams;
-    this.zero.restore({ m: new Float32Array(n), v: new Float32Array(n), step: 0 });
+    this.zero.reset();
   }
 }

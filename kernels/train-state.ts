@@ -3,7 +3,7 @@
 // With LoRA the weights are the frozen base, and the adapters, their moments and settings come beside them (no
 // moments for the base): the model is restored merged.
 import { readSafetensors, readSafetensorsMetadata, writeSafetensors } from "./safetensors.js";
-import type { PolicyModel } from "./index.js";
+import type { OptimizerState, PolicyModel } from "./index.js";
 import { LoraAdapters, LoraSchema, loraTargets } from "./lora.js";
 import { adapterValues, peftTensors } from "./lora-peft.js";
 
@@ -23,8 +23,17 @@ export interface TrainCounters {
   consumedAhead?: number[];
 }
 
-/** `lora`: the adapters trained (their base is what is saved as the model); `baseModel` names that base in their PEFT export. */
-export function encodeTrainState(model: PolicyModel, counters: TrainCounters, lora?: LoraAdapters | null, baseModel = ""): Uint8Array {
+/**
+ * `lora`: the adapters trained (their base is what is saved as the model); `baseModel` names that base in their PEFT
+ * export. `moments`: the whole optimizer state when the model keeps only a ZeRO-1 slice of it (learner ranks).
+ */
+export function encodeTrainState(
+  model: PolicyModel,
+  counters: TrainCounters,
+  lora?: LoraAdapters | null,
+  baseModel = "",
+  moments?: OptimizerState,
+): Uint8Array {
   const params = lora ? lora.baseOf(model.getParams()) : model.getParams();
   const tensors = model.tensors().map((t) => ({ name: t.name, shape: t.shape, data: params.subarray(t.offset, t.offset + t.size) }));
   const meta: Record<string, string> = { format: "rollstream-train-state-1" };
@@ -37,7 +46,7 @@ export function encodeTrainState(model: PolicyModel, counters: TrainCounters, lo
     meta.loraBaseModel = baseModel;
     optimizerStep = lora.step;
   } else {
-    const opt = model.exportOptimizerState();
+    const opt = moments ?? model.exportOptimizerState();
     tensors.push({ name: "optimizer.m", shape: [opt.m.length], data: opt.m });
     tensors.push({ name: "optimizer.v", shape: [opt.v.length], data: opt.v });
     optimizerStep = opt.step;

@@ -148,7 +148,7 @@ export async function trainOnRanks(
       stats[5]! > 0 ? "another rank's kernels refused this step's input" : `the step's loss is ${stats[0]}: its samples overflow the objective`,
     );
   }
-  const r = zero.step({ lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm });
+  const r = await zero.step({ lr: opt.lr, beta1: opt.beta1, beta2: opt.beta2, eps: opt.eps, weightDecay: opt.weightDecay, maxGradNorm: opt.maxGradNorm });
   if (r.skipped) throw new NonFiniteStepError(`the step's gradient norm is ${r.gradNorm}: its samples overflow the gradient`);
   const sums = { loss: stats[0]!, entropy: stats[1]!, kl: stats[2]!, masked: stats[3]!, lossTokens: stats[4]! };
   return stepReport(sums, r, opt.lr, packed.totalTokens, performance.now() - t0);

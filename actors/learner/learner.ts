@@ -89,8 +89,9 @@ export class LearnerActor implements Actor {
     const want = this.ctx.config.actors.learner.ranks;
     if (rank !== 0 || size !== want)
       throw new Error(`learner: MPI says rank ${rank} of ${size}; actors.learner.ranks is ${want} (start it with rollstream actor learner)`);
+    const state = restored ?? encodeTrainState(this.model, this.counters); // before the group shards the moments
     this.group = new RankGroup(this.model, nativeComm(), rank, size);
-    await this.group.loadState(restored ?? encodeTrainState(this.model, this.counters));
+    await this.group.loadState(state);
     this.ctx.log.info({ ranks: size, momentsPerRank: this.group.zero.count }, "learner ranks: ZeRO-1 over MPI");
   }
 
@@ -108,8 +109,8 @@ export class LearnerActor implements Actor {
       if (ctx.signal.aborted) return;
       this.counters.sftDone = true;
       // RL starts with fresh optimizer moments (with LoRA: the adapters' moments; adapters SFT trained stay).
-      this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
-      await this.group?.freshMoments();
+      if (this.group) await this.group.freshMoments();
+      else this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
       if (this.lora) this.lora.resetOptimizer();
       else this.startLora();
       await this.publishWeights(0, config.sft ? "sft" : "rl");
@@ -437,9 +438,9 @@ export class LearnerActor implements Actor {
   }
 
   private async saveState(): Promise<void> {
-    await this.group?.gather(); // every rank's slice of the moments, for the full state
+    const moments = await this.group?.gather(); // every rank's slice of the moments, for the full state
     await this.ctx.health.work(`publish training state step ${this.counters.step}`, () =>
-      this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters, this.lora, this.ctx.config.model.path ?? "")),
+      this.checkpoints.publish(this.counters.step, encodeTrainState(this.model, this.counters, this.lora, this.ctx.config.model.path ?? "", moments)),
     );
   }
 }

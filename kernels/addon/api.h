@@ -42,3 +42,8 @@ Napi::Object loss_stats_object(Napi::Env env, const rs_loss_stats& s);
 
 // comm.cc: the learner ranks' MPI collectives (`comm`; every call throws when the build has no MPI).
 Napi::Object comm_exports(Napi::Env env);
+// ZeRO-1 on a model's flat buffer of n floats split in `counts` (one per rank): the reduce-scatter leaves this rank's
+// slice of the sum over ranks in place (the rest of buf is left as it was) and returns the slice's sum of squares;
+// the all-gather fills every other rank's slice in place.
+double comm_reduce_scatter_in_place(const Napi::Value& counts, float* buf, size_t n);
+void comm_all_gather_in_place(const Napi::Value& counts, float* buf, size_t n);

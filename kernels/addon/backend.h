@@ -15,7 +15,7 @@
   X(rs_model_tensor_info) X(rs_model_threads) X(rs_model_set_threads) X(rs_model_params) X(rs_model_grads) X(rs_model_adam_m)                \
   X(rs_model_adam_v) X(rs_model_buffer_ranges) X(rs_model_step_count) X(rs_model_set_step_count) X(rs_model_forward)                           \
   X(rs_model_train_micro) X(rs_model_step) X(rs_model_zero_grad) X(rs_model_generate) X(rs_model_set_lora)          \
-  X(rs_model_lora_grads)                                                                                             \
+  X(rs_model_lora_grads) X(rs_model_shard_optimizer) X(rs_model_optimizer_shard) X(rs_model_shard_step)            \
   X(rs_engine_create) X(rs_engine_free) X(rs_engine_add) X(rs_engine_cancel) X(rs_engine_set_version) X(rs_engine_step)   \
   X(rs_engine_get_stats)
 

@@ -199,7 +199,48 @@ Napi::Value Finalize(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+#endif
+
+}  // namespace
+
+#ifdef RS_HAVE_MPI
+// ZeRO-1 on a model's own flat buffer (the model wrapper's reduceScatterGrads / allGatherParams): no copy of the whole
+// buffer in JS, only this rank's slice as scratch.
+double comm_reduce_scatter_in_place(const Napi::Value& counts, float* buf, size_t n) {
+  Napi::Env env = counts.Env();
+  need_init(env);
+  const auto c = counts_of(counts, world_size(), n, "reduceScatterGrads");
+  const int rank = world_rank();
+  size_t offset = 0;
+  for (int r = 0; r < rank; r++) offset += (size_t)c[r];
+  std::vector<float> mine((size_t)c[rank]);
+  check(env, MPI_Reduce_scatter(buf, mine.data(), c.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+  double sumsq = 0;
+  for (float g : mine) sumsq += (double)g * (double)g;
+  std::copy(mine.begin(), mine.end(), buf + offset);
+  return sumsq;
+}
+
+void comm_all_gather_in_place(const Napi::Value& counts, float* buf, size_t n) {
+  Napi::Env env = counts.Env();
+  need_init(env);
+  const auto c = counts_of(counts, world_size(), n, "allGatherParams");
+  std::vector<int> displ(c.size(), 0);
+  for (size_t i = 1; i < c.size(); i++) displ[i] = displ[i - 1] + c[i - 1];
+  check(env, MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c.data(), displ.data(), MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgatherv");
+}
 #else
+double comm_reduce_scatter_in_place(const Napi::Value& counts, float*, size_t) {
+  throw Napi::Error::New(counts.Env(), "comm: this build has no MPI (mpicc was not found when the addon was built)");
+}
+void comm_all_gather_in_place(const Napi::Value& counts, float*, size_t) {
+  throw Napi::Error::New(counts.Env(), "comm: this build has no MPI (mpicc was not found when the addon was built)");
+}
+#endif
+
+namespace {
+
+#ifndef RS_HAVE_MPI
 
 Napi::Value Unavailable(const Napi::CallbackInfo& info) {
   throw Napi::Error::New(info.Env(),

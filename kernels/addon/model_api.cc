@@ -60,6 +60,10 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("setLora", &ModelWrap::SetLora), InstanceMethod("loraGrads", &ModelWrap::LoraGrads),
                         InstanceMethod("forward", &ModelWrap::Forward), InstanceMethod("trainMicro", &ModelWrap::TrainMicro),
                         InstanceMethod("step", &ModelWrap::Step), InstanceMethod("generate", &ModelWrap::Generate),
+                        InstanceMethod("shardOptimizer", &ModelWrap::ShardOptimizer),
+                        InstanceMethod("optimizerShard", &ModelWrap::OptimizerShard), InstanceMethod("shardStep", &ModelWrap::ShardStep),
+                        InstanceMethod("reduceScatterGrads", &ModelWrap::ReduceScatterGrads),
+                        InstanceMethod("allGatherParams", &ModelWrap::AllGatherParams),
                         InstanceMethod("createEngine", &ModelWrap::CreateEngine),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
@@ -142,12 +146,20 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     }
     a.range_error("buffer kind must be 0 (params), 1 (grads), 2 (adam m) or 3 (adam v)");
   }
-  // read(kind, out: Float32Array[numParams]); write(kind, src: Float32Array[numParams])
+  // Floats in buffer `kind`: the moments hold this rank's ZeRO-1 slice only.
+  int64_t length(rs_model* m, int kind) {
+    if (kind < 2) return be_->rs_model_num_params(m);
+    int64_t offset = 0, count = 0;
+    be_->rs_model_optimizer_shard(m, &offset, &count);
+    return count;
+  }
+  // read(kind, out: Float32Array[numParams, or the moments' slice]); write(kind, src: the same length)
   Napi::Value Read(const Napi::CallbackInfo& info) {
     Args a(info, "read");
     rs_model* m = live(a);
-    const int64_t n = be_->rs_model_num_params(m);
-    float* src = buffer(m, a, a.i32(0, "kind", 0, 3));
+    const int kind = a.i32(0, "kind", 0, 3);
+    const int64_t n = length(m, kind);
+    float* src = buffer(m, a, kind);
     auto out = a.arr<float>(1, "out", (size_t)n);
     if ((int64_t)out.len != n) a.range_error("out has " + std::to_string(out.len) + " elements, the model has " + std::to_string(n));
     std::memcpy(out.data, src, sizeof(float) * (size_t)n);
@@ -156,8 +168,9 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Write(const Napi::CallbackInfo& info) {
     Args a(info, "write");
     rs_model* m = live(a);
-    const int64_t n = be_->rs_model_num_params(m);
-    float* dst = buffer(m, a, a.i32(0, "kind", 0, 3));
+    const int kind = a.i32(0, "kind", 0, 3);
+    const int64_t n = length(m, kind);
+    float* dst = buffer(m, a, kind);
     auto src = a.arr<float>(1, "src", 0);
     if ((int64_t)src.len != n) a.range_error("src has " + std::to_string(src.len) + " elements, the model has " + std::to_string(n));
     std::memcpy(dst, src.data, sizeof(float) * (size_t)n);
@@ -301,11 +314,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
         });
   }
 
-  // step({lr, beta1, beta2, eps, weightDecay, maxGradNorm}) -> Promise<{gradNorm, clipped, skipped, step}>
-  Napi::Value Step(const Napi::CallbackInfo& info) {
-    Args a(info, "step");
-    rs_model* m = live(a);
-    Napi::Object o = a.obj(0, "options");
+  static rs_optim_config optim_of(const Args& a, Napi::Object o) {
     rs_optim_config c{};
     c.lr = (float)field_num(a, o, "lr");
     c.beta1 = (float)field_num(a, o, "beta1");
@@ -313,18 +322,77 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     c.eps = (float)field_num(a, o, "eps");
     c.weight_decay = (float)field_num(a, o, "weightDecay");
     c.max_grad_norm = (float)field_num(a, o, "maxGradNorm");
+    return c;
+  }
+  static Napi::Value step_result(Napi::Env env, const rs_step_result& res) {
+    Napi::Object r = Napi::Object::New(env);
+    r.Set("gradNorm", res.grad_norm);
+    r.Set("clipped", res.clipped != 0);
+    r.Set("skipped", res.skipped != 0);
+    r.Set("step", (double)res.step);
+    return r;
+  }
+
+  // step({lr, beta1, beta2, eps, weightDecay, maxGradNorm}) -> Promise<{gradNorm, clipped, skipped, step}>
+  Napi::Value Step(const Napi::CallbackInfo& info) {
+    Args a(info, "step");
+    rs_model* m = live(a);
+    const rs_optim_config c = optim_of(a, a.obj(0, "options"));
     auto res = std::make_shared<rs_step_result>();
     Backend* be = be_;
     return queue(
         info.Env(), [be, m, c, res](rs_error* e) { return be->rs_model_step(m, &c, res.get(), e); },
-        [res](Napi::Env env) -> Napi::Value {
-          Napi::Object r = Napi::Object::New(env);
-          r.Set("gradNorm", res->grad_norm);
-          r.Set("clipped", res->clipped != 0);
-          r.Set("skipped", res->skipped != 0);
-          r.Set("step", (double)res->step);
-          return r;
-        });
+        [res](Napi::Env env) -> Napi::Value { return step_result(env, *res); });
+  }
+
+  // ZeRO-1 (kernels/zero1.ts). shardOptimizer(offset, count): the moments of that flat slice only;
+  // optimizerShard() -> {offset, count}; shardStep(options, gradNorm) -> Promise<step result> (rs_model_shard_step).
+  Napi::Value ShardOptimizer(const Napi::CallbackInfo& info) {
+    Args a(info, "shardOptimizer");
+    rs_model* m = live(a);
+    rs_error e{};
+    check_status(info.Env(), "shardOptimizer",
+                 be_->rs_model_shard_optimizer(m, a.int_in(a.num(0, "offset"), "offset", 0, (int64_t)1 << 52),
+                                               a.int_in(a.num(1, "count"), "count", 0, (int64_t)1 << 52), &e),
+                 e);
+    return info.Env().Undefined();
+  }
+  Napi::Value OptimizerShard(const Napi::CallbackInfo& info) {
+    Args a(info, "optimizerShard");
+    int64_t offset = 0, count = 0;
+    be_->rs_model_optimizer_shard(live(a), &offset, &count);
+    Napi::Object r = Napi::Object::New(info.Env());
+    r.Set("offset", (double)offset);
+    r.Set("count", (double)count);
+    return r;
+  }
+  Napi::Value ShardStep(const Napi::CallbackInfo& info) {
+    Args a(info, "shardStep");
+    rs_model* m = live(a);
+    const rs_optim_config c = optim_of(a, a.obj(0, "options"));
+    const double norm = a.num(1, "gradNorm");
+    auto res = std::make_shared<rs_step_result>();
+    Backend* be = be_;
+    return queue(
+        info.Env(), [be, m, c, norm, res](rs_error* e) { return be->rs_model_shard_step(m, &c, norm, res.get(), e); },
+        [res](Napi::Env env) -> Napi::Value { return step_result(env, *res); });
+  }
+  // reduceScatterGrads(counts) -> this rank's slice's sum of squares; allGatherParams(counts): the MPI collectives of
+  // a ZeRO-1 step on the model's own buffers (comm.cc), so no whole copy of either crosses into JS.
+  Napi::Value ReduceScatterGrads(const Napi::CallbackInfo& info) {
+    Args a(info, "reduceScatterGrads");
+    rs_model* m = live(a);
+    float* g = be_->rs_model_grads(m);
+    if (!g) throw Napi::Error::New(info.Env(), "reduceScatterGrads: the model's gradient buffer could not be read");
+    return Napi::Number::New(info.Env(), comm_reduce_scatter_in_place(info[0], g, (size_t)be_->rs_model_num_params(m)));
+  }
+  Napi::Value AllGatherParams(const Napi::CallbackInfo& info) {
+    Args a(info, "allGatherParams");
+    rs_model* m = live(a);
+    float* p = be_->rs_model_params(m);
+    if (!p) throw Napi::Error::New(info.Env(), "allGatherParams: the model's parameters could not be read");
+    comm_all_gather_in_place(info[0], p, (size_t)be_->rs_model_num_params(m));
+    return info.Env().Undefined();
   }
 
   // generate(flat: Int32Array, offsets: Float64Array[n+1], seeds: BigUint64Array|null, cfg) -> Promise<outputs>

@@ -47,6 +47,10 @@ struct FloatBuf {
     if (p) std::memset(p, 0, bytes);
     return p != nullptr;
   }
+  void swap(FloatBuf& o) {
+    std::swap(p, o.p);
+    std::swap(n, o.n);
+  }
 };
 
 // ---- canonical float primitives: every caller gets the same bits for the same inputs.

@@ -108,6 +108,7 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
     fail(err, RS_ERR_OUT_OF_MEMORY, "model: out of memory allocating 4 x %lld parameters", (long long)off);
     return nullptr;
   }
+  m->opt_count = off;
   // Init: N(0, 0.02) for matrices, scaled by 1/sqrt(2L) for the two projections that write the residual stream
   // (GPT-2 style); ones for norms; zeros for biases.
   const double out_scale = 1.0 / std::sqrt(2.0 * d.L);
@@ -162,9 +163,12 @@ int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const i
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: null model");
   int64_t total = 0;
   if (int32_t s = rs_shared::check_buffer_ranges(m->n_params, kind, write, off, size, n, values, &total, err)) return s;
-  float* buf = (kind == 0 ? m->params : kind == 1 ? m->grads : kind == 2 ? m->adam_m : m->adam_v).p;
+  if (int32_t s = rs_shared::check_moment_ranges(kind, off, size, n, m->opt_offset, m->opt_count, err)) return s;
+  // The moments hold the slice [opt_offset, opt_offset + opt_count) only: their flat offsets start there.
+  float* buf = kind == 0 ? m->params.p : kind == 1 ? m->grads.p : (kind == 2 ? m->adam_m.p : m->adam_v.p) - m->opt_offset;
   int64_t at = 0;
   for (int32_t i = 0; i < n; at += size[i], i++) {
+    if (buf + off[i] == values + at) continue;  // a getter's own pointer written back: already in place
     if (write) std::memcpy(buf + off[i], values + at, sizeof(float) * (size_t)size[i]);
     else std::memcpy(values + at, buf + off[i], sizeof(float) * (size_t)size[i]);
   }

@@ -63,6 +63,9 @@ struct rs_model {
   std::vector<rs::LayerOffsets> lo;
   int64_t off_embed = 0, off_norm = 0, off_head = 0;  // off_head == off_embed when tied
   rs::FloatBuf params, grads, adam_m, adam_v;
+  // The flat slice whose AdamW moments adam_m / adam_v hold (rs_model_shard_optimizer): all of it unless a ZeRO-1
+  // learner rank keeps 1/N of the optimizer state.
+  int64_t opt_offset = 0, opt_count = 0;
   int64_t step = 0;
   rs::Acts acts;
   rs::FloatBuf head_buf;  // LM-head chunk: gathered rows, logits, their gradient

@@ -122,7 +122,7 @@ void model_enter(rs_model* m) {
   for (int k = 0; k < 4; k++) {
     Mirror& mi = m->mirror[k];
     if (!mi.dirty) continue;
-    to_device(m->bufs[k].p, mi.host, sizeof(float) * (size_t)m->n_params, m->stream, "uploading a host-written model buffer");
+    to_device(m->bufs[k].p, mi.host, sizeof(float) * (size_t)m->len(k), m->stream, "uploading a host-written model buffer");
     mi.dirty = false;
     mi.valid = true;
     if (k == kParams) m->bf16_stale = true;
@@ -189,6 +189,7 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
     for (int k = 0; k < 4; k++) m->bufs[k].reserve(n, names[k]);
     if (m->gemm.mode == MathMode::BF16) m->params_bf16.reserve(n, "bf16 params");
     for (int k = 1; k < 4; k++) zero_async(m->bufs[k].p, n * sizeof(float), m->stream, "zeroing model buffers");
+    m->opt_count = m->n_params;
 
     // Init: N(0, 0.02) for matrices, scaled by 1/sqrt(2L) for o_proj and down_proj; ones for norms; zeros for biases.
     const double out_scale = 1.0 / std::sqrt(2.0 * d.L);
@@ -245,12 +246,12 @@ float* mirror_get(rs_model* m, int k) {
   try {
     check_cuda(cudaSetDevice(m->device), "cudaSetDevice");
     if (!mi.host) {
-      mi.host = static_cast<float*>(std::malloc(sizeof(float) * (size_t)std::max<int64_t>(1, m->n_params)));
+      mi.host = static_cast<float*>(std::malloc(sizeof(float) * (size_t)std::max<int64_t>(1, m->len(k))));
       if (!mi.host) return nullptr;
       mi.valid = false;
     }
     if (!mi.valid && !mi.dirty) {
-      to_host(mi.host, m->bufs[k].p, sizeof(float) * (size_t)m->n_params, m->stream, "downloading a model buffer");
+      to_host(mi.host, m->bufs[k].p, sizeof(float) * (size_t)m->len(k), m->stream, "downloading a model buffer");
       mi.valid = true;
     }
   } catch (const Failure& f) {
@@ -278,17 +279,20 @@ int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const i
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "buffer_ranges: null model");
   int64_t total = 0;
   if (int32_t st = rs_shared::check_buffer_ranges(m->n_params, kind, write, off, size, n, values, &total, err)) return st;
+  if (int32_t st = rs_shared::check_moment_ranges(kind, off, size, n, m->opt_offset, m->opt_count, err)) return st;
   return guard(err, "buffer_ranges", [&] {
     model_enter(m);  // a host copy written through a getter goes first, whole; then these ranges
     Mirror& mi = m->mirror[kind];
+    const int64_t base = kind < 2 ? 0 : m->opt_offset;  // the moments' flat offsets start at their slice
     int64_t at = 0;
     for (int32_t i = 0; i < n; at += size[i], i++) {
       const size_t bytes = sizeof(float) * (size_t)size[i];
+      const int64_t o = off[i] - base;
       if (write) {
-        to_device(m->bufs[kind].p + off[i], values + at, bytes, m->stream, "buffer_ranges upload");
-        if (mi.host && mi.valid) std::memcpy(mi.host + off[i], values + at, bytes);  // the host copy stays current
+        to_device(m->bufs[kind].p + o, values + at, bytes, m->stream, "buffer_ranges upload");
+        if (mi.host && mi.valid && mi.host + o != values + at) std::memcpy(mi.host + o, values + at, bytes);  // the host copy stays current
       } else {
-        to_host(values + at, m->bufs[kind].p + off[i], bytes, m->stream, "buffer_ranges download");
+        to_host(values + at, m->bufs[kind].p + o, bytes, m->stream, "buffer_ranges download");
       }
     }
     if (write && kind == kParams) m->bf16_stale = true;  // the next model call refreshes the bf16 copy

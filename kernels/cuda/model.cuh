@@ -85,6 +85,9 @@ struct rs_model {
   rsc::GemmCtx gemm;
   rsc::DevBuf<float> bufs[4];  // params, grads, adam m, adam v
   rsc::Mirror mirror[4];
+  // The flat slice whose AdamW moments bufs[2] / bufs[3] hold (rs_model_shard_optimizer): all of it unless a ZeRO-1
+  // learner rank keeps 1/N of the optimizer state.
+  int64_t opt_offset = 0, opt_count = 0;
   rsc::DevBuf<rsc::bf16> params_bf16;  // BF16 mode only
   bool bf16_stale = true;
   int64_t step = 0;
@@ -99,6 +102,8 @@ struct rs_model {
   std::vector<int4> tiles_host;
   std::vector<int2> prefix_host;
 
+  // Floats in buffer k (the moments hold the ZeRO-1 slice only).
+  int64_t len(int k) const { return k < 2 ? n_params : opt_count; }
   float* P() { return bufs[0].p; }
   float* G() { return bufs[1].p; }
   // The bf16 copy of the weight at flat offset off, or null when the matmuls do not use one.

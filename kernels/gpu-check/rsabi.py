@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-ABI_VERSION = 5
+ABI_VERSION = 6
 
 
 class Error(C.Structure):
@@ -171,6 +171,9 @@ SIGNATURES = {
     "rs_model_train_micro": (C.c_int32, [MODEL, I32P, C.c_int32, I32P, C.c_int32, I32P, U8P, F32P, F32P, C.POINTER(LossSpec),
                                          C.POINTER(LossStats), F32P, ERRP]),
     "rs_model_step": (C.c_int32, [MODEL, C.POINTER(OptimConfig), C.POINTER(StepResult), ERRP]),
+    "rs_model_shard_optimizer": (C.c_int32, [MODEL, C.c_int64, C.c_int64, ERRP]),
+    "rs_model_optimizer_shard": (None, [MODEL, C.POINTER(C.c_int64), C.POINTER(C.c_int64)]),
+    "rs_model_shard_step": (C.c_int32, [MODEL, C.POINTER(OptimConfig), C.c_double, C.POINTER(StepResult), ERRP]),
     "rs_model_zero_grad": (None, [MODEL]),
     "rs_model_generate": (C.c_int32, [MODEL, I32P, I64P, C.c_int32, U64P, C.POINTER(GenerateConfig), C.POINTER(GenerateOutput), ERRP]),
     "rs_engine_create": (ENGINE, [MODEL, C.POINTER(EngineConfig), ERRP]),

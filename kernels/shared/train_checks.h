@@ -106,6 +106,33 @@ inline int32_t check_buffer_ranges(int64_t n_params, int32_t kind, int32_t write
   return RS_OK;
 }
 
+// Kinds 2 and 3 (the AdamW moments) hold only the ZeRO-1 slice [opt_offset, opt_offset + opt_count) of the flat buffer.
+inline int32_t check_moment_ranges(int32_t kind, const int64_t* off, const int64_t* size, int32_t n, int64_t opt_offset, int64_t opt_count,
+                                   rs_error* err) {
+  if (kind < 2) return RS_OK;
+  for (int32_t i = 0; i < n; i++)
+    if (size[i] > 0 && (off[i] < opt_offset || off[i] + size[i] > opt_offset + opt_count))
+      return fail(err, RS_ERR_INVALID_ARGUMENT,
+                  "buffer_ranges: range %d [%lld, +%lld) of the AdamW moments is outside this rank's ZeRO-1 slice [%lld, +%lld)", i,
+                  (long long)off[i], (long long)size[i], (long long)opt_offset, (long long)opt_count);
+  return RS_OK;
+}
+
+// The global-norm clip of a step: the factor on every gradient (1 unless max_grad_norm > 0 and the norm is above it).
+inline float clip_scale(const rs_optim_config* o, double norm, int32_t* clipped) {
+  if (!(o->max_grad_norm > 0 && norm > o->max_grad_norm)) return 1.f;
+  *clipped = 1;
+  return (float)(o->max_grad_norm / (norm + 1e-6));
+}
+
+// A ZeRO-1 slice of the flat buffer (rs_model_shard_optimizer).
+inline int32_t check_shard(int64_t n_params, int64_t offset, int64_t count, rs_error* err) {
+  if (offset < 0 || count < 0 || offset > n_params || count > n_params - offset)
+    return fail(err, RS_ERR_INVALID_ARGUMENT, "shard_optimizer: slice [%lld, +%lld) is outside the %lld parameters", (long long)offset,
+                (long long)count, (long long)n_params);
+  return RS_OK;
+}
+
 inline int32_t check_train_micro(const rs_loss_spec* spec, const uint8_t* mask, const float* adv, const float* slp, const rs_loss_stats* stats,
                                  const int32_t* seg, int32_t S, const int32_t* parent, int32_t T, rs_error* err) {
   if (!mask || !stats) return fail(err, RS_ERR_INVALID_ARGUMENT, "train: null lossMask or stats");

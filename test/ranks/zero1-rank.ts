@@ -28,7 +28,7 @@ for (let s = 0; s < Number(stepsArg); s++) {
     loss[0]! += (await model.accumulate(mb, f.spec, f.packed.lossTokens)).loss;
   }
   comm.allReduceSum(loss);
-  zero.step(f.opt);
+  await zero.step(f.opt);
   losses.push(loss[0]!);
 }
 // The checkpoint: full state gathered on every rank, written by rank 0 (as the learner's rank 0 publishes it).
@@ -41,7 +41,7 @@ if (rank === 0) {
 }
 writeFileSync(
   join(outDir, `rank${rank}.json`),
-  JSON.stringify({ rank, size, losses, momentFloats: zero.m.length + zero.v.length, numParams: model.numParams }),
+  JSON.stringify({ rank, size, losses, momentFloats: 2 * model.optimizerShard.count, sliceFloats: 2 * zero.count, numParams: model.numParams }),
 );
 model.dispose();
 comm.finalize();
