@@ -160,6 +160,9 @@ export interface NativeModel {
   reduceScatterGrads(counts: number[]): number;
   /** MPI all-gather of the params in place (every rank's slice). */
   allGatherParams(counts: number[]): void;
+  /** The same two collectives over NCCL on the model's device buffers (the CUDA backend). */
+  ncclReduceScatterGrads(handle: number, counts: Float64Array, rank: number): number;
+  ncclAllGatherParams(handle: number, counts: Float64Array): void;
   /** LoRA dropout of the following trainMicro calls; targets [weightOffset, a, b] per target (rs_model_set_lora). */
   setLora(rank: number, scale: number, dropout: number, seed: number, targets: Float64Array, adapters: Float32Array): void;
   /** The LoRA dropout correction's adapter gradient, accumulated since zeroGrad (rs_model_lora_grads). */
@@ -263,6 +266,12 @@ export interface NativeBackend {
   /** TEST ONLY: rs_set_test_hooks (kernels/testing.ts). */
   setTestHooks(hooks: NativeTestHooks): void;
   createModel(cfg: NativeModelConfig, seed: bigint): NativeModel;
+  /** Whether this backend's learner ranks can use NCCL (the CUDA backend, with libnccl found), and which or why not. */
+  nccl(): { available: boolean; describe: string };
+  /** Rank 0: the NCCL communicator's id (128 bytes) that every rank's ncclInit takes. */
+  ncclUniqueId(): Uint8Array;
+  /** Joins the NCCL communicator on `device`; a handle for the model's ncclReduceScatterGrads / ncclAllGatherParams. */
+  ncclInit(nranks: number, id: Uint8Array, rank: number, device: number): number;
   embeddingFwd(table: Float32Array, V: number, D: number, ids: Int32Array, out: Float32Array): void;
   embeddingBwd(dout: Float32Array, ids: Int32Array, V: number, D: number, dtable: Float32Array): void;
   rmsnormFwd(x: Float32Array, w: Float32Array, T: number, D: number, eps: number, y: Float32Array, rstd: Float32Array): void;

@@ -358,6 +358,16 @@ export class PolicyModel {
     this.idle("allGatherParams").allGatherParams(counts);
   }
 
+  /** The reduce-scatter over an NCCL communicator (backend.ncclInit) on the model's device buffers. */
+  ncclReduceScatterGrads(handle: number, counts: number[], rank: number): number {
+    return this.idle("ncclReduceScatterGrads").ncclReduceScatterGrads(handle, Float64Array.from(counts), rank);
+  }
+
+  /** The all-gather over an NCCL communicator on the model's device buffers. */
+  ncclAllGatherParams(handle: number, counts: number[]): void {
+    this.idle("ncclAllGatherParams").ncclAllGatherParams(handle, Float64Array.from(counts));
+  }
+
   /** KV-cache sampling over a ragged batch of prompts (see GenerateRequest / GenerateResult). */
   generate(req: GenerateRequest): Promise<GenerateResult[]> {
     return this.run("generate", () => {

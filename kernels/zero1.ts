@@ -3,13 +3,15 @@
 // so rank r receives only its contiguous slice of the flat buffer; rank r keeps the AdamW moments of that slice only
 // (1/N of the optimizer state: the native model frees the rest, rs_model_shard_optimizer), updates its slice of the
 // parameters, and an all-gather hands every rank the whole new parameters. The global grad-norm clip sums the
-// slices' squares over ranks. The collectives run on the model's own buffers (no whole copy crosses into JS).
+// slices' squares over ranks. The collectives run on the model's own buffers (no whole copy crosses into JS): MPI,
+// or NCCL on the GPU's (kernels/rank-collectives.ts).
 //
 // Against one rank on the same global batch the result agrees to float rounding, not bit for bit: the gradient is
 // summed in another order (each rank's micro-batches, then across ranks) and the norm's sum of squares is split
 // differently. The per-element AdamW is the same kernel as the model's own step.
 import type { NativeComm } from "./native.js";
 import type { OptimizerState, PolicyModel, StepOptions, StepResult } from "./policy-model.js";
+import { chooseCollectives, type RankCollectives } from "./rank-collectives.js";
 
 /** Contiguous, near-equal slices of n values over `size` ranks (the first n % size get one more). */
 export function sliceCounts(n: number, size: number): number[] {
@@ -20,8 +22,10 @@ export class Zero1Optimizer {
   readonly counts: number[];
   readonly offset: number;
   readonly count: number;
+  /** MPI on host buffers, or NCCL on the GPU's (kernels/rank-collectives.ts). */
+  readonly collectives: RankCollectives;
 
-  /** Shards the model's moments: it keeps its current values on this rank's slice. */
+  /** Shards the model's moments (it keeps its current values on this rank's slice); a collective: every rank calls it. */
   constructor(
     private readonly model: PolicyModel,
     readonly comm: NativeComm,
@@ -32,6 +36,7 @@ export class Zero1Optimizer {
     this.offset = this.counts.slice(0, rank).reduce((a, b) => a + b, 0);
     this.count = this.counts[rank]!;
     model.shardOptimizer(this.offset, this.count);
+    this.collectives = chooseCollectives(model, comm, rank, size);
   }
 
   /** Optimizer steps taken so far. */
@@ -46,10 +51,10 @@ export class Zero1Optimizer {
 
   /** Sum the ranks' gradients, clip by the global norm, AdamW on this rank's slice, gather the parameters. */
   async step(opt: StepOptions): Promise<StepResult> {
-    const sq = new Float64Array([this.model.reduceScatterGrads(this.counts)]);
+    const sq = new Float64Array([this.collectives.reduceScatterGrads(this.counts)]);
     this.comm.allReduceSum(sq);
     const r = await this.model.shardStep(opt, Math.sqrt(sq[0]!));
-    if (!r.skipped) this.model.allGatherParams(this.counts);
+    if (!r.skipped) this.collectives.allGatherParams(this.counts);
     return r;
   }
 

@@ -102,11 +102,11 @@ export async function runLearnerRankRole(config: RunConfig): Promise<number | nu
 }
 
 /**
- * model.device cuda: one GPU per rank on a node, the rank's local index (unless CUDA_VISIBLE_DEVICES already says).
- * The collectives still run through MPI on host copies of the gradient and parameters; NCCL on device buffers
- * (kernels/cuda/nccl.cu) is built and checked by kernels/gpu-check but not yet driven by the learner.
+ * model.device cuda or auto: one GPU per rank on a node, the rank's local index (unless CUDA_VISIBLE_DEVICES already
+ * says), so every rank's model and NCCL communicator use its device 0 (kernels/rank-collectives.ts). A rank whose
+ * index has no GPU fails to create its model (cuda) or runs on the CPU (auto), and the group refuses to mix them.
  */
 function pinDevice(config: RunConfig, env: NodeJS.ProcessEnv = process.env): void {
   const local = env.OMPI_COMM_WORLD_LOCAL_RANK ?? env.MPI_LOCALRANKID ?? env.SLURM_LOCALID;
-  if (config.model.device === "cuda" && local !== undefined && env.CUDA_VISIBLE_DEVICES === undefined) env.CUDA_VISIBLE_DEVICES = local;
+  if (config.model.device !== "cpu" && local !== undefined && env.CUDA_VISIBLE_DEVICES === undefined) env.CUDA_VISIBLE_DEVICES = local;
 }

@@ -39,6 +39,9 @@ class BackendWrap : public Napi::ObjectWrap<BackendWrap> {
         InstanceMethod("settings", &BackendWrap::GetSettings),
         InstanceMethod("setTestHooks", &BackendWrap::SetTestHooks),
         InstanceMethod("createModel", &BackendWrap::CreateModel),
+        InstanceMethod("nccl", &BackendWrap::Nccl),
+        InstanceMethod("ncclUniqueId", &BackendWrap::NcclUniqueId),
+        InstanceMethod("ncclInit", &BackendWrap::NcclInit),
 #define RS_KERNEL_PROP(name) InstanceMethod(#name, &BackendWrap::K_##name),
         RS_KERNEL_METHODS(RS_KERNEL_PROP)
 #undef RS_KERNEL_PROP
@@ -115,6 +118,39 @@ class BackendWrap : public Napi::ObjectWrap<BackendWrap> {
     return info.Env().Undefined();
   }
   Napi::Value CreateModel(const Napi::CallbackInfo& info) { return create_model(be_, info); }
+
+  // nccl() -> {available, describe}: whether this backend's learner ranks can use NCCL, and which (or why not).
+  Napi::Value Nccl(const Napi::CallbackInfo& info) {
+    Napi::Env env = info.Env();
+    Napi::Object o = Napi::Object::New(env);
+    const bool has = be_->nccl.available != nullptr;
+    o.Set("available", Napi::Boolean::New(env, has && be_->nccl.available() == 1));
+    o.Set("describe", Napi::String::New(env, has ? be_->nccl.describe() : "none (this backend has no NCCL path)"));
+    return o;
+  }
+  const NcclFns& nccl_fns(const Napi::Env& env) {
+    if (!be_->nccl.available) throw Napi::Error::New(env, "nccl: this backend has no NCCL path (the CUDA backend has)");
+    return be_->nccl;
+  }
+  // ncclUniqueId() -> Uint8Array(128): rank 0's id for every rank's ncclInit.
+  Napi::Value NcclUniqueId(const Napi::CallbackInfo& info) {
+    const NcclFns& n = nccl_fns(info.Env());
+    auto out = Napi::Uint8Array::New(info.Env(), 128);
+    if (n.unique_id(out.Data())) throw Napi::Error::New(info.Env(), std::string("nccl: ") + n.last_error());
+    return out;
+  }
+  // ncclInit(nranks, id: Uint8Array(128), rank, device) -> handle for the model's ncclReduceScatterGrads / ncclAllGatherParams.
+  Napi::Value NcclInit(const Napi::CallbackInfo& info) {
+    Args a(info, "ncclInit");
+    const NcclFns& n = nccl_fns(info.Env());
+    const int32_t nranks = a.i32(0, "nranks", 1, 1 << 20);
+    auto id = a.arr<uint8_t>(1, "id", 128);
+    if (id.len != 128) a.range_error("id must be the 128 bytes of ncclUniqueId");
+    void* comm = nullptr;
+    if (n.init(&comm, nranks, id.data, a.i32(2, "rank", 0, nranks - 1), a.i32(3, "device", 0, 1024)))
+      throw Napi::Error::New(info.Env(), std::string("nccl: ") + n.last_error());
+    return Napi::Number::New(info.Env(), nccl_handle_put(comm));
+  }
 #define RS_KERNEL_IMPL(name) \
   Napi::Value K_##name(const Napi::CallbackInfo& info) { return kernel_##name(be_, info); }
   RS_KERNEL_METHODS(RS_KERNEL_IMPL)

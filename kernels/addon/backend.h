@@ -19,9 +19,22 @@
   X(rs_engine_create) X(rs_engine_free) X(rs_engine_add) X(rs_engine_cancel) X(rs_engine_set_version) X(rs_engine_step)   \
   X(rs_engine_get_stats)
 
+// The CUDA backend's NCCL collectives (kernels/cuda/nccl.cuh), resolved when the library has them (all or none):
+// the learner ranks' ZeRO-1 on the model's device buffers. The CPU backend has none; its ranks use MPI (comm.cc).
+struct NcclFns {
+  int32_t (*available)(void) = nullptr;
+  const char* (*describe)(void) = nullptr;
+  const char* (*last_error)(void) = nullptr;
+  int32_t (*unique_id)(uint8_t* out128) = nullptr;
+  int32_t (*init)(void** comm, int32_t nranks, const uint8_t* id128, int32_t rank, int32_t device) = nullptr;
+  int32_t (*model_reduce_scatter_grads)(void* comm, rs_model* model, const int64_t* counts, int32_t nranks, int32_t rank, double* sumsq) = nullptr;
+  int32_t (*model_all_gather_params)(void* comm, rs_model* model, const int64_t* counts, int32_t nranks) = nullptr;
+};
+
 struct Backend {
   void* handle = nullptr;
   std::string path;
+  NcclFns nccl;
 #define RS_DECLARE_FN(name) decltype(&::name) name = nullptr;
   RS_BACKEND_FUNCS(RS_DECLARE_FN)
 #undef RS_DECLARE_FN
@@ -30,3 +43,7 @@ struct Backend {
 // Opens (once per path, kept for the life of the process) and checks the ABI version. Throws std::runtime_error
 // naming the path and the missing piece.
 Backend* open_backend(const std::string& path);
+
+// NCCL communicators made by a backend's ncclInit, by handle (small integers handed to JS).
+int nccl_handle_put(void* comm);
+void* nccl_handle_get(int handle);

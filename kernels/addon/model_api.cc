@@ -64,6 +64,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
                         InstanceMethod("optimizerShard", &ModelWrap::OptimizerShard), InstanceMethod("shardStep", &ModelWrap::ShardStep),
                         InstanceMethod("reduceScatterGrads", &ModelWrap::ReduceScatterGrads),
                         InstanceMethod("allGatherParams", &ModelWrap::AllGatherParams),
+                        InstanceMethod("ncclReduceScatterGrads", &ModelWrap::NcclReduceScatterGrads),
+                        InstanceMethod("ncclAllGatherParams", &ModelWrap::NcclAllGatherParams),
                         InstanceMethod("createEngine", &ModelWrap::CreateEngine),
                         InstanceMethod("dispose", &ModelWrap::Dispose)});
   }
@@ -385,6 +387,34 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
     float* g = be_->rs_model_grads(m);
     if (!g) throw Napi::Error::New(info.Env(), "reduceScatterGrads: the model's gradient buffer could not be read");
     return Napi::Number::New(info.Env(), comm_reduce_scatter_in_place(info[0], g, (size_t)be_->rs_model_num_params(m)));
+  }
+  // ncclReduceScatterGrads(handle, counts) -> sum of squares; ncclAllGatherParams(handle, counts): the same ZeRO-1
+  // collectives over NCCL on the model's device buffers (the CUDA backend; handle from backend.ncclInit).
+  std::pair<void*, std::vector<int64_t>> nccl_args(const Args& a, const char* what) {
+    if (!be_->nccl.available) throw Napi::Error::New(a.env(), std::string(what) + ": this backend has no NCCL path");
+    void* comm = nccl_handle_get(a.i32(0, "handle", 0, 1 << 20));
+    if (!comm) a.range_error("no NCCL communicator with this handle");
+    auto c = a.arr<double>(1, "counts", 0);
+    std::vector<int64_t> counts(c.len);
+    for (size_t i = 0; i < c.len; i++) counts[i] = a.int_in(c.data[i], "counts[i]", 0, (int64_t)1 << 52);
+    return {comm, counts};
+  }
+  Napi::Value NcclReduceScatterGrads(const Napi::CallbackInfo& info) {
+    Args a(info, "ncclReduceScatterGrads");
+    rs_model* m = live(a);
+    auto [comm, counts] = nccl_args(a, "ncclReduceScatterGrads");
+    double sumsq = 0;
+    if (be_->nccl.model_reduce_scatter_grads(comm, m, counts.data(), (int32_t)counts.size(), a.i32(2, "rank", 0, (int32_t)counts.size() - 1), &sumsq))
+      throw Napi::Error::New(info.Env(), std::string("nccl: ") + be_->nccl.last_error());
+    return Napi::Number::New(info.Env(), sumsq);
+  }
+  Napi::Value NcclAllGatherParams(const Napi::CallbackInfo& info) {
+    Args a(info, "ncclAllGatherParams");
+    rs_model* m = live(a);
+    auto [comm, counts] = nccl_args(a, "ncclAllGatherParams");
+    if (be_->nccl.model_all_gather_params(comm, m, counts.data(), (int32_t)counts.size()))
+      throw Napi::Error::New(info.Env(), std::string("nccl: ") + be_->nccl.last_error());
+    return info.Env().Undefined();
   }
   Napi::Value AllGatherParams(const Napi::CallbackInfo& info) {
     Args a(info, "allGatherParams");

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "adamw.cuh"
+#include "model.cuh"
 #include "nccl.cuh"
 
 namespace {
@@ -39,6 +41,9 @@ using comm_init_rank_fn = int (*)(ncclComm_t* comm, int nranks, ncclUniqueId id,
 using reduce_scatter_fn = int (*)(const void* send, void* recv, size_t recvcount, int datatype, int op, ncclComm_t comm, cudaStream_t stream);
 using all_gather_fn = int (*)(const void* send, void* recv, size_t sendcount, int datatype, ncclComm_t comm, cudaStream_t stream);
 using all_reduce_fn = int (*)(const void* send, void* recv, size_t count, int datatype, int op, ncclComm_t comm, cudaStream_t stream);
+using reduce_fn = int (*)(const void* send, void* recv, size_t count, int datatype, int op, int root, ncclComm_t comm, cudaStream_t stream);
+using broadcast_fn = int (*)(const void* send, void* recv, size_t count, int datatype, int root, ncclComm_t comm, cudaStream_t stream);
+using group_fn = int (*)();
 using comm_destroy_fn = int (*)(ncclComm_t comm);
 using get_error_string_fn = const char* (*)(int result);
 using get_version_fn = int (*)(int* version);
@@ -51,6 +56,9 @@ struct Lib {
   reduce_scatter_fn reduce_scatter = nullptr;
   all_gather_fn all_gather = nullptr;
   all_reduce_fn all_reduce = nullptr;
+  reduce_fn reduce = nullptr;
+  broadcast_fn broadcast = nullptr;
+  group_fn group_start = nullptr, group_end = nullptr;
   comm_destroy_fn comm_destroy = nullptr;
   get_error_string_fn error_string = nullptr;
   get_version_fn get_version = nullptr;
@@ -88,10 +96,15 @@ void load() {
       l.reduce_scatter = reinterpret_cast<reduce_scatter_fn>(dlsym(h, "ncclReduceScatter"));
       l.all_gather = reinterpret_cast<all_gather_fn>(dlsym(h, "ncclAllGather"));
       l.all_reduce = reinterpret_cast<all_reduce_fn>(dlsym(h, "ncclAllReduce"));
+      l.reduce = reinterpret_cast<reduce_fn>(dlsym(h, "ncclReduce"));
+      l.broadcast = reinterpret_cast<broadcast_fn>(dlsym(h, "ncclBroadcast"));
+      l.group_start = reinterpret_cast<group_fn>(dlsym(h, "ncclGroupStart"));
+      l.group_end = reinterpret_cast<group_fn>(dlsym(h, "ncclGroupEnd"));
       l.comm_destroy = reinterpret_cast<comm_destroy_fn>(dlsym(h, "ncclCommDestroy"));
       l.error_string = reinterpret_cast<get_error_string_fn>(dlsym(h, "ncclGetErrorString"));
       l.get_version = reinterpret_cast<get_version_fn>(dlsym(h, "ncclGetVersion"));
-      if (!l.get_unique_id || !l.comm_init_rank || !l.reduce_scatter || !l.all_gather || !l.all_reduce || !l.comm_destroy || !l.error_string) {
+      if (!l.get_unique_id || !l.comm_init_rank || !l.reduce_scatter || !l.all_gather || !l.all_reduce || !l.reduce || !l.broadcast ||
+          !l.group_start || !l.group_end || !l.comm_destroy || !l.error_string) {
         tried += (tried.empty() ? "" : "; ") + n + " (missing symbols)";
         dlclose(h);
         continue;
@@ -122,6 +135,41 @@ int cuda(cudaError_t rc, const char* what) {
 int need_lib() {
   load();
   return g_lib.handle ? 0 : fail(g_lib.why);
+}
+
+// Checks the slices of a model's flat buffer: one non-negative count per rank, summing to its parameters.
+int check_counts(const rs_model* m, const int64_t* counts, int32_t nranks) {
+  if (!m || !counts || nranks < 1) return fail("rs_nccl_model_*: null model or counts, or nranks < 1");
+  int64_t sum = 0;
+  for (int32_t r = 0; r < nranks; r++) {
+    if (counts[r] < 0) return fail("rs_nccl_model_*: a negative count");
+    sum += counts[r];
+  }
+  return sum == m->n_params ? 0 : fail("rs_nccl_model_*: the counts do not sum to the model's parameters");
+}
+
+// One collective per rank's slice of buf, grouped (NCCL's reduce-scatter and all-gather need equal counts).
+int per_slice(void* comm, rs_model* m, float* buf, const int64_t* counts, int32_t nranks, bool reduce) {
+  if (nccl(g_lib.group_start(), "ncclGroupStart")) return 1;
+  int64_t off = 0;
+  int rc = 0;
+  for (int32_t r = 0; r < nranks && !rc; off += counts[r], r++) {
+    float* slice = buf + off;
+    rc = reduce ? nccl(g_lib.reduce(slice, slice, (size_t)counts[r], ncclFloat32, ncclSum, r, comm, m->stream), "ncclReduce")
+                : nccl(g_lib.broadcast(slice, slice, (size_t)counts[r], ncclFloat32, r, comm, m->stream), "ncclBroadcast");
+  }
+  const int end = nccl(g_lib.group_end(), "ncclGroupEnd");
+  return rc || end;
+}
+
+// Runs f (which may throw rsc::Failure) and turns a failure into 1 with the reason kept.
+template <typename F>
+int guarded(const char* what, F&& f) {
+  try {
+    return f();
+  } catch (const rsc::Failure& e) {
+    return fail(std::string(what) + ": " + e.msg);
+  }
 }
 
 }  // namespace
@@ -189,6 +237,33 @@ RS_NCCL_API int32_t rs_nccl_all_reduce_sum_f64(void* comm, double* buf, uint64_t
 RS_NCCL_API int32_t rs_nccl_destroy(void* comm) {
   if (need_lib()) return 1;
   return nccl(g_lib.comm_destroy(comm), "ncclCommDestroy");
+}
+
+RS_NCCL_API int32_t rs_nccl_model_reduce_scatter_grads(void* comm, rs_model* m, const int64_t* counts, int32_t nranks, int32_t rank,
+                                                       double* sumsq) {
+  if (need_lib() || check_counts(m, counts, nranks)) return 1;
+  if (rank < 0 || rank >= nranks || !sumsq) return fail("rs_nccl_model_reduce_scatter_grads: rank outside [0, nranks) or null sumsq");
+  return guarded("rs_nccl_model_reduce_scatter_grads", [&] {
+    rsc::model_enter(m);  // a host-written gradient goes first
+    if (per_slice(comm, m, m->G(), counts, nranks, true)) return 1;
+    int64_t off = 0;
+    for (int32_t r = 0; r < rank; r++) off += counts[r];
+    *sumsq = rsc::grad_sumsq(m->stream, m->G() + off, counts[rank], m->norm_part, m->norm_host);  // synchronises the stream
+    rsc::model_touched(m, rsc::kGrads);
+    return 0;
+  });
+}
+
+RS_NCCL_API int32_t rs_nccl_model_all_gather_params(void* comm, rs_model* m, const int64_t* counts, int32_t nranks) {
+  if (need_lib() || check_counts(m, counts, nranks)) return 1;
+  return guarded("rs_nccl_model_all_gather_params", [&] {
+    rsc::model_enter(m);
+    if (per_slice(comm, m, m->P(), counts, nranks, false)) return 1;
+    if (cuda(cudaStreamSynchronize(m->stream), "cudaStreamSynchronize")) return 1;
+    rsc::model_touched(m, rsc::kParams);
+    m->bf16_stale = true;
+    return 0;
+  });
 }
 
 // The three collectives on device buffers of `per_rank` floats per rank, checked against their exact values (every

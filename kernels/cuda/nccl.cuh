@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "../kernels.h"
+
 #define RS_NCCL_API __attribute__((visibility("default")))
 
 extern "C" {
@@ -27,6 +29,13 @@ RS_NCCL_API int32_t rs_nccl_reduce_scatter_f32(void* comm, const float* send, fl
 RS_NCCL_API int32_t rs_nccl_all_gather_f32(void* comm, const float* send, float* recv, uint64_t sendcount, void* stream);
 RS_NCCL_API int32_t rs_nccl_all_reduce_sum_f64(void* comm, double* buf, uint64_t count, void* stream);
 RS_NCCL_API int32_t rs_nccl_destroy(void* comm);
+// ZeRO-1 on a model's own device buffers (kernels/zero1.ts), the flat buffer split in counts[nranks] contiguous slices
+// (rank r's from the sum of the counts before it; uneven counts: one ncclReduce / ncclBroadcast per slice in a group).
+// The reduce-scatter leaves the sum over ranks of this rank's slice of the grads in place and *sumsq its sum of
+// squares; the all-gather broadcasts each rank's slice of the params to every rank. Both on the model's stream.
+RS_NCCL_API int32_t rs_nccl_model_reduce_scatter_grads(void* comm, rs_model* model, const int64_t* counts, int32_t nranks, int32_t rank,
+                                                       double* sumsq);
+RS_NCCL_API int32_t rs_nccl_model_all_gather_params(void* comm, rs_model* model, const int64_t* counts, int32_t nranks);
 // The three collectives on device buffers, checked against exact values; *max_err the largest absolute error.
 RS_NCCL_API int32_t rs_nccl_selftest(void* comm, int32_t nranks, int32_t rank, uint64_t per_rank, double* max_err);
 }

@@ -370,6 +370,16 @@ class Model:
     def zero_grad(self):
         self.lib.rs_model_zero_grad(self.h)
 
+    def shard_optimizer(self, offset, count):
+        """ZeRO-1: the model keeps the AdamW moments of [offset, offset + count) only (read them with buffer ranges)."""
+        call("rs_model_shard_optimizer", self.lib.rs_model_shard_optimizer, self.h, offset, count)
+
+    def shard_step(self, grad_norm, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.0, max_grad_norm=0.0):
+        o = OptimConfig(lr, beta1, beta2, eps, weight_decay, max_grad_norm)
+        r = StepResult()
+        call("rs_model_shard_step", self.lib.rs_model_shard_step, self.h, C.byref(o), grad_norm, C.byref(r))
+        return {"grad_norm": r.grad_norm, "clipped": r.clipped, "skipped": r.skipped, "step": r.step}
+
     def generate(self, prompts, max_new_tokens, temperature=1.0, top_p=1.0, top_k=0, seed=0, seeds=None, eos=(), stops=(),
                  return_logits=False, vocab_limit=0):
         n = len(prompts)

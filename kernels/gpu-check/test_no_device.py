@@ -197,6 +197,13 @@ def nccl_without_device(path):
         expect(lib.rs_nccl_unique_id(uid) == 1 and b"cannot load NCCL" in lib.rs_nccl_last_error(), "nccl unique id without libnccl says why")
         comm = C.c_void_p()
         expect(lib.rs_nccl_init(C.byref(comm), 1, uid, 0, 0) == 1, "nccl init without libnccl fails cleanly")
+    # The learner's ZeRO-1 collectives on a model (rs_nccl_model_*): a bad call fails with its reason, never crashes.
+    lib.rs_nccl_model_reduce_scatter_grads.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_int32, C.c_int32, C.c_void_p]
+    lib.rs_nccl_model_all_gather_params.argtypes = [C.c_void_p, C.c_void_p, C.c_void_p, C.c_int32]
+    for name, rc in (("reduce-scatter", lib.rs_nccl_model_reduce_scatter_grads(None, None, None, 1, 0, None)),
+                     ("all-gather", lib.rs_nccl_model_all_gather_params(None, None, None, 1))):
+        why = lib.rs_nccl_last_error().decode()
+        expect(rc == 1 and ("cannot load NCCL" in why or "null model" in why), f"nccl model {name} without a model or NCCL says why: {why}")
 
 
 cuda = os.path.join(build, "librollstream_cuda.so")

@@ -45,7 +45,13 @@ function mpirun(np: number, args: string[]): void {
 
 const readF32 = (dir: string, name: string) => new Float32Array(new Uint8Array(readFileSync(join(dir, name))).buffer);
 const rankOut = (dir: string, r: number) =>
-  JSON.parse(readFileSync(join(dir, `rank${r}.json`), "utf8")) as { losses: number[]; momentFloats: number; sliceFloats: number; numParams: number };
+  JSON.parse(readFileSync(join(dir, `rank${r}.json`), "utf8")) as {
+    losses: number[];
+    momentFloats: number;
+    sliceFloats: number;
+    numParams: number;
+    collectives: string;
+  };
 
 /** One rank, the model's own step over the whole global batch: losses and params after each step. */
 async function baseline(steps: number) {
@@ -79,6 +85,7 @@ test("learner ranks (MPI, ZeRO-1): 2 ranks train the same 3 steps as 1 rank; eac
   assert.throws(() => assertClose(readF32(dir, "params.bin"), base.params[1]!, "control", 1e-5, 1e-8));
   // ZeRO-1: the native model of each rank keeps the moments (m and v) of its slice only; together, the whole model once.
   assert.equal(r0.momentFloats, r0.sliceFloats);
+  assert.equal(r0.collectives, "mpi", "the CPU backend's ranks sum over MPI");
   assert.equal(r0.momentFloats + r1.momentFloats, 2 * r0.numParams);
   assert.ok(Math.abs(r0.momentFloats - r1.momentFloats) <= 2, `${r0.momentFloats} vs ${r1.momentFloats}`);
   // The gathered moments are the one-rank model's.

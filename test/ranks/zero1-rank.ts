@@ -41,7 +41,15 @@ if (rank === 0) {
 }
 writeFileSync(
   join(outDir, `rank${rank}.json`),
-  JSON.stringify({ rank, size, losses, momentFloats: 2 * model.optimizerShard.count, sliceFloats: 2 * zero.count, numParams: model.numParams }),
+  JSON.stringify({
+    rank,
+    size,
+    losses,
+    momentFloats: 2 * model.optimizerShard.count,
+    collectives: zero.collectives.kind,
+    sliceFloats: 2 * zero.count,
+    numParams: model.numParams,
+  }),
 );
 model.dispose();
 comm.finalize();
