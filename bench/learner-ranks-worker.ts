@@ -74,6 +74,7 @@ if (job.plain) {
 }
 const comm = nativeComm();
 const { rank, size } = comm.init();
+const rssAfterInit = rssKb().now; // Open MPI's libraries and shared-memory segments: not the model's
 const model = PolicyModel.create(job.cfg, { seed: 7, threads: 1 });
 const zero = new Zero1Optimizer(model, comm, rank, size);
 const inCollectives = timeCollectives(model, comm);
@@ -109,7 +110,8 @@ if (rank === 0)
       microBatches: packed.microBatches.length,
       numParams: model.numParams,
       momentFloats: 2 * model.optimizerShard.count,
-      rssBeforeKb: rssBefore,
+      rssBeforeKb: rssAfterInit,
+      mpiInitKb: rssAfterInit - rssBefore,
       peakRssKb: Math.max(...peaks),
     }),
   );

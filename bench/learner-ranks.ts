@@ -27,7 +27,9 @@ interface RankFigures {
   inCollectivesMs: number;
   commOnlyMs: number;
   loss: number;
+  /** Resident memory before the model (after MPI's init for a rank). */
   rssBeforeKb: number;
+  mpiInitKb?: number;
   peakRssKb: number;
   microBatches: number;
   numParams: number;
@@ -86,7 +88,7 @@ function memoryModel(quick: boolean): ReturnType<typeof benchModel> {
 }
 
 /** Peak resident memory of one process with the whole optimizer state against each of 2 ZeRO-1 ranks, same model. */
-function memoryLines(quick: boolean, result: Record<string, number>): string[] {
+export function memoryLines(quick: boolean, result: Record<string, number>): string[] {
   const cfg = memoryModel(quick);
   const samples = groupSamples(2, 32, 32, cfg.vocabSize, 5);
   const one = runWorker(cfg, samples, 256, 1, true);
@@ -101,13 +103,14 @@ function memoryLines(quick: boolean, result: Record<string, number>): string[] {
     ranks_mem_model_mb_1process: modelMb(one),
     ranks_mem_model_mb_per_rank_2ranks: modelMb(two),
     ranks_mem_model_ratio_2ranks: modelMb(two) / modelMb(one),
+    ranks_mem_mpi_init_mb: mb(two.mpiInitKb ?? 0),
   });
   return [
     `memory: ${P} params (${((16 * P) / 2 ** 20).toFixed(0)} MiB of params + grads + AdamW m, v in one process), 1 step`,
     `${"setup".padEnd(30)}${"peak RSS MiB".padStart(14)}${"above start".padStart(13)}${"ratio".padStart(8)}`,
     `${"1 process, whole optimizer".padEnd(30)}${mb(one.peakRssKb).toFixed(0).padStart(14)}${modelMb(one).toFixed(0).padStart(13)}${"1.00x".padStart(8)}`,
     `${"each of 2 ZeRO-1 ranks".padEnd(30)}${mb(two.peakRssKb).toFixed(0).padStart(14)}${modelMb(two).toFixed(0).padStart(13)}${`${(modelMb(two) / modelMb(one)).toFixed(2)}x`.padStart(8)}`,
-    `(params + grads whole on every rank, moments 1/N: (2 + 2/N) / 4 of the buffers, 0.75x at N = 2, toward 0.5x as N grows)`,
+    `above start: from just before the model is created (a rank's MPI init, ${mb(two.mpiInitKb ?? 0).toFixed(0)} MiB, not counted); params + grads whole on every rank and moments 1/N: (2 + 2/N) / 4 of the buffers, 0.75x at N = 2, toward 0.5x as N grows`,
   ];
 }
 

@@ -7,6 +7,7 @@
 // synchronous on the JS thread: every rank blocks in the same collective, in the same order.
 #include <napi.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <vector>
@@ -204,20 +205,32 @@ Napi::Value Finalize(const Napi::CallbackInfo& info) {
 }  // namespace
 
 #ifdef RS_HAVE_MPI
-// ZeRO-1 on a model's own flat buffer (the model wrapper's reduceScatterGrads / allGatherParams): no copy of the whole
-// buffer in JS, only this rank's slice as scratch.
+// ZeRO-1 on a model's own flat buffer (the model wrapper's reduceScatterGrads / allGatherParams), in place and in
+// bounded pieces: one MPI_Reduce (into the slice's owner, in place there) and one MPI_Bcast (from it) per piece of
+// at most kPiece floats of each rank's slice. MPI_Reduce_scatter and MPI_Allgatherv over the whole buffer would be
+// one call each, but Open MPI's algorithms for them allocate temporary buffers of the whole buffer's size (measured
+// by `rollstream bench learner`: a rank then peaked above one process with the whole optimizer state).
+constexpr int kPiece = 1 << 20;
+
+std::vector<size_t> offsets_of(const std::vector<int>& c) {
+  std::vector<size_t> off(c.size() + 1, 0);
+  for (size_t r = 0; r < c.size(); r++) off[r + 1] = off[r] + (size_t)c[r];
+  return off;
+}
+
 double comm_reduce_scatter_in_place(const Napi::Value& counts, float* buf, size_t n) {
   Napi::Env env = counts.Env();
   need_init(env);
   const auto c = counts_of(counts, world_size(), n, "reduceScatterGrads");
-  const int rank = world_rank();
-  size_t offset = 0;
-  for (int r = 0; r < rank; r++) offset += (size_t)c[r];
-  std::vector<float> mine((size_t)c[rank]);
-  check(env, MPI_Reduce_scatter(buf, mine.data(), c.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Reduce_scatter");
+  const auto off = offsets_of(c);
+  const int me = world_rank();
+  for (int r = 0; r < (int)c.size(); r++)
+    for (size_t at = off[r]; at < off[r + 1]; at += kPiece) {
+      const int len = (int)std::min<size_t>(kPiece, off[r + 1] - at);
+      check(env, MPI_Reduce(r == me ? MPI_IN_PLACE : buf + at, buf + at, len, MPI_FLOAT, MPI_SUM, r, MPI_COMM_WORLD), "MPI_Reduce");
+    }
   double sumsq = 0;
-  for (float g : mine) sumsq += (double)g * (double)g;
-  std::copy(mine.begin(), mine.end(), buf + offset);
+  for (size_t i = off[me]; i < off[me + 1]; i++) sumsq += (double)buf[i] * (double)buf[i];
   return sumsq;
 }
 
@@ -225,9 +238,12 @@ void comm_all_gather_in_place(const Napi::Value& counts, float* buf, size_t n) {
   Napi::Env env = counts.Env();
   need_init(env);
   const auto c = counts_of(counts, world_size(), n, "allGatherParams");
-  std::vector<int> displ(c.size(), 0);
-  for (size_t i = 1; i < c.size(); i++) displ[i] = displ[i - 1] + c[i - 1];
-  check(env, MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c.data(), displ.data(), MPI_FLOAT, MPI_COMM_WORLD), "MPI_Allgatherv");
+  const auto off = offsets_of(c);
+  for (int r = 0; r < (int)c.size(); r++)
+    for (size_t at = off[r]; at < off[r + 1]; at += kPiece) {
+      const int len = (int)std::min<size_t>(kPiece, off[r + 1] - at);
+      check(env, MPI_Bcast(buf + at, len, MPI_FLOAT, r, MPI_COMM_WORLD), "MPI_Bcast");
+    }
 }
 #else
 double comm_reduce_scatter_in_place(const Napi::Value& counts, float*, size_t) {
