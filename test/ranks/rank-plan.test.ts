@@ -33,6 +33,7 @@ test("a train plan decodes to the very samples, loss and optimizer settings (Inf
     loss: parseLossSpec({ name: "rl" }),
     opt,
     pack: { microBatchTokens: 64, sharePrefix: true },
+    step: 17,
     threads: 2,
     blasRoutes: "nn:16x32x256:1t=blas",
   };
@@ -43,6 +44,7 @@ test("a train plan decodes to the very samples, loss and optimizer settings (Inf
   assert.deepEqual(back.opt, opt);
   assert.equal(back.opt.maxGradNorm, Number.POSITIVE_INFINITY);
   assert.deepEqual(back.pack, plan.pack);
+  assert.equal(back.step, 17, "the followers key LoRA dropout's masks by rank 0's step");
   assert.equal(back.threads, 2);
   assert.equal(back.blasRoutes, "nn:16x32x256:1t=blas", "the followers compute with rank 0's sgemm routes");
   assert.equal(back.samples.length, 2);
