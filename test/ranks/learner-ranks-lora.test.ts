@@ -73,7 +73,14 @@ test("learner ranks with model.lora (dropout 0.1) and rl.loss gspo: 2 ranks trai
     const { code, lines: out, rows } = await replayInProcess({ config: run.configPath, steps: String(STEPS), nats: run.nats.url });
     assert.ok(code === 0 || code === 1, out.join("\n")); // 1: a step not bit-exact, allowed within the tolerance
     assert.equal(rows.length, STEPS, out.join("\n"));
-    const typed = rows as unknown as Array<{ step: number; maxRelDiff: number | null; absDiff: number | null; gradNorm: number; loss: number }>;
+    const typed = rows as unknown as Array<{
+      step: number;
+      maxRelDiff: number | null;
+      maxRelDiffFigure: string | null;
+      absDiff: number | null;
+      gradNorm: number;
+      loss: number;
+    }>;
     assert.ok(
       typed.every((r) => r.gradNorm > 0 && r.loss !== 0),
       `positive control: every compared step moved the adapters\n${out.join("\n")}`,
@@ -83,7 +90,9 @@ test("learner ranks with model.lora (dropout 0.1) and rl.loss gspo: 2 ranks trai
         r.maxRelDiff !== null && (r.maxRelDiff <= 1e-3 || (r.absDiff ?? 1) <= 1e-6),
         `step ${r.step}: 1-rank replay differs by ${r.maxRelDiff} relative (${r.absDiff} absolute)\n${out.join("\n")}`,
       );
-    process.stdout.write(`# LoRA + gspo, 2 ranks vs 1-rank replay, max relative difference: ${typed.map((r) => r.maxRelDiff).join(", ")}\n`);
+    process.stdout.write(
+      `# LoRA + gspo, 2 ranks vs 1-rank replay, max relative difference (figure, absolute): ${typed.map((r) => `${r.maxRelDiff} (${r.maxRelDiffFigure}, ${r.absDiff})`).join(", ")}\n`,
+    );
   } finally {
     await run.close();
   }
