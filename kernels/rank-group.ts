@@ -14,6 +14,10 @@
 // no NATS connection, lease or consumer, and the cost is one copy of the step's token ids (a few MB) over the
 // communicator, next to the gradient's reduce-scatter of the whole model.
 //
+// With model.lora the group trains the adapters (kernels/zero1-lora.ts): they reach the followers inside a state plan
+// (the training state carries the adapters, their settings and moments), so the protocol has no LoRA plan of its own;
+// a train plan carries the step only because LoRA dropout's masks are keyed by it.
+//
 // A follower waits for the next plan in a non-blocking broadcast polled on a timer (MPI_Ibcast + MPI_Test), not in
 // a blocking collective: Open MPI busy-polls, and rank 0 may wait minutes for samples while inference needs the cores.
 import { parseBackendInfo } from "./index.js";
@@ -26,6 +30,8 @@ import type { OptimizerState, PolicyModel } from "./policy-model.js";
 import { isInputCaused } from "./train-errors.js";
 import { trainOnRanks, type StepReport } from "./train-step.js";
 import { Zero1Optimizer } from "./zero1.js";
+import { Zero1Adapters } from "./zero1-lora.js";
+import type { LoraAdapters } from "./lora.js";
 
 export interface PackSettings {
   microBatchTokens: number;
@@ -34,7 +40,17 @@ export interface PackSettings {
 
 /** What rank 0 tells the followers to do next. */
 export type RankPlan =
-  | { kind: "train"; samples: TrainSample[]; loss: ParsedLossSpec; opt: OptimizerConfig; pack: PackSettings; threads: number; blasRoutes?: string }
+  | {
+      kind: "train";
+      samples: TrainSample[];
+      loss: ParsedLossSpec;
+      opt: OptimizerConfig;
+      pack: PackSettings;
+      /** The step's index (LoRA dropout's masks are keyed by it, as on one process). */
+      step: number;
+      threads: number;
+      blasRoutes?: string;
+    }
   | { kind: "state"; bytes: Uint8Array }
   | { kind: "freshMoments" }
   | { kind: "gather" }
@@ -46,6 +62,7 @@ type Header =
       loss: ParsedLossSpec;
       opt: OptimizerConfig;
       pack: PackSettings;
+      step: number;
       threads: number;
       blasRoutes?: string;
       lens: Array<[number, number, number]>;
@@ -67,7 +84,7 @@ export function encodePlan(plan: RankPlan): Uint8Array {
   let body = 0;
   if (plan.kind === "train") {
     const lens = plan.samples.map((s): [number, number, number] => [s.promptIds.length, s.completionIds.length, s.advantage]);
-    header = { kind: "train", loss: plan.loss, opt: plan.opt, pack: plan.pack, threads: plan.threads, blasRoutes: plan.blasRoutes, lens };
+    header = { kind: "train", loss: plan.loss, opt: plan.opt, pack: plan.pack, step: plan.step, threads: plan.threads, blasRoutes: plan.blasRoutes, lens };
     for (const [p, c] of lens) body += 4 * p + 4 * c + 4 * c + c;
   } else if (plan.kind === "state") {
     header = { kind: "state", bytes: plan.bytes.length };
@@ -126,6 +143,7 @@ export function decodePlan(bytes: Uint8Array): RankPlan {
     loss: header.loss,
     opt: header.opt,
     pack: header.pack,
+    step: header.step,
     threads: header.threads,
     ...(header.blasRoutes !== undefined ? { blasRoutes: header.blasRoutes } : {}),
   };
@@ -145,9 +163,11 @@ export async function broadcastPlan(comm: NativeComm, plan: RankPlan | null): Pr
   return plan ?? decodePlan(buf);
 }
 
-/** The pieces every rank holds: its model, its ZeRO-1 slice of the optimizer, the communicator. */
+/** The pieces every rank holds: its model, its ZeRO-1 slice of the optimizer (the adapters' with LoRA), the communicator. */
 export class RankGroup {
   readonly zero: Zero1Optimizer;
+  /** model.lora: the adapters every rank trains, with this rank's slice of their moments; null trains every weight. */
+  adapters: Zero1Adapters | null = null;
 
   constructor(
     readonly model: PolicyModel,
@@ -158,18 +178,23 @@ export class RankGroup {
     this.zero = new Zero1Optimizer(model, comm, rank, size); // keeps the model's moments on this rank's slice
   }
 
-  /** Rank 0: every rank trains `samples` as one step (lr already scheduled). */
-  async train(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, pack: PackSettings): Promise<StepReport> {
+  /** Rank 0: every rank trains `samples` as step `step` (lr already scheduled). */
+  async train(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, pack: PackSettings, step: number): Promise<StepReport> {
     // The CPU sgemm routes rank 0 measured (or pinned from its earlier life): every rank computes its micro-batches
     // with the same products, so a step recomputed after a restart has the bits of its first attempt.
     const blasRoutes = parseBackendInfo(resolveBackend(this.model.device).backend.info()).blasRoutes;
-    await broadcastPlan(this.comm, { kind: "train", samples, loss, opt, pack, threads: this.model.threads, ...(blasRoutes ? { blasRoutes } : {}) });
-    return this.trainLocal(samples, loss, opt, pack);
+    const plan = { kind: "train", samples, loss, opt, pack, step, threads: this.model.threads, ...(blasRoutes ? { blasRoutes } : {}) } as const;
+    await broadcastPlan(this.comm, plan);
+    return this.trainLocal(plan);
   }
 
-  /** Rank 0, after it decoded a training state into its model: the followers load the same bytes. */
-  async loadState(bytes: Uint8Array): Promise<void> {
+  /**
+   * Rank 0, after it decoded a training state into its model (with `lora`: the adapters it decoded or started, which
+   * the state holds): the followers load the same bytes; from then on the group trains those adapters.
+   */
+  async loadState(bytes: Uint8Array, lora: LoraAdapters | null = null): Promise<void> {
     await broadcastPlan(this.comm, { kind: "state", bytes }); // rank 0's model took its slice of the state's moments
+    this.useState(lora);
   }
 
   /** Rank 0: every rank starts fresh AdamW moments (RL after SFT). */
@@ -178,10 +203,18 @@ export class RankGroup {
     this.resetMoments();
   }
 
-  /** Rank 0: gathers every rank's slice of the moments (what its checkpoint encodes; the model keeps its slice). */
-  async gather(): Promise<OptimizerState> {
+  /**
+   * Rank 0: gathers every rank's slice of the moments (what its checkpoint encodes): the whole model's, returned (the
+   * model keeps its slice), or the adapters', into its LoraAdapters (undefined returned).
+   */
+  async gather(): Promise<OptimizerState | undefined> {
     await broadcastPlan(this.comm, { kind: "gather" });
-    return this.zero.fullState();
+    if (!this.adapters) return this.zero.fullState();
+    const s = this.adapters.fullState();
+    this.adapters.lora.m.set(s.m);
+    this.adapters.lora.v.set(s.v);
+    this.adapters.lora.step = s.step;
+    return undefined;
   }
 
   /** Rank 0: the followers finish (their plan loop returns), then every rank leaves MPI. */
@@ -196,15 +229,15 @@ export class RankGroup {
       const plan = await broadcastPlan(this.comm, null);
       if (plan.kind === "stop") break;
       if (plan.kind === "state") {
-        decodeTrainStateWithLora(this.model, plan.bytes); // the model takes its slice of the moments
-        log("loaded rank 0's training state", { step: this.zero.steps });
+        this.useState(decodeTrainStateWithLora(this.model, plan.bytes).lora);
+        log("loaded rank 0's training state", { step: (this.adapters ?? this.zero).steps, lora: this.adapters !== null });
       } else if (plan.kind === "freshMoments") this.resetMoments();
-      else if (plan.kind === "gather") this.zero.fullState();
+      else if (plan.kind === "gather") (this.adapters ?? this.zero).fullState();
       else {
         if (plan.threads !== this.model.threads) this.model.setThreads(plan.threads);
         this.followRoutes(plan.blasRoutes);
         try {
-          const r = await this.trainLocal(plan.samples, plan.loss, plan.opt, plan.pack);
+          const r = await this.trainLocal(plan);
           log("step", { step: r.optimizerStep, loss: r.loss, ms: Math.round(r.ms), microBatches: r.microBatches, mine: r.mine });
         } catch (e) {
           if (!isInputCaused(e)) throw e;
@@ -215,16 +248,20 @@ export class RankGroup {
     this.comm.finalize();
   }
 
-  private async trainLocal(
-    samples: TrainSample[],
-    loss: ParsedLossSpec,
-    opt: OptimizerConfig,
-    pack: PackSettings,
-  ): Promise<StepReport & { microBatches: number; mine: number }> {
-    const packed = packSamples(samples, pack.microBatchTokens, this.model.config.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
+  private async trainLocal(plan: Extract<RankPlan, { kind: "train" }>): Promise<StepReport & { microBatches: number; mine: number }> {
+    const { pack } = plan;
+    const packed = packSamples(plan.samples, pack.microBatchTokens, this.model.config.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
     const n = packed.microBatches.length;
     const mine = Math.floor(n / this.size) + (this.rank < n % this.size ? 1 : 0);
-    return { ...(await trainOnRanks(this.model, packed, loss, opt, this.zero)), microBatches: n, mine };
+    const zero = this.adapters ?? this.zero;
+    const r = await trainOnRanks(this.model, packed, plan.loss, plan.opt, zero, this.adapters?.lora, plan.step);
+    return { ...r, microBatches: n, mine };
+  }
+
+  /** After a state plan: this rank's slice of the state's moments (the model's, and the adapters' when it has them). */
+  private useState(lora: LoraAdapters | null): void {
+    // The model took its slice of the state's moments when the state was decoded (importOptimizerState).
+    this.adapters = lora ? new Zero1Adapters(lora, this.model, this.comm, this.rank, this.size) : null;
   }
 
   /** Pins rank 0's sgemm routes (classes it has not measured yet are still measured here). */
@@ -237,5 +274,7 @@ export class RankGroup {
 
   private resetMoments(): void {
     this.zero.reset();
+    const k = this.adapters?.lora.params.length ?? 0;
+    this.adapters?.restore({ m: new Float32Array(k), v: new Float32Array(k), step: 0 });
   }
 }

@@ -91,8 +91,8 @@ export class LearnerActor implements Actor {
       throw new Error(`learner: MPI says rank ${rank} of ${size}; actors.learner.ranks is ${want} (start it with rollstream actor learner)`);
     const state = restored ?? encodeTrainState(this.model, this.counters); // before the group shards the moments
     this.group = new RankGroup(this.model, nativeComm(), rank, size);
-    await this.group.loadState(state);
-    this.ctx.log.info({ ranks: size, momentsPerRank: this.group.zero.count }, "learner ranks: ZeRO-1 over MPI");
+    await this.group.loadState(state, this.lora);
+    this.ctx.log.info({ ranks: size, momentsPerRank: (this.group.adapters ?? this.group.zero).count }, "learner ranks: ZeRO-1 over MPI");
   }
 
   private async train(): Promise<void> {
@@ -104,7 +104,7 @@ export class LearnerActor implements Actor {
       // With model.lora (and lora.sft, the default), SFT and RL train the same adapters on a base that stays frozen
       // throughout, so the adapters are the whole fine-tune (what a PEFT export or an engine serving base + adapter
       // needs). With lora.sft false, SFT trains every weight and RL starts fresh adapters on what it left.
-      if (config.model.lora?.sft) this.startLora();
+      if (config.model.lora?.sft) await this.startLora();
       if (config.sft) await this.runSft();
       if (ctx.signal.aborted) return;
       this.counters.sftDone = true;
@@ -112,7 +112,7 @@ export class LearnerActor implements Actor {
       if (this.group) await this.group.freshMoments();
       else this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
       if (this.lora) this.lora.resetOptimizer();
-      else this.startLora();
+      else await this.startLora();
       await this.publishWeights(0, config.sft ? "sft" : "rl");
       await this.saveState();
     } else {
@@ -150,16 +150,24 @@ export class LearnerActor implements Actor {
     return null;
   }
 
-  private startLora(): void {
+  private async startLora(): Promise<void> {
     const settings = this.ctx.config.model.lora;
     if (!settings) return;
     this.lora = new LoraAdapters(settings, loraTargets(this.model.tensors(), settings), this.model.getParams());
     this.lora.load(this.model);
+    // actors.learner.ranks > 1: the other ranks take these very adapters (and their moments) from a state plan.
+    await this.group?.loadState(encodeTrainState(this.model, this.counters, this.lora), this.lora);
     // With dropout > 0 the backend takes the adapters now, so one that cannot (CUDA) says so at start, not at step 1.
     this.lora.beforeMicro(this.model, 0, 0);
     const size = this.lora.params.length;
     this.ctx.log.info(
-      { rank: settings.rank, targets: this.lora.targets.length, adapterParams: size, ofModel: size / this.model.numParams },
+      {
+        rank: settings.rank,
+        targets: this.lora.targets.length,
+        adapterParams: size,
+        ofModel: size / this.model.numParams,
+        ...(this.group?.adapters ? { adapterMomentsPerRank: this.group.adapters.count } : {}),
+      },
       "LoRA: training adapters",
     );
   }
@@ -362,7 +370,7 @@ export class LearnerActor implements Actor {
   private async trainStep(samples: TrainSample[], loss: ParsedLossSpec, opt: OptimizerConfig, step: number, totalSteps: number): Promise<StepReport> {
     const pack = packSettingsOf(this.ctx.config);
     const report = this.group
-      ? await this.group.train(samples, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, pack)
+      ? await this.group.train(samples, loss, { ...opt, lr: learningRate(opt, step, totalSteps) }, pack, step)
       : await runTrainStep(this.model, samples, loss, opt, step, totalSteps, pack, this.lora);
     this.counters.optimizerStep = report.optimizerStep;
     // The CPU sgemm dispatcher measures each shape class at its first product: record the routes it chose.

@@ -412,20 +412,6 @@ function fieldOf<T extends z.ZodType>(raw: unknown, section: string, key: string
  * RunConfigSchema runs them on its parsed value; `config check` runs them on the raw object when parsing failed,
  * since zod then may have skipped them. Issues have the schema's form, so describeIssues formats both alike.
  */
-/** actors.learner.ranks > 1 trains every weight with the token-level losses (kernels/rank-group.ts). */
-function learnerRankProblems(raw: unknown, problem: (path: string[], message: string) => void): void {
-  const learner = fieldOf(raw, "actors", "learner", ActorsSchema.shape.learner);
-  if (learner === INVALID || learner.ranks <= 1) return;
-  const lora = fieldOf(raw, "model", "lora", ModelSectionSchema.shape.lora);
-  if (lora !== INVALID && lora) problem(["actors", "learner", "ranks"], "more than one rank does not train LoRA adapters yet: set ranks: 1 or drop model.lora");
-  const loss = fieldOf(raw, "rl", "loss", RlSchema.shape.loss);
-  if (loss !== INVALID && loss.name === "gspo")
-    problem(
-      ["actors", "learner", "ranks"],
-      "more than one rank does not train rl.loss gspo yet (its sequence coefficients need every micro-batch): set ranks: 1",
-    );
-}
-
 export function crossFieldProblems(raw: unknown): z.core.$ZodIssueCustom[] {
   const out: z.core.$ZodIssueCustom[] = [];
   const problem = (path: string[], message: string) => out.push({ code: "custom", path, message });
@@ -466,7 +452,6 @@ export function crossFieldProblems(raw: unknown): z.core.$ZodIssueCustom[] {
   if (lease !== INVALID && lease.renewMs * 2 > lease.ttlMs) {
     problem(["actors", "lease", "renewMs"], `must be at most half of actors.lease.ttlMs (${lease.ttlMs}): a holder renews at least twice per lease`);
   }
-  learnerRankProblems(raw, problem);
   const inference = fieldOf(raw, "actors", "inference", ActorsSchema.shape.inference);
   if (inference !== INVALID && inference.backend !== "local" && inference.servers.length === 0) {
     problem(["actors", "inference", "servers"], `backend ${inference.backend} needs at least one server URL`);

@@ -1,11 +1,12 @@
 // GSPO's two passes against its definition: the sequence-level ratio s_i = exp(mean d) clipped per sequence,
 // loss = -mean_i min(s_i A_i, clip(s_i) A_i). The first pass reads the learner's logprobs, the second trains
 // with the rl kernel at ratio 1; its dlogits must equal central differences of the f64 loss, including a
-// sequence whose clipped term wins (gradient exactly 0 there) and one with a negative advantage.
+// sequence whose clipped term wins (gradient exactly 0 there) and one with a negative advantage. Split by micro-batch
+// (what learner ranks compute, each for its own), the coefficients and sums are the whole step's, given its counts.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { kernels } from "../../kernels/index.js";
-import { GSPO_SECOND_PASS_LOSS, gspoCoefficients } from "../../kernels/gspo.js";
+import { GSPO_SECOND_PASS_LOSS, gspoMicroBatch, gspoSequenceCount, type GspoSums, type GspoSpec } from "../../kernels/gspo.js";
 import type { PackedMicroBatch } from "../../kernels/packing.js";
 import { assertClose, f64, numericGrad, randF32, randInts } from "./helpers.js";
 
@@ -18,6 +19,14 @@ const SEQS = [
   { d: [-0.05, 0.0, -0.1, -0.05], A: -1.1 },
 ];
 const SPEC = { clipEps: 0.2, clipEpsHigh: 0.2 };
+
+/** The whole step's coefficients and figures, as one process computes them (trainOnSamples). */
+function wholeStep(mbs: PackedMicroBatch[], logp: Float32Array[], spec: GspoSpec, normalizer: number) {
+  const sequences = gspoSequenceCount(mbs);
+  const sums: GspoSums = { loss: 0, clippedTokens: 0, mismatchKlSum: 0 };
+  const coefficients = mbs.map((mb, m) => gspoMicroBatch(mb, logp[m]!, spec, normalizer, sequences, sums));
+  return { ...sums, sequences, coefficients };
+}
 
 function logSoftmaxAt(logits: Float64Array, row: number, target: number): number {
   let max = -Infinity;
@@ -54,7 +63,7 @@ test("gspo: loss and dlogits of the two passes equal the sequence-level definiti
   // Pass 1: the learner's logprobs; then the coefficients; pass 2: the rl kernel at ratio 1.
   const first = kernels.lossForwardBackward({ logits, N, vocab: V, targets, mask, loss: { name: "sft" }, normalizer, withGrad: false });
   const mb: PackedMicroBatch = { tokens: new Int32Array(N), segmentStarts: Int32Array.of(0, 4, 8), lossMask: mask, advantages: adv, samplerLogprobs: slp };
-  const g = gspoCoefficients([mb], [first.tokenLogprobs], SPEC, normalizer);
+  const g = wholeStep([mb], [first.tokenLogprobs], SPEC, normalizer);
   assert.equal(g.sequences, 3);
   assert.equal(g.clippedTokens, 4, "the second sequence's clipped term wins");
   assert.ok(Math.abs(g.loss - reference(l64)) < 1e-5, `loss ${g.loss} vs ${reference(l64)}`);
@@ -132,4 +141,36 @@ test("gspo trains a model step end to end: its gradient equals the rl loss's on 
   assert.ok(Math.abs(r.gradNorm - rl.gradNorm) < 1e-4 * rl.gradNorm, `gspo ${r.gradNorm} vs rl ${rl.gradNorm}`);
   a.dispose();
   b.dispose();
+});
+
+test("gspo split by micro-batch (learner ranks): with the step's sequence count, each part's coefficients and the summed figures are the whole step's", () => {
+  // Four micro-batches of 2-3 sequences, one sequence without loss tokens, log-ratios that clip some sequences.
+  const mbs: PackedMicroBatch[] = [0, 1, 2, 3].map((k) => {
+    const N = 9 + k;
+    const segmentStarts = k === 2 ? Int32Array.of(0, 4) : Int32Array.of(0, 3, 6);
+    const lossMask = Uint8Array.from({ length: N }, (_, t) => (t % 3 === 0 || (k === 1 && t >= 6) ? 0 : 1));
+    const adv = Float32Array.from({ length: N }, (_, t) => ((t >> 2) % 2 ? 1 : -0.5) * (1 + k));
+    return { tokens: new Int32Array(N), segmentStarts, lossMask, advantages: adv, samplerLogprobs: randF32(N, 90 + k, 0.8) };
+  });
+  const logp = mbs.map((mb, k) => randF32(mb.tokens.length, 95 + k, 0.8));
+  const normalizer = 29;
+  const whole = wholeStep(mbs, logp, SPEC, normalizer);
+  assert.ok(whole.clippedTokens > 0 && whole.coefficients.some((c) => c.some((x) => x !== 0)), "some sequences clip, some train");
+  // Two "ranks": micro-batches m % 2; each counts its sequences, the counts are summed (the all-reduce).
+  const parts = [0, 1].map((r) => [0, 1, 2, 3].filter((m) => m % 2 === r));
+  const sequences = parts.reduce((n, ms) => n + gspoSequenceCount(ms.map((m) => mbs[m]!)), 0);
+  assert.equal(sequences, whole.sequences);
+  const sums: GspoSums[] = parts.map((ms) => {
+    const g: GspoSums = { loss: 0, clippedTokens: 0, mismatchKlSum: 0 };
+    for (const m of ms) assert.deepEqual(gspoMicroBatch(mbs[m]!, logp[m]!, SPEC, normalizer, sequences, g), whole.coefficients[m]!, `micro-batch ${m}`);
+    return g;
+  });
+  assert.ok(Math.abs(sums[0]!.loss + sums[1]!.loss - whole.loss) <= 1e-12 * Math.abs(whole.loss));
+  assert.equal(sums[0]!.clippedTokens + sums[1]!.clippedTokens, whole.clippedTokens);
+  assert.ok(Math.abs(sums[0]!.mismatchKlSum + sums[1]!.mismatchKlSum - whole.mismatchKlSum) <= 1e-12 * whole.mismatchKlSum);
+  // Positive control: a rank that normalised by its own sequences only gets other coefficients.
+  const own = gspoSequenceCount(parts[0]!.map((m) => mbs[m]!));
+  assert.ok(own < sequences);
+  const wrong = gspoMicroBatch(mbs[0]!, logp[0]!, SPEC, normalizer, own, { loss: 0, clippedTokens: 0, mismatchKlSum: 0 });
+  assert.notDeepEqual(wrong, whole.coefficients[0]!);
 });

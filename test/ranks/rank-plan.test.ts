@@ -1,6 +1,6 @@
 // The learner ranks' pieces that need no MPI job: rank 0's plans survive the bytes they travel as exactly (what the
 // followers pack is what rank 0 packs), the process's place in an MPI job, mpirun's arguments, and the config rules
-// (actors.learner.ranks and what it does not train yet).
+// (actors.learner.ranks with every loss and with LoRA).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { decodePlan, encodePlan, type RankPlan } from "../../kernels/rank-group.js";
@@ -33,6 +33,7 @@ test("a train plan decodes to the very samples, loss and optimizer settings (Inf
     loss: parseLossSpec({ name: "rl" }),
     opt,
     pack: { microBatchTokens: 64, sharePrefix: true },
+    step: 17,
     threads: 2,
     blasRoutes: "nn:16x32x256:1t=blas",
   };
@@ -43,6 +44,7 @@ test("a train plan decodes to the very samples, loss and optimizer settings (Inf
   assert.deepEqual(back.opt, opt);
   assert.equal(back.opt.maxGradNorm, Number.POSITIVE_INFINITY);
   assert.deepEqual(back.pack, plan.pack);
+  assert.equal(back.step, 17, "the followers key LoRA dropout's masks by rank 0's step");
   assert.equal(back.threads, 2);
   assert.equal(back.blasRoutes, "nn:16x32x256:1t=blas", "the followers compute with rank 0's sgemm routes");
   assert.equal(back.samples.length, 2);
@@ -76,7 +78,7 @@ test("the place in an MPI job comes from Open MPI's, PMI's or Slurm's environmen
   assert.deepEqual(args.slice(-4), ["--host", "a:3", "node", "x.js"]);
 });
 
-test("actors.learner.ranks: 1 by default; more than one rank refuses LoRA and gspo, naming the field", () => {
+test("actors.learner.ranks: 1 by default; more than one rank trains LoRA adapters and gspo", () => {
   const base = { run: "r", environments: [{ id: "arithmetic@^1" }] };
   assert.equal(parseRunConfig(base).actors.learner.ranks, 1);
   assert.equal(parseRunConfig({ ...base, actors: { learner: { ranks: 4 } } }).actors.learner.ranks, 4);
@@ -89,9 +91,12 @@ test("actors.learner.ranks: 1 by default; more than one rank refuses LoRA and gs
       return e.problems;
     }
   };
-  assert.deepEqual(problems({ ...base, actors: { learner: { ranks: 2 } }, rl: { loss: { name: "rl" } } }), []);
-  assert.match(problems({ ...base, actors: { learner: { ranks: 2 } }, model: { lora: { rank: 8 } } }).join("\n"), /actors\.learner\.ranks.*LoRA/);
-  assert.match(problems({ ...base, actors: { learner: { ranks: 2 } }, rl: { loss: { name: "gspo" } } }).join("\n"), /actors\.learner\.ranks.*gspo/);
-  assert.deepEqual(problems({ ...base, actors: { learner: { ranks: 1 } }, rl: { loss: { name: "gspo" } } }), [], "one rank trains gspo as ever");
+  const ranks2 = { ...base, actors: { learner: { ranks: 2 } } };
+  assert.deepEqual(problems({ ...ranks2, rl: { loss: { name: "rl" } } }), []);
+  assert.deepEqual(problems({ ...ranks2, model: { lora: { rank: 8 } } }), []);
+  assert.deepEqual(problems({ ...ranks2, model: { lora: { rank: 8, dropout: 0.1 } }, rl: { loss: { name: "gspo" } } }), []);
+  assert.deepEqual(problems({ ...ranks2, rl: { loss: { name: "gspo" } } }), []);
+  // Positive control: the same check does report a problem with these sections.
+  assert.match(problems({ ...ranks2, model: { lora: { rank: 0 } } }).join("\n"), /model\.lora\.rank/);
   assert.ok(problems({ ...base, actors: { learner: { ranks: 0 } } }).length > 0);
 });

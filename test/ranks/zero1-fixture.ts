@@ -23,7 +23,8 @@ export function fixture() {
       });
     }
   }
-  const packed = packSamples(samples, 24, cfg.maxPositionEmbeddings, { sharePrefix: true });
+  const pack = { microBatchTokens: 24, sharePrefix: true };
+  const packed = packSamples(samples, pack.microBatchTokens, cfg.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
   const opt = { lr: 2e-2, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.01, maxGradNorm: 0.5 };
-  return { cfg, seed: 9, packed, spec: parseLossSpec({ name: "rl" }), opt };
+  return { cfg, seed: 9, samples, pack, packed, spec: parseLossSpec({ name: "rl" }), opt };
 }

@@ -6,44 +6,17 @@
 // addon was built without MPI or mpirun is missing (CI installs openmpi).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { spawnSync } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { PolicyModel } from "../../kernels/index.js";
-import { nativeComm } from "../../kernels/native.js";
 import { assertClose } from "../kernels/helpers.js";
+import { mpirun as mpirunScript, mpiSkip as skip, readF32 } from "./mpi.js";
 import { fixture } from "./zero1-fixture.js";
 
 const script = fileURLToPath(new URL("./zero1-rank.js", import.meta.url));
-const haveMpirun = spawnSync("mpirun", ["--version"]).status === 0;
-const skip = !nativeComm().available ? "the kernels addon was built without MPI (no mpicc at build time)" : !haveMpirun ? "mpirun is not installed" : false;
-
-function mpirun(np: number, args: string[]): void {
-  const r = spawnSync(
-    "mpirun",
-    [
-      "--allow-run-as-root",
-      "--oversubscribe",
-      "--mca",
-      "btl",
-      "self,tcp",
-      "--mca",
-      "btl_tcp_if_include",
-      "lo",
-      "-np",
-      String(np),
-      process.execPath,
-      script,
-      ...args,
-    ],
-    { encoding: "utf8", timeout: 120_000, env: { ...process.env, OMPI_MCA_plm_rsh_agent: "" } },
-  );
-  assert.equal(r.status, 0, `mpirun -np ${np} failed:\n${r.stdout}\n${r.stderr}`);
-}
-
-const readF32 = (dir: string, name: string) => new Float32Array(new Uint8Array(readFileSync(join(dir, name))).buffer);
+const mpirun = (np: number, args: string[]) => mpirunScript(script, np, args);
 const rankOut = (dir: string, r: number) =>
   JSON.parse(readFileSync(join(dir, `rank${r}.json`), "utf8")) as {
     losses: number[];
