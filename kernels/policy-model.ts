@@ -247,6 +247,12 @@ export class PolicyModel {
     native.setStepCount(step);
   }
 
+  /** Zero moments on the slice the model keeps, and step count 0 (RL's fresh start, a learner group's first state). */
+  resetOptimizer(): void {
+    const { offset, count } = this.optimizerShard;
+    this.writeMoments(offset, new Float32Array(count), new Float32Array(count), 0);
+  }
+
   importOptimizerState(s: OptimizerState): void {
     if (typeof s !== "object" || s === null) throw new TypeError("importOptimizerState: state must be an object {m, v, step}");
     expectArray("importOptimizerState: m", s.m, Float32Array, this.numParams);

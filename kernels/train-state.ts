@@ -25,14 +25,15 @@ export interface TrainCounters {
 
 /**
  * `lora`: the adapters trained (their base is what is saved as the model); `baseModel` names that base in their PEFT
- * export. `moments`: the whole optimizer state when the model keeps only a ZeRO-1 slice of it (learner ranks).
+ * export. `moments`: the whole optimizer state when the model keeps only a ZeRO-1 slice of it (learner ranks), or
+ * "fresh": none written, the reader starts zero moments (a learner group's first state: no rank ever holds them whole).
  */
 export function encodeTrainState(
   model: PolicyModel,
   counters: TrainCounters,
   lora?: LoraAdapters | null,
   baseModel = "",
-  moments?: OptimizerState,
+  moments?: OptimizerState | "fresh",
 ): Uint8Array {
   const params = lora ? lora.baseOf(model.getParams()) : model.getParams();
   const tensors = model.tensors().map((t) => ({ name: t.name, shape: t.shape, data: params.subarray(t.offset, t.offset + t.size) }));
@@ -45,6 +46,9 @@ export function encodeTrainState(
     meta.lora = JSON.stringify(lora.settings);
     meta.loraBaseModel = baseModel;
     optimizerStep = lora.step;
+  } else if (moments === "fresh") {
+    meta.optimizer = "fresh";
+    optimizerStep = 0;
   } else {
     const opt = moments ?? model.exportOptimizerState();
     tensors.push({ name: "optimizer.m", shape: [opt.m.length], data: opt.m });
@@ -82,8 +86,9 @@ export function decodeTrainStateWithLora(model: PolicyModel, bytes: Uint8Array):
     model.setParams(params);
     const m = tensors.get("optimizer.m");
     const v = tensors.get("optimizer.v");
-    if (!m || !v) throw new Error("training state lacks optimizer moments");
-    model.importOptimizerState({ m: Float32Array.from(m.data), v: Float32Array.from(v.data), step: num("optimizerStep") });
+    if (meta.optimizer === "fresh") model.resetOptimizer();
+    else if (!m || !v) throw new Error("training state lacks optimizer moments");
+    else model.importOptimizerState({ m: Float32Array.from(m.data), v: Float32Array.from(v.data), step: num("optimizerStep") });
   }
   const counters: TrainCounters = {
     step: num("step"),

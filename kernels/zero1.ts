@@ -22,8 +22,7 @@ export class Zero1Optimizer {
   readonly counts: number[];
   readonly offset: number;
   readonly count: number;
-  /** MPI on host buffers, or NCCL on the GPU's (kernels/rank-collectives.ts). */
-  readonly collectives: RankCollectives;
+  private chosen: RankCollectives | null = null;
 
   /** Shards the model's moments (it keeps its current values on this rank's slice); a collective: every rank calls it. */
   constructor(
@@ -36,7 +35,15 @@ export class Zero1Optimizer {
     this.offset = this.counts.slice(0, rank).reduce((a, b) => a + b, 0);
     this.count = this.counts[rank]!;
     model.shardOptimizer(this.offset, this.count);
-    this.collectives = chooseCollectives(model, comm, rank, size);
+  }
+
+  /**
+   * MPI on host buffers, or NCCL on the GPU's (kernels/rank-collectives.ts), agreed at the first step: a collective
+   * the ranks enter together there, not at start, where followers would spin in it while rank 0 waits for its lease.
+   */
+  get collectives(): RankCollectives {
+    this.chosen ??= chooseCollectives(this.model, this.comm, this.rank, this.size);
+    return this.chosen;
   }
 
   /** Optimizer steps taken so far. */
@@ -75,6 +82,6 @@ export class Zero1Optimizer {
 
   /** Fresh moments (zeros) and step count 0 on this rank's slice. */
   reset(): void {
-    this.model.writeMoments(this.offset, new Float32Array(this.count), new Float32Array(this.count), 0);
+    this.model.resetOptimizer();
   }
 }

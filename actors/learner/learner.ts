@@ -72,27 +72,25 @@ export class LearnerActor implements Actor {
     const { config, log } = ctx;
     this.model = createPolicyModel(config, { threads: config.model.threads, log: ctx.log });
     log.info({ params: this.model.numParams, device: this.model.device }, "model ready");
+    // With ranks, the group shards the moments before a checkpoint fills them: no rank ever holds them whole.
+    if (config.actors.learner.ranks > 1) this.joinRanks();
     const restored = await this.restore();
-    if (config.actors.learner.ranks > 1) await this.startRanks(restored);
+    // The others load the state this rank starts from (a fresh one carries no moments: every rank starts zeros).
+    await this.group?.loadState(restored ?? encodeTrainState(this.model, this.counters, this.lora, "", "fresh"), this.lora);
     await this.train();
     // The followers leave with rank 0 after a drain or at the end. Not after an error: a follower may be inside a
     // collective this rank never reaches, so the error ends the process and mpirun ends the job.
     await this.group?.stop();
   }
 
-  /**
-   * Rank 0 of actors.learner.ranks: joins the communicator and hands the others the state it starts from (the
-   * checkpoint it restored, else its fresh model), so every rank holds the same weights and its slice of the moments.
-   */
-  private async startRanks(restored: Uint8Array | null): Promise<void> {
+  /** Rank 0 of actors.learner.ranks: joins the communicator; the group keeps this rank's slice of the moments. */
+  private joinRanks(): void {
     const { rank, size } = nativeComm().init();
     const want = this.ctx.config.actors.learner.ranks;
     if (rank !== 0 || size !== want)
       throw new Error(`learner: MPI says rank ${rank} of ${size}; actors.learner.ranks is ${want} (start it with rollstream actor learner)`);
-    const state = restored ?? encodeTrainState(this.model, this.counters); // before the group shards the moments
     this.group = new RankGroup(this.model, nativeComm(), rank, size);
-    await this.group.loadState(state, this.lora);
-    this.ctx.log.info({ ranks: size, momentsPerRank: (this.group.adapters ?? this.group.zero).count }, "learner ranks: ZeRO-1 over MPI");
+    this.ctx.log.info({ ranks: size, momentsPerRank: this.group.zero.count }, "learner ranks: ZeRO-1 over MPI");
   }
 
   private async train(): Promise<void> {
@@ -110,7 +108,7 @@ export class LearnerActor implements Actor {
       this.counters.sftDone = true;
       // RL starts with fresh optimizer moments (with LoRA: the adapters' moments; adapters SFT trained stay).
       if (this.group) await this.group.freshMoments();
-      else this.model.importOptimizerState({ m: new Float32Array(this.model.numParams), v: new Float32Array(this.model.numParams), step: 0 });
+      else this.model.resetOptimizer();
       if (this.lora) this.lora.resetOptimizer();
       else await this.startLora();
       await this.publishWeights(0, config.sft ? "sft" : "rl");

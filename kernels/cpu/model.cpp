@@ -103,9 +103,11 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
   rs_shared::build_layout(m, rs_shared::moe_layer_flags(*cfg));
   const int64_t off = m->n_params;
 
-  if (!m->params.resize(off) || !m->grads.resize(off) || !m->adam_m.resize(off) || !m->adam_v.resize(off)) {
+  // The AdamW moments are allocated at their first use (rs::moments): a ZeRO-1 rank that shards them first never
+  // holds the whole optimizer state, and a model that only generates never holds any.
+  if (!m->params.resize(off) || !m->grads.resize(off)) {
     delete m;
-    fail(err, RS_ERR_OUT_OF_MEMORY, "model: out of memory allocating 4 x %lld parameters", (long long)off);
+    fail(err, RS_ERR_OUT_OF_MEMORY, "model: out of memory allocating 2 x %lld parameters", (long long)off);
     return nullptr;
   }
   m->opt_count = off;
@@ -151,8 +153,8 @@ int32_t rs_model_tensor_info(const rs_model* m, int32_t index, rs_tensor_info* o
 
 float* rs_model_params(rs_model* m) { return m ? m->params.p : nullptr; }
 float* rs_model_grads(rs_model* m) { return m ? m->grads.p : nullptr; }
-float* rs_model_adam_m(rs_model* m) { return m ? m->adam_m.p : nullptr; }
-float* rs_model_adam_v(rs_model* m) { return m ? m->adam_v.p : nullptr; }
+float* rs_model_adam_m(rs_model* m) { return m && rs::moments(m, nullptr) == RS_OK ? m->adam_m.p : nullptr; }
+float* rs_model_adam_v(rs_model* m) { return m && rs::moments(m, nullptr) == RS_OK ? m->adam_v.p : nullptr; }
 int64_t rs_model_step_count(const rs_model* m) { return m ? m->step : 0; }
 void rs_model_set_step_count(rs_model* m, int64_t step) {
   if (m && step >= 0) m->step = step;
@@ -164,6 +166,8 @@ int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const i
   int64_t total = 0;
   if (int32_t s = rs_shared::check_buffer_ranges(m->n_params, kind, write, off, size, n, values, &total, err)) return s;
   if (int32_t s = rs_shared::check_moment_ranges(kind, off, size, n, m->opt_offset, m->opt_count, err)) return s;
+  if (kind >= 2)
+    if (int32_t s = rs::moments(m, err)) return s;
   // The moments hold the slice [opt_offset, opt_offset + opt_count) only: their flat offsets start there.
   float* buf = kind == 0 ? m->params.p : kind == 1 ? m->grads.p : (kind == 2 ? m->adam_m.p : m->adam_v.p) - m->opt_offset;
   int64_t at = 0;

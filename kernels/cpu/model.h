@@ -75,6 +75,14 @@ struct rs_model {
 
 namespace rs {
 
+// The AdamW moments of the model's slice, allocated (zeroed) at their first use.
+inline int32_t moments(rs_model* m, rs_error* err) {
+  if (m->adam_m.p && m->adam_v.p) return RS_OK;
+  if (!m->adam_m.resize((size_t)m->opt_count) || !m->adam_v.resize((size_t)m->opt_count))
+    return fail(err, RS_ERR_OUT_OF_MEMORY, "model: out of memory allocating 2 x %lld AdamW moments", (long long)m->opt_count);
+  return RS_OK;
+}
+
 // Checks a packed row: T >= 1, ids in the vocab, segments sorted, parents valid, every position < maxPos.
 inline int32_t check_batch(const rs_model* m, const int32_t* tokens, int32_t T, const int32_t* seg, int32_t S, const int32_t* parent,
                            rs_error* err) {

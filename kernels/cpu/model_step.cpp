@@ -18,6 +18,7 @@ int32_t rs_model_step(rs_model* m, const rs_optim_config* o, rs_step_result* out
   if (int32_t s = rs_shared::check_optim_config(o, err)) return s;
   if (m->opt_count != m->n_params)
     return fail(err, RS_ERR_INVALID_ARGUMENT, "step: the model keeps a ZeRO-1 slice of the AdamW moments; step it with rs_model_shard_step");
+  if (int32_t s = moments(m, err)) return s;
   const int nt = m->threads;
   const double norm = std::sqrt(grad_sumsq(m->grads.p, m->n_params, nt));
   *out = rs_step_result{};
@@ -43,11 +44,13 @@ int32_t rs_model_shard_optimizer(rs_model* m, int64_t offset, int64_t count, rs_
   if (!m) return fail(err, RS_ERR_INVALID_ARGUMENT, "shard_optimizer: null model");
   if (int32_t s = rs_shared::check_shard(m->n_params, offset, count, err)) return s;
   FloatBuf nm, nv;
-  if (!nm.resize((size_t)count) || !nv.resize((size_t)count))
+  // Not allocated yet: the slice's moments will be, at their first use.
+  const bool had = m->adam_m.p != nullptr;
+  if (had && (!nm.resize((size_t)count) || !nv.resize((size_t)count)))
     return fail(err, RS_ERR_OUT_OF_MEMORY, "shard_optimizer: out of memory allocating 2 x %lld moments", (long long)count);
   // Keep what the old slice and the new one share (zeros elsewhere), then free the old moments.
   const int64_t a = std::max(offset, m->opt_offset), b = std::min(offset + count, m->opt_offset + m->opt_count);
-  if (a < b) {
+  if (had && a < b) {
     std::memcpy(nm.p + (a - offset), m->adam_m.p + (a - m->opt_offset), sizeof(float) * (size_t)(b - a));
     std::memcpy(nv.p + (a - offset), m->adam_v.p + (a - m->opt_offset), sizeof(float) * (size_t)(b - a));
   }
@@ -66,6 +69,7 @@ void rs_model_optimizer_shard(const rs_model* m, int64_t* offset, int64_t* count
 int32_t rs_model_shard_step(rs_model* m, const rs_optim_config* o, double norm, rs_step_result* out, rs_error* err) {
   if (!m || !o || !out) return fail(err, RS_ERR_INVALID_ARGUMENT, "shard_step: null argument");
   if (int32_t s = rs_shared::check_optim_config(o, err)) return s;
+  if (int32_t s = moments(m, err)) return s;
   *out = rs_step_result{};
   out->grad_norm = norm;
   if (!std::isfinite(norm)) {

@@ -117,6 +117,15 @@ void Acts::ensure(const Dims& d, int T) {
   cap = newcap;
 }
 
+void ensure_moments(rs_model* m) {
+  if (m->bufs[kAdamM].p && m->bufs[kAdamV].p) return;
+  for (int k = kAdamM; k <= kAdamV; k++) {
+    m->bufs[k].reserve((size_t)m->opt_count, k == kAdamM ? "AdamW m" : "AdamW v");
+    zero_async(m->bufs[k].p, sizeof(float) * (size_t)std::max<int64_t>(m->opt_count, 1), m->stream, "zeroing the AdamW moments");
+  }
+  sync_stream(m->stream, "allocating the AdamW moments");
+}
+
 void model_enter(rs_model* m) {
   check_cuda(cudaSetDevice(m->device), "cudaSetDevice");
   for (int k = 0; k < 4; k++) {
@@ -186,9 +195,11 @@ rs_model* rs_model_create(const rs_model_config* cfg, uint64_t seed, rs_error* e
 
     const size_t n = (size_t)m->n_params;
     const char* names[4] = {"params", "grads", "AdamW m", "AdamW v"};
-    for (int k = 0; k < 4; k++) m->bufs[k].reserve(n, names[k]);
+    // The AdamW moments are allocated at their first use (ensure_moments): a ZeRO-1 rank that shards them first never
+    // holds the whole optimizer state, and a model that only generates never holds any.
+    for (int k = 0; k < 2; k++) m->bufs[k].reserve(n, names[k]);
     if (m->gemm.mode == MathMode::BF16) m->params_bf16.reserve(n, "bf16 params");
-    for (int k = 1; k < 4; k++) zero_async(m->bufs[k].p, n * sizeof(float), m->stream, "zeroing model buffers");
+    zero_async(m->bufs[1].p, n * sizeof(float), m->stream, "zeroing model buffers");
     m->opt_count = m->n_params;
 
     // Init: N(0, 0.02) for matrices, scaled by 1/sqrt(2L) for o_proj and down_proj; ones for norms; zeros for biases.
@@ -245,6 +256,7 @@ float* mirror_get(rs_model* m, int k) {
   Mirror& mi = m->mirror[k];
   try {
     check_cuda(cudaSetDevice(m->device), "cudaSetDevice");
+    if (k >= kAdamM) ensure_moments(m);
     if (!mi.host) {
       mi.host = static_cast<float*>(std::malloc(sizeof(float) * (size_t)std::max<int64_t>(1, m->len(k))));
       if (!mi.host) return nullptr;
@@ -282,6 +294,7 @@ int32_t rs_model_buffer_ranges(rs_model* m, int32_t kind, int32_t write, const i
   if (int32_t st = rs_shared::check_moment_ranges(kind, off, size, n, m->opt_offset, m->opt_count, err)) return st;
   return guard(err, "buffer_ranges", [&] {
     model_enter(m);  // a host copy written through a getter goes first, whole; then these ranges
+    if (kind >= kAdamM) ensure_moments(m);
     Mirror& mi = m->mirror[kind];
     const int64_t base = kind < 2 ? 0 : m->opt_offset;  // the moments' flat offsets start at their slice
     int64_t at = 0;

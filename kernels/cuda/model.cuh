@@ -116,6 +116,8 @@ enum BufKind { kParams = 0, kGrads = 1, kAdamM = 2, kAdamV = 3 };
 
 // Before any device work of a model call: selects the device, uploads dirty mirrors, refreshes the bf16 copy.
 void model_enter(rs_model* m);
+// The AdamW moments of the model's slice, allocated (zeroed) at their first use; throws Failure when out of memory.
+void ensure_moments(rs_model* m);
 // After device work that changed buffer k.
 inline void model_touched(rs_model* m, int k) { m->mirror[k].valid = false; }
 

@@ -16,6 +16,7 @@ int32_t rs_model_step(rs_model* m, const rs_optim_config* o, rs_step_result* out
     return fail(err, RS_ERR_INVALID_ARGUMENT, "step: the model keeps a ZeRO-1 slice of the AdamW moments; step it with rs_model_shard_step");
   return guard(err, "step", [&] {
     model_enter(m);
+    ensure_moments(m);
     cudaStream_t s = m->stream;
     const size_t bytes = sizeof(float) * (size_t)m->n_params;
     const double norm = std::sqrt(grad_sumsq(s, m->G(), m->n_params, m->norm_part, m->norm_host));
@@ -51,7 +52,7 @@ int32_t rs_model_shard_optimizer(rs_model* m, int64_t offset, int64_t count, rs_
     model_enter(m);  // host-written moments first
     cudaStream_t s = m->stream;
     const int64_t a = std::max(offset, m->opt_offset), b = std::min(offset + count, m->opt_offset + m->opt_count);
-    for (int k = 2; k < 4; k++) {
+    for (int k = 2; k < 4 && m->bufs[k].p; k++) {  // not allocated yet: the slice's will be, at their first use
       // Keep what the old slice and the new one share (zeros elsewhere), then free the old moments.
       DevBuf<float> next;
       next.reserve((size_t)count, k == 2 ? "AdamW m (ZeRO-1 slice)" : "AdamW v (ZeRO-1 slice)");
@@ -81,6 +82,7 @@ int32_t rs_model_shard_step(rs_model* m, const rs_optim_config* o, double norm, 
   if (int32_t s = rs_shared::check_optim_config(o, err)) return s;
   return guard(err, "shard_step", [&] {
     model_enter(m);  // the caller's reduce-scatter wrote the grads' slice through the host copy
+    ensure_moments(m);
     cudaStream_t s = m->stream;
     *out = rs_step_result{};
     out->grad_norm = norm;

@@ -52,7 +52,7 @@ lib.rs_set_settings.argtypes = [C.POINTER(Settings), C.POINTER(Error)]
 lib.rs_get_settings.argtypes = [C.POINTER(Settings)]
 lib.rs_get_settings.restype = None
 
-assert lib.rs_abi_version() == 5
+assert lib.rs_abi_version() == 6
 # Settings are arguments: BLAS off before its first use (never loaded), our sgemm's AVX2 kernel; read back and reported.
 err = Error()
 assert lib.rs_set_settings(C.byref(Settings(blas_mode=1, simd_level=1)), C.byref(err)) == 0, err.message

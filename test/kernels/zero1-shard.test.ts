@@ -5,6 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { PolicyModel } from "../../kernels/index.js";
 import { sliceCounts } from "../../kernels/zero1.js";
+import { decodeTrainStateWithLora, encodeTrainState } from "../../kernels/train-state.js";
 import { fixture } from "../ranks/zero1-fixture.js";
 
 async function withGrads(f: ReturnType<typeof fixture>, steps: number): Promise<PolicyModel> {
@@ -88,3 +89,28 @@ test("ZeRO-1 slices: a sharded model refuses what needs the whole state, and a w
   await m.step(f.opt);
   m.dispose();
 });
+
+test("a learner group's first state carries no moments: every rank starts zeros on its slice, none holds them whole", async () => {
+  const f = fixture();
+  const a = await withGrads(f, 2); // trained: its moments are not zero
+  const counters = { step: 0, sftDone: true, readerSeq: 0, droppedStale: 0, samplesSeen: 0, optimizerStep: 0 };
+  const fresh = encodeTrainState(a, counters, null, "", "fresh");
+  const full = encodeTrainState(a, counters);
+  assert.ok(fresh.length < full.length / 2, `no moments written (${fresh.length} vs ${full.length} bytes)`);
+  const b = PolicyModel.create(f.cfg, { seed: 99, threads: 1 });
+  await withTrainedMoments(b, f);
+  b.shardOptimizer(5, 100);
+  decodeTrainStateWithLora(b, fresh);
+  assert.deepEqual(b.getParams(), a.getParams(), "the weights come from the state");
+  assert.ok(b.readMoments(5, 100).m.every((x) => x === 0) && b.exportStepCount() === 0, "zero moments, step 0");
+  // Control: the full state gives the slice of the trained moments.
+  decodeTrainStateWithLora(b, full);
+  assert.deepEqual(b.readMoments(5, 100).v, a.exportOptimizerState().v.subarray(5, 105));
+  a.dispose();
+  b.dispose();
+});
+
+async function withTrainedMoments(m: PolicyModel, f: ReturnType<typeof fixture>): Promise<void> {
+  for (const mb of f.packed.microBatches) await m.accumulate(mb, f.spec, f.packed.lossTokens);
+  await m.step(f.opt);
+}
