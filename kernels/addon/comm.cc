@@ -212,25 +212,25 @@ Napi::Value Finalize(const Napi::CallbackInfo& info) {
 // by `rollstream bench learner`: a rank then peaked above one process with the whole optimizer state).
 constexpr int kPiece = 1 << 20;
 
-std::vector<size_t> offsets_of(const std::vector<int>& c) {
-  std::vector<size_t> off(c.size() + 1, 0);
-  for (size_t r = 0; r < c.size(); r++) off[r + 1] = off[r] + (size_t)c[r];
-  return off;
+// Calls f(owner rank, first float, length) for every piece of at most kPiece floats of every rank's slice.
+template <typename F>
+void for_each_piece(const std::vector<int>& c, F&& f) {
+  size_t start = 0;
+  for (int r = 0; r < (int)c.size(); start += (size_t)c[r], r++)
+    for (size_t at = start, end = start + (size_t)c[r]; at < end; at += kPiece) f(r, at, (int)std::min<size_t>(kPiece, end - at));
 }
 
 double comm_reduce_scatter_in_place(const Napi::Value& counts, float* buf, size_t n) {
   Napi::Env env = counts.Env();
   need_init(env);
   const auto c = counts_of(counts, world_size(), n, "reduceScatterGrads");
-  const auto off = offsets_of(c);
   const int me = world_rank();
-  for (int r = 0; r < (int)c.size(); r++)
-    for (size_t at = off[r]; at < off[r + 1]; at += kPiece) {
-      const int len = (int)std::min<size_t>(kPiece, off[r + 1] - at);
-      check(env, MPI_Reduce(r == me ? MPI_IN_PLACE : buf + at, buf + at, len, MPI_FLOAT, MPI_SUM, r, MPI_COMM_WORLD), "MPI_Reduce");
-    }
   double sumsq = 0;
-  for (size_t i = off[me]; i < off[me + 1]; i++) sumsq += (double)buf[i] * (double)buf[i];
+  for_each_piece(c, [&](int r, size_t at, int len) {
+    check(env, MPI_Reduce(r == me ? MPI_IN_PLACE : buf + at, buf + at, len, MPI_FLOAT, MPI_SUM, r, MPI_COMM_WORLD), "MPI_Reduce");
+    if (r == me)
+      for (size_t i = at; i < at + (size_t)len; i++) sumsq += (double)buf[i] * (double)buf[i];
+  });
   return sumsq;
 }
 
@@ -238,12 +238,7 @@ void comm_all_gather_in_place(const Napi::Value& counts, float* buf, size_t n) {
   Napi::Env env = counts.Env();
   need_init(env);
   const auto c = counts_of(counts, world_size(), n, "allGatherParams");
-  const auto off = offsets_of(c);
-  for (int r = 0; r < (int)c.size(); r++)
-    for (size_t at = off[r]; at < off[r + 1]; at += kPiece) {
-      const int len = (int)std::min<size_t>(kPiece, off[r + 1] - at);
-      check(env, MPI_Bcast(buf + at, len, MPI_FLOAT, r, MPI_COMM_WORLD), "MPI_Bcast");
-    }
+  for_each_piece(c, [&](int r, size_t at, int len) { check(env, MPI_Bcast(buf + at, len, MPI_FLOAT, r, MPI_COMM_WORLD), "MPI_Bcast"); });
 }
 #else
 double comm_reduce_scatter_in_place(const Napi::Value& counts, float*, size_t) {

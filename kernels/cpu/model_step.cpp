@@ -15,29 +15,10 @@ void rs_model_zero_grad(rs_model* m) {
 
 int32_t rs_model_step(rs_model* m, const rs_optim_config* o, rs_step_result* out, rs_error* err) {
   if (!m || !o || !out) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: null argument");
-  if (int32_t s = rs_shared::check_optim_config(o, err)) return s;
   if (m->opt_count != m->n_params)
     return fail(err, RS_ERR_INVALID_ARGUMENT, "step: the model keeps a ZeRO-1 slice of the AdamW moments; step it with rs_model_shard_step");
-  if (int32_t s = moments(m, err)) return s;
-  const int nt = m->threads;
-  const double norm = std::sqrt(grad_sumsq(m->grads.p, m->n_params, nt));
-  *out = rs_step_result{};
-  out->grad_norm = norm;
-  if (!std::isfinite(norm)) {
-    // A non-finite gradient would poison every moment: drop this step, loudly (skipped = 1).
-    rs_model_zero_grad(m);
-    out->skipped = 1;
-    out->step = m->step;
-    return ok(err);
-  }
-  const float scale = rs_shared::clip_scale(o, norm, &out->clipped);
-  m->step++;
-  for (const rs_tensor_info& t : m->tensors)
-    adamw(m->params.p + t.offset, m->grads.p + t.offset, m->adam_m.p + t.offset, m->adam_v.p + t.offset, t.size, o->lr, o->beta1,
-          o->beta2, o->eps, t.weight_decay ? o->weight_decay : 0.f, m->step, scale, nt);
-  rs_model_zero_grad(m);
-  out->step = m->step;
-  return ok(err);
+  // The whole model is the one slice: its norm is the global one.
+  return rs_model_shard_step(m, o, std::sqrt(grad_sumsq(m->grads.p, m->n_params, m->threads)), out, err);
 }
 
 int32_t rs_model_shard_optimizer(rs_model* m, int64_t offset, int64_t count, rs_error* err) {
@@ -73,6 +54,7 @@ int32_t rs_model_shard_step(rs_model* m, const rs_optim_config* o, double norm, 
   *out = rs_step_result{};
   out->grad_norm = norm;
   if (!std::isfinite(norm)) {
+    // A non-finite gradient would poison every moment: drop this step, loudly (skipped = 1).
     rs_model_zero_grad(m);
     out->skipped = 1;
     out->step = m->step;

@@ -11,38 +11,16 @@ extern "C" {
 
 int32_t rs_model_step(rs_model* m, const rs_optim_config* o, rs_step_result* out, rs_error* err) {
   if (!m || !o || !out) return fail(err, RS_ERR_INVALID_ARGUMENT, "step: null argument");
-  if (int32_t s = rs_shared::check_optim_config(o, err)) return s;
   if (m->opt_count != m->n_params)
     return fail(err, RS_ERR_INVALID_ARGUMENT, "step: the model keeps a ZeRO-1 slice of the AdamW moments; step it with rs_model_shard_step");
-  return guard(err, "step", [&] {
-    model_enter(m);
-    ensure_moments(m);
-    cudaStream_t s = m->stream;
-    const size_t bytes = sizeof(float) * (size_t)m->n_params;
-    const double norm = std::sqrt(grad_sumsq(s, m->G(), m->n_params, m->norm_part, m->norm_host));
-    *out = rs_step_result{};
-    out->grad_norm = norm;
-    if (!std::isfinite(norm)) {
-      // A non-finite gradient would poison every moment: drop this step, loudly (skipped = 1).
-      model_touched(m, kGrads);
-      zero_async(m->G(), bytes, s, "zeroing grads");
-      sync_stream(s, "step");
-      out->skipped = 1;
-      out->step = m->step;
-      return;
-    }
-    const float scale = rs_shared::clip_scale(o, norm, &out->clipped);
-    for (int k = 0; k < 4; k++) model_touched(m, k);
-    m->bf16_stale = true;
-    const int64_t step = m->step + 1;
-    for (const rs_tensor_info& t : m->tensors)
-      adamw(s, m->P() + t.offset, m->G() + t.offset, m->bufs[kAdamM].p + t.offset, m->bufs[kAdamV].p + t.offset, t.size, o->lr, o->beta1,
-            o->beta2, o->eps, t.weight_decay ? o->weight_decay : 0.f, step, scale);
-    zero_async(m->G(), bytes, s, "zeroing grads");
-    sync_stream(s, "step");
-    m->step = step;
-    out->step = m->step;
-  });
+  // The whole model is the one slice: its norm is the global one.
+  double norm = 0;
+  if (int32_t st = guard(err, "step", [&] {
+        model_enter(m);
+        norm = std::sqrt(grad_sumsq(m->stream, m->G(), m->n_params, m->norm_part, m->norm_host));
+      }))
+    return st;
+  return rs_model_shard_step(m, o, norm, out, err);
 }
 
 int32_t rs_model_shard_optimizer(rs_model* m, int64_t offset, int64_t count, rs_error* err) {
@@ -89,6 +67,7 @@ int32_t rs_model_shard_step(rs_model* m, const rs_optim_config* o, double norm, 
     const size_t bytes = sizeof(float) * (size_t)m->n_params;
     model_touched(m, kGrads);
     if (!std::isfinite(norm)) {
+      // A non-finite gradient would poison every moment: drop this step, loudly (skipped = 1).
       zero_async(m->G(), bytes, s, "zeroing grads");
       sync_stream(s, "shard_step");
       out->skipped = 1;
