@@ -11,9 +11,9 @@ import { mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { StateKeys } from "../../streams/index.js";
-import { replayInProcess, startRun, waitUntil } from "../helpers/run-fixture.js";
+import { startRun, waitUntil } from "../helpers/run-fixture.js";
 import { writeSpreadEnv } from "../helpers/spread-env.js";
-import { mpiSkip as skip } from "./mpi.js";
+import { assertOneRankReplayAgrees, mpiSkip as skip } from "./mpi.js";
 
 const STEPS = 5;
 
@@ -70,26 +70,7 @@ test("learner ranks with model.lora (dropout 0.1) and rl.loss gspo: 2 ranks trai
       lines.some((l) => l.instance === "rank1" && l.msg === "step" && (l.mine as number) >= 1),
       "positive control: rank 1 trained micro-batches of its own",
     );
-    const { code, lines: out, rows } = await replayInProcess({ config: run.configPath, steps: String(STEPS), nats: run.nats.url });
-    assert.ok(code === 0 || code === 1, out.join("\n")); // 1: a step not bit-exact, allowed within the tolerance
-    assert.equal(rows.length, STEPS, out.join("\n"));
-    const typed = rows as unknown as Array<{
-      step: number;
-      maxRelDiff: number | null;
-      maxRelDiffFigure: string | null;
-      absDiff: number | null;
-      gradNorm: number;
-      loss: number;
-    }>;
-    assert.ok(
-      typed.every((r) => r.gradNorm > 0 && r.loss !== 0),
-      `positive control: every compared step moved the adapters\n${out.join("\n")}`,
-    );
-    for (const r of typed)
-      assert.ok(
-        r.maxRelDiff !== null && (r.maxRelDiff <= 1e-3 || (r.absDiff ?? 1) <= 1e-6),
-        `step ${r.step}: 1-rank replay differs by ${r.maxRelDiff} relative (${r.absDiff} absolute)\n${out.join("\n")}`,
-      );
+    const typed = await assertOneRankReplayAgrees(run, STEPS);
     process.stdout.write(
       `# LoRA + gspo, 2 ranks vs 1-rank replay, max relative difference (figure, absolute): ${typed.map((r) => `${r.maxRelDiff} (${r.maxRelDiffFigure}, ${r.absDiff})`).join(", ")}\n`,
     );
