@@ -22,7 +22,7 @@
 // a blocking collective: Open MPI busy-polls, and rank 0 may wait minutes for samples while inference needs the cores.
 import { parseBackendInfo } from "./index.js";
 import { resolveBackend, type NativeComm } from "./native.js";
-import { decodeTrainStateWithLora } from "./train-state.js";
+import { decodeTrainStateWithLora, splitMoments } from "./train-state.js";
 import type { ParsedLossSpec } from "./loss-spec.js";
 import type { OptimizerConfig } from "./optimizer.js";
 import { packSamples, type TrainSample } from "./packing.js";
@@ -52,6 +52,7 @@ export type RankPlan =
       blasRoutes?: string;
     }
   | { kind: "state"; bytes: Uint8Array }
+  | { kind: "moments"; step: number }
   | { kind: "freshMoments" }
   | { kind: "gather" }
   | { kind: "stop" };
@@ -68,6 +69,7 @@ type Header =
       lens: Array<[number, number, number]>;
     }
   | { kind: "state"; bytes: number }
+  | { kind: "moments"; step: number }
   | { kind: "freshMoments" | "gather" | "stop" };
 
 // JSON has no Infinity (maxGradNorm may be one): non-finite numbers travel as strings.
@@ -89,6 +91,8 @@ export function encodePlan(plan: RankPlan): Uint8Array {
   } else if (plan.kind === "state") {
     header = { kind: "state", bytes: plan.bytes.length };
     body = plan.bytes.length;
+  } else if (plan.kind === "moments") {
+    header = { kind: "moments", step: plan.step };
   } else header = { kind: plan.kind };
   const json = new TextEncoder().encode(JSON.stringify(header, replacer));
   const start = 4 + Math.ceil(json.length / 4) * 4;
@@ -121,6 +125,7 @@ export function decodePlan(bytes: Uint8Array): RankPlan {
   const header = JSON.parse(new TextDecoder().decode(bytes.subarray(4, 4 + n)), reviver) as Header;
   const start = 4 + Math.ceil(n / 4) * 4;
   if (header.kind === "state") return { kind: "state", bytes: bytes.slice(start, start + header.bytes) };
+  if (header.kind === "moments") return { kind: "moments", step: header.step };
   if (header.kind !== "train") return { kind: header.kind };
   const words = header.lens.reduce((a, [p, c]) => a + p + 2 * c, 0);
   const body = bytes.slice(start); // aligned copy
@@ -193,7 +198,15 @@ export class RankGroup {
    * the state holds): the followers load the same bytes; from then on the group trains those adapters.
    */
   async loadState(bytes: Uint8Array, lora: LoraAdapters | null = null): Promise<void> {
-    await broadcastPlan(this.comm, { kind: "state", bytes }); // rank 0's model took its slice of the state's moments
+    // The whole model's moments do not travel in the state: each follower gets only its slice after it (a state
+    // holds them whole, three times the model, more than any rank should hold at once). Rank 0's model took its slice
+    // of them when it decoded the state.
+    const split = lora ? null : splitMoments(bytes);
+    await broadcastPlan(this.comm, { kind: "state", bytes: split?.slim ?? bytes });
+    if (split) {
+      await broadcastPlan(this.comm, { kind: "moments", step: split.step });
+      this.zero.scatter(split);
+    }
     this.useState(lora);
   }
 
@@ -231,6 +244,9 @@ export class RankGroup {
       if (plan.kind === "state") {
         this.useState(decodeTrainStateWithLora(this.model, plan.bytes).lora);
         log("loaded rank 0's training state", { step: (this.adapters ?? this.zero).steps, lora: this.adapters !== null });
+      } else if (plan.kind === "moments") {
+        this.zero.scatter({ step: plan.step });
+        log("took its slice of rank 0's moments", { step: this.zero.steps });
       } else if (plan.kind === "freshMoments") this.resetMoments();
       else if (plan.kind === "gather") (this.adapters ?? this.zero).fullState();
       else {

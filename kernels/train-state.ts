@@ -127,3 +127,22 @@ function restoreAdapters(
   lora.step = step;
   return lora;
 }
+
+/**
+ * A state's whole-model moments apart from the rest (learner ranks: followers take only their slice of them), or null
+ * when it has none to split (a fresh or a LoRA state). `slim` decodes to the same weights and counters with zero moments.
+ */
+export function splitMoments(bytes: Uint8Array): { slim: Uint8Array; m: Float32Array; v: Float32Array; step: number } | null {
+  const meta = readSafetensorsMetadata(bytes);
+  if (meta.optimizer === "fresh" || meta.lora) return null;
+  const tensors = readSafetensors(bytes);
+  const m = tensors.get("optimizer.m");
+  const v = tensors.get("optimizer.v");
+  if (!m || !v) return null;
+  const rest = [...tensors].filter(([name]) => name !== "optimizer.m" && name !== "optimizer.v");
+  const slim = writeSafetensors(
+    rest.map(([name, t]) => ({ name, shape: t.shape, data: t.data })),
+    { ...meta, optimizer: "fresh" },
+  );
+  return { slim, m: m.data, v: v.data, step: Number(meta.optimizerStep) };
+}

@@ -75,6 +75,22 @@ export class Zero1Optimizer {
     return { m, v, step: this.steps };
   }
 
+  /**
+   * Rank 0's whole moments (`m`, `v` on rank 0 only) to every rank's slice, one slice at a time: a follower never holds
+   * more than one slice of one moment at once. A collective: every rank calls it.
+   */
+  scatter(state: { m?: Float32Array; v?: Float32Array; step: number }): void {
+    const mine: { m: Float32Array<ArrayBufferLike>; v: Float32Array<ArrayBufferLike> } = { m: new Float32Array(0), v: new Float32Array(0) };
+    for (const key of ["m", "v"] as const)
+      this.counts.forEach((count, r) => {
+        const at = this.counts.slice(0, r).reduce((a, b) => a + b, 0);
+        const buf = this.rank === 0 ? state[key]!.subarray(at, at + count) : new Float32Array(count);
+        this.comm.bcast(buf, 0);
+        if (r === this.rank) mine[key] = buf;
+      });
+    this.model.writeMoments(this.offset, mine.m, mine.v, state.step);
+  }
+
   /** Takes this rank's slice of a whole optimizer state (written by any number of ranks, or by one). */
   restore(state: OptimizerState): void {
     this.model.importOptimizerState(state);

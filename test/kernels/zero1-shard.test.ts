@@ -5,7 +5,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { PolicyModel } from "../../kernels/index.js";
 import { sliceCounts } from "../../kernels/zero1.js";
-import { decodeTrainStateWithLora, encodeTrainState } from "../../kernels/train-state.js";
+import { decodeTrainStateWithLora, encodeTrainState, splitMoments } from "../../kernels/train-state.js";
 import { fixture } from "../ranks/zero1-fixture.js";
 
 async function withGrads(f: ReturnType<typeof fixture>, steps: number): Promise<PolicyModel> {
@@ -106,6 +106,28 @@ test("a learner group's first state carries no moments: every rank starts zeros 
   // Control: the full state gives the slice of the trained moments.
   decodeTrainStateWithLora(b, full);
   assert.deepEqual(b.readMoments(5, 100).v, a.exportOptimizerState().v.subarray(5, 105));
+  a.dispose();
+  b.dispose();
+});
+
+test("a state's moments split off (followers take only their slice): the rest decodes to the same weights and counters", async () => {
+  const f = fixture();
+  const a = await withGrads(f, 2);
+  await a.step(f.opt);
+  const counters = { step: 7, sftDone: true, readerSeq: 3, droppedStale: 1, samplesSeen: 9, optimizerStep: 2 };
+  const full = encodeTrainState(a, counters);
+  const split = splitMoments(full)!;
+  const opt = a.exportOptimizerState();
+  assert.deepEqual([split.m, split.v, split.step], [opt.m, opt.v, 2]);
+  assert.ok(split.slim.length < full.length / 2, "the moments left the state");
+  const b = PolicyModel.create(f.cfg, { seed: 5, threads: 1 });
+  assert.deepEqual(decodeTrainStateWithLora(b, split.slim).counters, counters);
+  assert.deepEqual(b.getParams(), a.getParams());
+  assert.ok(
+    b.exportOptimizerState().m.every((x) => x === 0),
+    "zero moments until the slices arrive",
+  );
+  assert.equal(splitMoments(split.slim), null, "nothing left to split (control)");
   a.dispose();
   b.dispose();
 });

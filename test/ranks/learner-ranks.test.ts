@@ -112,6 +112,11 @@ async function killOneRank(victim: 0 | 1): Promise<void> {
     const restoredStep = restored.step as number;
     assert.ok(restoredStep < stepsBeforeKill, `restored step ${restoredStep}, killed after ${stepsBeforeKill}`);
     assert.ok(lines.some((l) => l.msg === "loaded rank 0's training state" && l.instance === "rank1" && l.step !== undefined));
+    // The restored state's moments reached rank 1 as its slice alone (the redone steps below are bit-exact only if right).
+    assert.ok(
+      lines.some((l) => l.msg === "took its slice of rank 0's moments" && l.instance === "rank1" && (l.step as number) === restoredStep),
+      "rank 1 took its slice of the restored moments",
+    );
 
     const byStep = new Map<number, number[]>();
     for (const e of events) byStep.set(e.step, [...(byStep.get(e.step) ?? []), e.loss]);

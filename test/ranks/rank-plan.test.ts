@@ -65,6 +65,7 @@ test("state and control plans round-trip", () => {
   const s = decodePlan(encodePlan({ kind: "state", bytes }));
   assert.ok(s.kind === "state" && Buffer.from(s.bytes).equals(Buffer.from(bytes)));
   for (const kind of ["stop", "gather", "freshMoments"] as const) assert.deepEqual(decodePlan(encodePlan({ kind })), { kind });
+  assert.deepEqual(decodePlan(encodePlan({ kind: "moments", step: 41 })), { kind: "moments", step: 41 });
 });
 
 test("the place in an MPI job comes from Open MPI's, PMI's or Slurm's environment; none outside one", () => {
