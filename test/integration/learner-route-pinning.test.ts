@@ -15,6 +15,7 @@ import { startRun, waitUntil } from "../helpers/run-fixture.js";
 import { testHooksEnv } from "../helpers/kernel-test-hooks.js";
 import { StateKeys } from "../../streams/index.js";
 
+const STEPS = 40;
 const skip = backendInfo("cpu").blas.startsWith("openblas") ? false : "OpenBLAS not installed";
 
 function routeTable(routes: string | undefined): Map<string, string> {
@@ -23,7 +24,8 @@ function routeTable(routes: string | undefined): Map<string, string> {
 
 test("a restarted learner keeps the sgemm routes its earlier life measured", { skip }, async () => {
   const run = await startRun("pin", {
-    rl: { steps: 10, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 3, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
+    // 40 steps: with 10, a fast machine finished the run before the kill below reached the learner (ESRCH in CI).
+    rl: { steps: STEPS, batchSize: 8, groupSize: 4, maxAsyncLevel: 1, maxOffPolicySteps: 3, sampling: { temperature: 1, topP: 1, topK: 0, maxTokens: 6 } },
     checkpoint: { interval: 4, keepLast: 3, keepVersions: 3 },
   });
   try {
@@ -49,7 +51,7 @@ test("a restarted learner keeps the sgemm routes its earlier life measured", { s
 
     process.kill(run.launcher.pid("learner", 0)!, "SIGKILL");
     run.launcher.start({ name: "learner", replica: 1, env: testHooksEnv({ slowdownBlas: 50 }) });
-    await waitUntil("10 steps", async () => (await run.state.learnerStep()) >= 10, 120_000, `${run.dir}/logs`);
+    await waitUntil(`${STEPS} steps`, async () => (await run.state.learnerStep()) >= STEPS, 120_000, `${run.dir}/logs`);
 
     const log = readFileSync(join(run.dir, "logs", "learner-1.log"), "utf8");
     assert.match(log, /restored from checkpoint/, "the second life restored a checkpoint");
