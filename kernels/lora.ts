@@ -16,7 +16,7 @@
 // dA and dB without it), and the base's gradient work.
 import { z } from "zod";
 import { kernels } from "./layer-kernels.js";
-import type { OptimizerConfig } from "./optimizer.js";
+import { globalNormClip, type OptimizerConfig } from "./optimizer.js";
 import type { ParamRanges } from "./policy-model.js";
 
 /** The projections a target name may pick (HF module names), and PEFT's shorthand for all of them. */
@@ -261,8 +261,7 @@ export class LoraAdapters {
   update(grads: Float32Array, opt: Pick<OptimizerConfig, "beta1" | "beta2" | "eps" | "weightDecay" | "maxGradNorm"> & { lr: number }): AdapterStepResult {
     const gradNorm = kernels.gradNorm(grads);
     if (!Number.isFinite(gradNorm)) return { gradNorm, clipped: false, step: this.step, skipped: true };
-    const clipped = opt.maxGradNorm > 0 && Number.isFinite(opt.maxGradNorm) && gradNorm > opt.maxGradNorm;
-    const gradScale = clipped ? opt.maxGradNorm / (gradNorm + 1e-6) : 1;
+    const { clipped, gradScale } = globalNormClip(gradNorm, opt.maxGradNorm);
     this.step++;
     kernels.adamw(this.params, grads, this.m, this.v, { ...opt, step: this.step, gradScale });
     return { gradNorm, clipped, step: this.step, skipped: false };

@@ -23,3 +23,9 @@ export function learningRate(o: OptimizerConfig, step: number, totalSteps: numbe
   const t = Math.min(1, Math.max(0, (step - o.warmupSteps) / span));
   return o.minLr + 0.5 * (o.lr - o.minLr) * (1 + Math.cos(Math.PI * t));
 }
+
+/** The global-norm clip of a step on the adapters (the kernels' rule: a finite max above 0, scale max / (norm + 1e-6)). */
+export function globalNormClip(norm: number, maxNorm: number): { clipped: boolean; gradScale: number } {
+  const clipped = maxNorm > 0 && Number.isFinite(maxNorm) && norm > maxNorm;
+  return { clipped, gradScale: clipped ? maxNorm / (norm + 1e-6) : 1 };
+}

@@ -57,17 +57,10 @@ export type RankPlan =
   | { kind: "gather" }
   | { kind: "stop" };
 
+type TrainPlan = Extract<RankPlan, { kind: "train" }>;
+/** A plan's JSON header: a train plan's settings with its samples' lengths (their tokens follow as binary). */
 type Header =
-  | {
-      kind: "train";
-      loss: ParsedLossSpec;
-      opt: OptimizerConfig;
-      pack: PackSettings;
-      step: number;
-      threads: number;
-      blasRoutes?: string;
-      lens: Array<[number, number, number]>;
-    }
+  | (Omit<TrainPlan, "samples"> & { lens: Array<[number, number, number]> })
   | { kind: "state"; bytes: number }
   | { kind: "moments"; step: number }
   | { kind: "freshMoments" | "gather" | "stop" };
@@ -264,7 +257,7 @@ export class RankGroup {
     this.comm.finalize();
   }
 
-  private async trainLocal(plan: Extract<RankPlan, { kind: "train" }>): Promise<StepReport & { microBatches: number; mine: number }> {
+  private async trainLocal(plan: TrainPlan): Promise<StepReport & { microBatches: number; mine: number }> {
     const { pack } = plan;
     const packed = packSamples(plan.samples, pack.microBatchTokens, this.model.config.maxPositionEmbeddings, { sharePrefix: pack.sharePrefix });
     const n = packed.microBatches.length;

@@ -13,9 +13,9 @@
 import { kernels } from "./layer-kernels.js";
 import type { AdapterStepResult, LoraAdapters, LoraModel } from "./lora.js";
 import type { NativeComm } from "./native.js";
-import { OptimizerSchema } from "./optimizer.js";
+import { globalNormClip, OptimizerSchema } from "./optimizer.js";
 import type { StepOptions } from "./policy-model.js";
-import { sliceCounts } from "./zero1.js";
+import { sliceOf } from "./zero1.js";
 
 /** Adapter moments and step count, as LoraAdapters holds them (m, v, step) for the whole vector. */
 export interface AdapterOptimizerState {
@@ -41,9 +41,7 @@ export class Zero1Adapters {
     readonly rank: number,
     readonly size: number,
   ) {
-    this.counts = sliceCounts(lora.params.length, size);
-    this.offset = this.counts.slice(0, rank).reduce((a, b) => a + b, 0);
-    this.count = this.counts[rank]!;
+    ({ counts: this.counts, offset: this.offset, count: this.count } = sliceOf(lora.params.length, size, rank));
     this.m = new Float32Array(this.count);
     this.v = new Float32Array(this.count);
     this.restore({ m: lora.m, v: lora.v, step: lora.step });
@@ -61,9 +59,7 @@ export class Zero1Adapters {
     this.comm.allReduceSum(sq);
     const norm = Math.sqrt(sq[0]!);
     if (!Number.isFinite(norm)) return { gradNorm: norm, clipped: false, skipped: true, step: this.steps };
-    const maxNorm = opt.maxGradNorm ?? d.maxGradNorm;
-    const clipped = maxNorm > 0 && Number.isFinite(maxNorm) && norm > maxNorm;
-    const gradScale = clipped ? maxNorm / (norm + 1e-6) : 1; // LoraAdapters.update's
+    const { clipped, gradScale } = globalNormClip(norm, opt.maxGradNorm ?? d.maxGradNorm);
     this.steps++;
     const mine = this.lora.params.slice(this.offset, this.offset + this.count);
     if (this.count > 0)

@@ -18,6 +18,12 @@ export function sliceCounts(n: number, size: number): number[] {
   return Array.from({ length: size }, (_, r) => Math.floor(n / size) + (r < n % size ? 1 : 0));
 }
 
+/** Every rank's slice count, and where rank `rank`'s slice starts and how long it is. */
+export function sliceOf(n: number, size: number, rank: number): { counts: number[]; offset: number; count: number } {
+  const counts = sliceCounts(n, size);
+  return { counts, offset: counts.slice(0, rank).reduce((a, b) => a + b, 0), count: counts[rank]! };
+}
+
 export class Zero1Optimizer {
   readonly counts: number[];
   readonly offset: number;
@@ -31,9 +37,7 @@ export class Zero1Optimizer {
     readonly rank: number,
     readonly size: number,
   ) {
-    this.counts = sliceCounts(model.numParams, size);
-    this.offset = this.counts.slice(0, rank).reduce((a, b) => a + b, 0);
-    this.count = this.counts[rank]!;
+    ({ counts: this.counts, offset: this.offset, count: this.count } = sliceOf(model.numParams, size, rank));
     model.shardOptimizer(this.offset, this.count);
   }
 
@@ -83,7 +87,7 @@ export class Zero1Optimizer {
     const mine: { m: Float32Array<ArrayBufferLike>; v: Float32Array<ArrayBufferLike> } = { m: new Float32Array(0), v: new Float32Array(0) };
     for (const key of ["m", "v"] as const)
       this.counts.forEach((count, r) => {
-        const at = this.counts.slice(0, r).reduce((a, b) => a + b, 0);
+        const at = sliceOf(this.model.numParams, this.size, r).offset;
         const buf = this.rank === 0 ? state[key]!.subarray(at, at + count) : new Float32Array(count);
         this.comm.bcast(buf, 0);
         if (r === this.rank) mine[key] = buf;
